@@ -1,0 +1,130 @@
+// Command hcpbot is the chat-ops bot for hosted control planes behind HTTP
+// proxies: one binary whose subcommands run the agent (per management
+// cluster), the bot (central), both together, the demo, and offline tools.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// cli carries what a subcommand may touch, so tests run commands in-process
+// with their own streams and environment.
+type cli struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+// command is one subcommand. Subcommands register themselves in commands()
+// from their own files; run gets the arguments after the subcommand name.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, c *cli, args []string) error
+}
+
+// errUsage marks an error caused by the caller's arguments: main prints it
+// with a hint and exits 2 instead of 1.
+var errUsage = errors.New("usage")
+
+func usageErrorf(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+}
+
+func commands() []command {
+	cmds := []command{
+		{name: "version", summary: "print the version and exit", run: runVersion},
+	}
+	cmds = append(cmds, extraCommands...)
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
+	return cmds
+}
+
+// extraCommands is appended to by the init functions of the other files in
+// this package, one file per subcommand.
+var extraCommands []command
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(c.main(ctx, os.Args[1:]))
+}
+
+// main runs one command line and returns the process exit code.
+func (c *cli) main(ctx context.Context, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		c.help(c.stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, cmd := range commands() {
+		if cmd.name != args[0] {
+			continue
+		}
+		err := cmd.run(ctx, c, args[1:])
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(c.stderr, "hcpbot %s: %v\nRun 'hcpbot %s --help' for usage.\n", cmd.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "), cmd.name)
+			return 2
+		default:
+			fmt.Fprintf(c.stderr, "hcpbot %s: %v\n", cmd.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(c.stderr, "hcpbot: unknown command %q\n\n", args[0])
+	c.help(c.stderr)
+	return 2
+}
+
+func (c *cli) help(w io.Writer) {
+	fmt.Fprintln(w, "hcpbot — chat-ops for hosted control planes behind HTTP proxies")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: hcpbot <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, cmd := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", cmd.name, cmd.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'hcpbot <command> --help' for the flags of a command.")
+}
+
+// flagSet returns a FlagSet that writes its usage to the command's stderr and
+// reports parse errors instead of exiting.
+func (c *cli) flagSet(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("hcpbot "+name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "Usage: hcpbot %s %s\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; a parse error is a usage error (already printed by flag).
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
