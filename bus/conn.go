@@ -1,0 +1,317 @@
+// Package bus is the NATS wiring shared by the agent and the bot: the
+// connection (reconnecting forever, credentials never logged), an optional
+// in-process JetStream server for single-binary and test setups, and
+// idempotent creation of the streams and key-value buckets both sides use.
+package bus
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+const (
+	defaultConnectTimeout   = 5 * time.Second
+	defaultReconnectWait    = 250 * time.Millisecond
+	defaultMaxReconnectWait = 10 * time.Second
+	// Corporate proxies and load balancers drop idle TCP flows silently;
+	// pinging well inside their idle timeouts notices that in about a
+	// minute instead of nats.go's default four.
+	pingInterval = 20 * time.Second
+	maxPingsOut  = 3
+)
+
+// Config says how to reach NATS. Credentials are used, never logged.
+type Config struct {
+	// URLs of the NATS servers (nats://, tls://, or host:port). Empty
+	// starts an in-process server from Embedded instead.
+	URLs []string
+	// Embedded configures the in-process server used when URLs is empty;
+	// its StoreDir is then required. Its Logger is set by Connect.
+	Embedded EmbeddedConfig
+	// Name identifies this client in the server's monitoring.
+	Name string
+
+	// At most one of these is normally set.
+	CredsFile string // JWT + NKey seed .creds file
+	User      string
+	Password  string
+	Token     string
+
+	// CAFile verifies the servers' TLS certificates.
+	CAFile string
+	// ConnectTimeout bounds one dial + handshake; default 5s.
+	ConnectTimeout time.Duration
+	// ReconnectWait is the first pause after every server failed; it
+	// doubles per round up to MaxReconnectWait (default 250ms and 10s).
+	ReconnectWait    time.Duration
+	MaxReconnectWait time.Duration
+
+	// Dialer replaces the TCP dialer.
+	// TODO(proxy): the bot sits behind a corporate HTTP proxy; a dialer
+	// that tunnels with HTTP CONNECT plugs in here (nats.SetCustomDialer).
+	Dialer nats.CustomDialer
+}
+
+// Conn is a live NATS connection with its JetStream handle.
+type Conn struct {
+	NC *nats.Conn
+	JS jetstream.JetStream
+
+	log      zerolog.Logger
+	embedded *Embedded // owned: shut down by Close
+
+	mu           sync.Mutex
+	onReconnect  []func()
+	onDisconnect []func(error)
+
+	connected chan struct{} // closed on the first successful connect
+	done      chan struct{} // closed once the connection is closed for good
+	closing   atomic.Bool
+	closeOnce sync.Once
+}
+
+// Connect connects to NATS, starting the embedded server first if no URLs
+// are configured. It waits for the first connection until ctx is done, so
+// a client started before its server simply waits; authentication errors
+// end the wait early. Once connected, the client reconnects forever.
+func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Conn, error) {
+	c := &Conn{
+		log:       log,
+		connected: make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	urls := cfg.URLs
+	if len(urls) == 0 {
+		ecfg := cfg.Embedded
+		ecfg.Logger = log.With().Str("component", "nats-server").Logger()
+		e, err := StartEmbedded(ctx, ecfg)
+		if err != nil {
+			return nil, err
+		}
+		c.embedded = e
+		urls = []string{e.ClientURL()}
+	}
+	redacted := redactURLs(urls)
+	log.Info().Strs("urls", redacted).Msg("connecting to NATS")
+
+	nc, err := nats.Connect(strings.Join(urls, ","), c.options(cfg)...)
+	if err != nil {
+		c.shutdownEmbedded()
+		return nil, fmt.Errorf("bus: connect to %v: %w", redacted, err)
+	}
+
+	select {
+	case <-c.connected:
+	case <-c.done:
+		c.shutdownEmbedded()
+		return nil, fmt.Errorf("bus: connect to %v: %w", redacted, lastError(nc))
+	case <-ctx.Done():
+		c.closing.Store(true)
+		nc.Close()
+		c.shutdownEmbedded()
+		return nil, fmt.Errorf("bus: connect to %v: %w (last error: %v)", redacted, ctx.Err(), nc.LastError())
+	}
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.closing.Store(true)
+		nc.Close()
+		c.shutdownEmbedded()
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	c.NC, c.JS = nc, js
+	log.Info().Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
+		Str("cluster", nc.ConnectedClusterName()).Msg("connected to NATS")
+	return c, nil
+}
+
+func (c *Conn) options(cfg Config) []nats.Option {
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.Timeout(durationOr(cfg.ConnectTimeout, defaultConnectTimeout)),
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
+		// An agent that gives up on NATS is useless; keep trying, but
+		// spread the attempts so a fleet does not stampede a restarting server.
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(backoff(
+			durationOr(cfg.ReconnectWait, defaultReconnectWait),
+			durationOr(cfg.MaxReconnectWait, defaultMaxReconnectWait),
+		)),
+		nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(*nats.Conn) { close(c.connected) }),
+		nats.DisconnectErrHandler(c.disconnected),
+		nats.ReconnectHandler(c.reconnected),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			c.log.Debug().Err(err).Msg("NATS connect attempt failed")
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			ev := c.log.Info()
+			if err := nc.LastError(); err != nil {
+				ev = c.log.Error().Err(err)
+			}
+			ev.Msg("NATS connection closed")
+			close(c.done)
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := c.log.Warn().Err(err)
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("NATS async error")
+		}),
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.User != "" || cfg.Password != "" {
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.Token != "" {
+		opts = append(opts, nats.Token(cfg.Token))
+	}
+	if cfg.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.CAFile))
+	}
+	if cfg.Dialer != nil {
+		opts = append(opts, nats.SetCustomDialer(cfg.Dialer))
+	}
+	return opts
+}
+
+func (c *Conn) disconnected(_ *nats.Conn, err error) {
+	if c.closing.Load() {
+		return
+	}
+	c.log.Warn().Err(err).Msg("disconnected from NATS")
+	c.mu.Lock()
+	fns := c.onDisconnect
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn(err)
+	}
+}
+
+func (c *Conn) reconnected(nc *nats.Conn) {
+	c.log.Info().Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
+		Msg("reconnected to NATS")
+	c.mu.Lock()
+	fns := c.onReconnect
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// OnReconnect registers fn to run after every reconnect (not the first
+// connect): whatever was published while disconnected may be lost, so the
+// agent resyncs here. Callbacks run one at a time on the client's callback
+// goroutine and must not block; hand long work to another goroutine.
+func (c *Conn) OnReconnect(fn func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onReconnect = append(c.onReconnect, fn)
+}
+
+// OnDisconnect registers fn to run when the connection drops, with the
+// cause. It is not called for Close. Same rules as OnReconnect.
+func (c *Conn) OnDisconnect(fn func(error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onDisconnect = append(c.onDisconnect, fn)
+}
+
+// Done is closed once the connection is closed for good: by Close, or
+// because the server rejected the credentials.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Close drains the connection (pending messages are delivered, in-flight
+// handlers finish), waits for it to close, then shuts down the embedded
+// server if Connect started one. Safe to call more than once.
+func (c *Conn) Close() {
+	c.closeOnce.Do(func() {
+		c.closing.Store(true)
+		// Drain fails when there is nothing to drain (closed, or between
+		// servers); closing directly is then all that is left to do.
+		if err := c.NC.Drain(); err != nil {
+			c.NC.Close()
+		}
+		<-c.done
+		c.shutdownEmbedded()
+	})
+}
+
+func (c *Conn) shutdownEmbedded() {
+	if c.embedded != nil {
+		c.embedded.Shutdown()
+	}
+}
+
+func lastError(nc *nats.Conn) error {
+	if err := nc.LastError(); err != nil {
+		return err
+	}
+	return nats.ErrConnectionClosed
+}
+
+// backoff doubles the pause per failed round from base up to limit, with
+// "equal jitter": half fixed, half random.
+func backoff(base, limit time.Duration) nats.ReconnectDelayHandler {
+	return func(attempts int) time.Duration {
+		d := limit
+		if shift := max(attempts-1, 0); shift < 32 && base<<shift < limit && base<<shift > 0 {
+			d = base << shift
+		}
+		half := d / 2
+		return half + rand.N(half+1)
+	}
+}
+
+func durationOr(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// redactURL drops the userinfo of a URL: it may hold a password, and a
+// token sits where a user name would (nats://TOKEN@host).
+func redactURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	parse := s
+	if !strings.Contains(s, "://") {
+		parse = "nats://" + s
+	}
+	u, err := url.Parse(parse)
+	if err != nil {
+		// Unparseable means we cannot tell where a secret would be.
+		return "[unparseable URL]"
+	}
+	if u.User == nil {
+		return s
+	}
+	u.User = url.User("REDACTED")
+	return u.String()
+}
+
+func redactURLs(urls []string) []string {
+	out := make([]string, 0, len(urls))
+	for _, s := range urls {
+		for p := range strings.SplitSeq(s, ",") {
+			out = append(out, redactURL(strings.TrimSpace(p)))
+		}
+	}
+	return out
+}

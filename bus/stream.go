@@ -1,0 +1,83 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamSpec is the part of a stream's configuration hcpbot decides. Streams
+// are always file-backed: events must survive a restart.
+type StreamSpec struct {
+	Name     string
+	Subjects []string
+	// Retention: jetstream.LimitsPolicy (default), WorkQueuePolicy or
+	// InterestPolicy.
+	Retention jetstream.RetentionPolicy
+	MaxAge    time.Duration // 0 keeps messages forever
+	MaxBytes  int64         // 0 is unlimited
+	// Replicas: 1 (default) standalone, 3 in a cluster.
+	Replicas int
+	// Duplicates is how long Nats-Msg-Id values are remembered for
+	// de-duplication; 0 is the server's default (2m, capped at MaxAge).
+	Duplicates time.Duration
+	// Discard: jetstream.DiscardOld (default) or DiscardNew when full.
+	Discard jetstream.DiscardPolicy
+}
+
+// EnsureStream creates the stream or brings an existing one to spec.
+// Calling it again with the same spec changes nothing, so every process can
+// call it at start-up.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       spec.Name,
+		Subjects:   spec.Subjects,
+		Retention:  spec.Retention,
+		MaxAge:     spec.MaxAge,
+		MaxBytes:   unlimitedIfZero(spec.MaxBytes),
+		Storage:    jetstream.FileStorage,
+		Replicas:   max(spec.Replicas, 1),
+		Duplicates: spec.Duplicates,
+		Discard:    spec.Discard,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: ensure stream %q: %w", spec.Name, err)
+	}
+	return s, nil
+}
+
+// KVSpec is the part of a key-value bucket's configuration hcpbot decides;
+// buckets are file-backed too.
+type KVSpec struct {
+	Bucket   string
+	History  uint8         // values kept per key; 0 means 1
+	TTL      time.Duration // 0 keeps values forever
+	Replicas int           // 0 means 1
+}
+
+// EnsureKV creates the bucket or brings an existing one to spec; calling it
+// again with the same spec changes nothing.
+func EnsureKV(ctx context.Context, js jetstream.JetStream, spec KVSpec) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   spec.Bucket,
+		History:  max(spec.History, 1),
+		TTL:      spec.TTL,
+		Storage:  jetstream.FileStorage,
+		Replicas: max(spec.Replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: ensure KV bucket %q: %w", spec.Bucket, err)
+	}
+	return kv, nil
+}
+
+// unlimitedIfZero spells "no limit" the way the server reports it back, so
+// an update with an unchanged spec is a true no-op.
+func unlimitedIfZero(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
