@@ -1,0 +1,107 @@
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// Decode parses and checks an encoded event. The error, if any, wraps one
+// of ErrTooLarge, ErrMalformed, ErrUnsupportedVersion or ErrUnknownType;
+// for the last two the envelope is returned as far as it was understood, so
+// it can be logged before the message is dead-lettered.
+//
+// Unknown fields are ignored, in the envelope and in payloads, so a newer
+// producer of the same major version never breaks this consumer. The payload
+// is checked against its type, so a successful Decode guarantees that
+// DecodePayload succeeds. The returned event does not alias data.
+func Decode(data []byte) (Event, error) {
+	if len(data) > MaxSize {
+		return Event{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxSize)
+	}
+	var e Event
+	if err := json.Unmarshal(data, &e); err != nil {
+		// A newer major version may have reshaped fields this version's
+		// struct cannot hold; report that rather than garbage.
+		var probe struct {
+			Version int `json:"v"`
+		}
+		if json.Unmarshal(data, &probe) == nil && probe.Version > Version {
+			return Event{Version: probe.Version}, fmt.Errorf("%w: v %d, this build reads up to %d", ErrUnsupportedVersion, probe.Version, Version)
+		}
+		return Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if e.Version > Version {
+		return e, fmt.Errorf("%w: v %d, this build reads up to %d", ErrUnsupportedVersion, e.Version, Version)
+	}
+	if err := e.check(); err != nil {
+		return Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	// Normalise so that decoding what Encode wrote yields the same value:
+	// times compare equal only in the same location, and the encoder
+	// compacts the raw payload.
+	e.Time = e.Time.UTC()
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, e.Payload); err != nil {
+		return Event{}, fmt.Errorf("%w: payload: %w", ErrMalformed, err)
+	}
+	e.Payload = buf.Bytes()
+	if !e.Type.Known() {
+		return e, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
+	}
+	if _, err := e.DecodePayload(); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// DecodePayload returns the typed payload of e as a value (NodeReadiness,
+// not *NodeReadiness), redacted and bounded as New would store it even if
+// the producer did not. Consumers switch on the dynamic type:
+//
+//	p, err := e.DecodePayload()
+//	...
+//	switch p := p.(type) {
+//	case event.NodeReadiness:
+//	case event.PodCrashLoop:
+//	}
+//
+// The error wraps ErrUnknownType or ErrMalformed.
+func (e Event) DecodePayload() (Payload, error) {
+	switch e.Type {
+	case TypeHostedCluster:
+		return decodeAs[HostedClusterState](e)
+	case TypeProxyChange:
+		return decodeAs[ProxyChange](e)
+	case TypeNodePool:
+		return decodeAs[NodePoolState](e)
+	case TypeNode:
+		return decodeAs[NodeReadiness](e)
+	case TypeCrashLoop:
+		return decodeAs[PodCrashLoop](e)
+	case TypeAPIServerProxy:
+		return decodeAs[KubeAPIServerProxy](e)
+	case TypeVirtLauncher:
+		return decodeAs[VirtLauncher](e)
+	case TypeReachability:
+		return decodeAs[Reachability](e)
+	case TypeOCPProxy:
+		return decodeAs[OpenShiftProxy](e)
+	case TypeSnapshotDone:
+		return decodeAs[SnapshotDone](e)
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
+}
+
+func decodeAs[P Payload](e Event) (Payload, error) {
+	// json.Unmarshal accepts null for a struct and leaves it zero; a
+	// missing payload must not pass for an empty one.
+	if !isJSONObject(e.Payload) {
+		return nil, fmt.Errorf("%w: %s payload is not a JSON object", ErrMalformed, e.Type)
+	}
+	var p P
+	if err := json.Unmarshal(e.Payload, &p); err != nil {
+		return nil, fmt.Errorf("%w: %s payload: %w", ErrMalformed, e.Type, err)
+	}
+	return p.sanitized(), nil
+}

@@ -1,0 +1,137 @@
+// Package event is the contract between the hcpbot agent, which watches
+// management clusters and publishes what it observes, and the bot, which
+// consumes, correlates and diagnoses. Both sides depend on this package
+// only, so it is kept small and changes to it are additive.
+//
+// # Envelope
+//
+// Every message on the events stream is one JSON object, an [Event]:
+//
+//	{
+//	  "v": 1,                          // major schema version
+//	  "id": "3f1c…",                   // deterministic, also the Nats-Msg-Id header
+//	  "type": "crashloop",             // one of the types below
+//	  "time": "2026-07-22T10:00:00Z",  // when the agent observed the fact, UTC
+//	  "source": "mgmt-east",           // management cluster name
+//	  "cluster": {"namespace": "clusters", "name": "example"}, // hosted cluster, if any
+//	  "object": {"kind": "Pod", "namespace": "…", "name": "…", "uid": "…",
+//	             "resourceVersion": "…", "hosted": true},
+//	  "snapshot": "agent-7f9c@2026-07-22T09:59:00Z", // resync run, if any
+//	  "payload": { … }                 // the type's payload struct
+//	}
+//
+// "v" is the major version. Additive changes (new optional fields, new
+// types, new enum values such as a new [Signature]) keep v at 1; consumers
+// ignore unknown fields, so such changes never break them. Only a change a
+// v1 consumer would misread raises v, and [Decode] rejects such events with
+// [ErrUnsupportedVersion].
+//
+// "object.hosted" is set when the object lives in the hosted cluster (its
+// nodes, the pods on its workers) rather than in the management cluster.
+//
+// Proxy URLs are stored with their userinfo replaced by "***", and
+// free-text fields (condition messages, termination messages, errors, log
+// excerpts) have URL credentials redacted and are cut to 4 KiB. [New] does
+// this, so producers pass raw values; [Event.DecodePayload] applies it
+// again, so consumers never see credentials from an older producer either.
+//
+// # Types
+//
+// Each type is one lower-case word and has one payload struct:
+//
+//	hostedcluster   HostedClusterState  platform, infraID, version, proxy, networks, API endpoints, conditions
+//	proxychange     ProxyChange         old and new proxy spec of a HostedCluster or Proxy/cluster, noProxy diff
+//	nodepool        NodePoolState       replicas and conditions
+//	node            NodeReadiness       Ready condition, providerID, internal IP of a hosted node
+//	crashloop       PodCrashLoop        restarts, last termination, Signature; Cleared on recovery
+//	apiserverproxy  KubeAPIServerProxy  kube-apiserver-proxy mode (haproxy/tunnel) and CONNECT failures
+//	virtlauncher    VirtLauncher        the KubeVirt VM pod behind a hosted node
+//	reachability    Reachability        whether the agent reaches the hosted API server
+//	ocpproxy        OpenShiftProxy      Proxy/cluster spec and status of a standalone OpenShift
+//	snapshotdone    SnapshotDone        end of a resync snapshot of one source
+//
+// A consumer that meets a type it does not know gets [ErrUnknownType] from
+// [Decode] together with the envelope, and should dead-letter the message
+// (a newer consumer may handle it) rather than fail.
+//
+// # Subjects
+//
+// Events are published to the stream [StreamName] ("HCPBOT_EVENTS") on
+//
+//	hcpbot.events.<source>.<hcNamespace>.<hcName>.<type>
+//
+// Events about the management cluster itself (ocpproxy, snapshotdone) use
+// "_" ([NoClusterToken]) for both namespace and name. Kubernetes names may
+// contain '.', the NATS token separator, so every '.' in a source or name
+// is written as '~', which DNS-1123 names cannot contain; [ParseSubject]
+// reverses it. Sources, namespaces and names are validated as DNS-1123
+// subdomains (namespaces as labels), so no token is empty or holds a
+// wildcard or whitespace. [SubjectFilter] builds consumer filters with '*'
+// for the parts left open.
+//
+// Actions and audit records, whose payloads are defined elsewhere, use
+//
+//	hcpbot.actions.<source>.request   bot → agent of source
+//	hcpbot.actions.<source>.result    agent of source → bot
+//	hcpbot.audit.<source>
+//
+// # IDs and deduplication
+//
+// The ID is the first 32 hex digits of a sha256 over what identifies the
+// fact: the source, the hosted cluster, the type, the object's UID (or,
+// without a UID, its kind, namespace, name and whether it is hosted), the
+// transition key and the snapshot run. It does not depend on the observation
+// time, the agent instance or the payload. Precisely, the hash input is the
+// strings
+//
+//	"hcpbot/event/id/v1", source, cluster namespace, cluster name, type,
+//	"uid", uid  |  "ref", "hosted"|"management", kind, namespace, name,
+//	transition key, snapshot run
+//
+// each preceded by its byte length as an unsigned varint, absent values
+// being empty strings.
+//
+// The agent sets the ID as the Nats-Msg-Id header, so JetStream drops copies
+// of the same fact published within the stream's duplicate window, whether
+// by a restarted agent or by a second agent watching the same management
+// cluster.
+//
+// The transition key is what makes a fact distinct from the previous one
+// about the same object. Callers must derive it from the object as stored in
+// the API server, not from local state or the clock, so that every agent
+// computes the same key; and it must change whenever the fact changes, or
+// the new fact is dropped as a duplicate. Use:
+//
+//	hostedcluster, nodepool, virtlauncher, ocpproxy
+//	                the object's metadata.resourceVersion
+//	proxychange     the resourceVersion of the object carrying the new spec
+//	node            TransitionAt("Ready=<status>", lastTransitionTime)
+//	crashloop       "<container>/<restartCount>", or "<container>/<restartCount>/cleared"
+//	apiserverproxy  "<mode>/<pod resourceVersion>", plus "/connect-failure" once one is seen
+//	reachability    TransitionAt("reachable"|"unreachable", since)
+//	snapshotdone    the run ID ([NewSnapshotDone] does this)
+//	any deletion    "deleted" (the UID already makes it unique)
+//
+// Facts read from probes or logs (reachability, CONNECT failures) depend on
+// the observer, so two agents may report them under different IDs;
+// consumers treat events as level state and must be idempotent anyway.
+//
+// # Snapshots
+//
+// When the agent (re)starts, or whenever it decides to resynchronise, it
+// republishes the current state of what it watches with [WithSnapshot](run), then publishes a
+// snapshotdone event for the same run with the number of snapshot events
+// and the types covered. The run ID is part of each event ID, so a resync is
+// never swallowed as a duplicate of an earlier publication. A consumer that
+// has seen exactly Count events of the run may forget the state of the
+// covered types, for that source, that the run did not mention; if it saw
+// fewer it must keep everything.
+//
+// # Decoding
+//
+// [Decode] enforces [MaxSize] (256 KiB) before parsing and reports failures
+// with sentinel errors a consumer branches on: [ErrTooLarge] and
+// [ErrMalformed] (never valid; dead-letter and alert), [ErrUnsupportedVersion]
+// and [ErrUnknownType] (valid for someone else; dead-letter). A decoded
+// event re-encodes with [Encode] to bytes that decode to the same event.
+package event

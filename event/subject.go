@@ -1,0 +1,203 @@
+package event
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Stream and subject names. Event subjects have exactly six tokens:
+//
+//	hcpbot.events.<source>.<hcNamespace>.<hcName>.<type>
+//
+// with NoClusterToken as namespace and name for events that concern no
+// hosted cluster, and '.' in names escaped as '~'.
+const (
+	// StreamName is the JetStream stream holding all events.
+	StreamName = "HCPBOT_EVENTS"
+	// SubjectRoot is the first token of every subject of the product.
+	SubjectRoot = "hcpbot"
+	// EventsSubjectPrefix starts every event subject.
+	EventsSubjectPrefix = SubjectRoot + ".events"
+	// EventsStreamSubjects is the subject filter of StreamName.
+	EventsStreamSubjects = EventsSubjectPrefix + ".>"
+
+	// ActionRequestsFilter matches the action requests to every agent;
+	// see ActionRequestSubject.
+	ActionRequestsFilter = SubjectRoot + ".actions.*.request"
+	// ActionResultsFilter matches the action results of every agent; see
+	// ActionResultSubject.
+	ActionResultsFilter = SubjectRoot + ".actions.*.result"
+	// AuditFilter matches the audit records of every source; see
+	// AuditSubject.
+	AuditFilter = SubjectRoot + ".audit.*"
+
+	// NoClusterToken stands for the hosted cluster namespace and name of
+	// events about the management cluster itself. It cannot clash with a
+	// name: '_' is not allowed in DNS-1123 names.
+	NoClusterToken = "_"
+)
+
+// escapeChar replaces '.', the NATS token separator, in names. It is not
+// allowed in DNS-1123 names, so the escaping is reversible.
+const escapeChar = "~"
+
+// eventTokens is the number of tokens of an event subject.
+const eventTokens = 6
+
+// SubjectParts is a parsed event subject.
+type SubjectParts struct {
+	Source  string
+	Cluster *ClusterRef // nil for management-level events
+	Type    Type
+}
+
+// Subject returns the subject e is published on. It checks the parts it
+// uses; the type need not be known to this build, so a relay can republish
+// events of newer types.
+func Subject(e Event) (string, error) {
+	if err := checkSource(e.Source); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if e.Cluster != nil {
+		if err := e.Cluster.check(); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	if err := checkType(e.Type); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	ns, name := NoClusterToken, NoClusterToken
+	if e.Cluster != nil {
+		ns, name = escape(e.Cluster.Namespace), escape(e.Cluster.Name)
+	}
+	return joinTokens(EventsSubjectPrefix, escape(e.Source), ns, name, string(e.Type)), nil
+}
+
+// SubjectFilter returns a consumer filter for event subjects. An empty
+// source, cluster field or type matches any value, a nil cluster any
+// cluster or none; NoClusterToken as both cluster fields matches only
+// events without a cluster. For example SubjectFilter("", nil, TypeNode)
+// is "hcpbot.events.*.*.*.node".
+func SubjectFilter(source string, cluster *ClusterRef, t Type) (string, error) {
+	src, ns, name, typ := "*", "*", "*", "*"
+	if source != "" {
+		if err := checkSource(source); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		src = escape(source)
+	}
+	if cluster != nil {
+		if (cluster.Namespace == NoClusterToken) != (cluster.Name == NoClusterToken) {
+			return "", fmt.Errorf("%w: %s must stand for both cluster namespace and name", ErrInvalid, NoClusterToken)
+		}
+		switch cluster.Namespace {
+		case "":
+		case NoClusterToken:
+			ns = NoClusterToken
+		default:
+			if err := checkNamespace(cluster.Namespace); err != nil {
+				return "", fmt.Errorf("%w: cluster: %w", ErrInvalid, err)
+			}
+			ns = escape(cluster.Namespace)
+		}
+		switch cluster.Name {
+		case "":
+		case NoClusterToken:
+			name = NoClusterToken
+		default:
+			if err := checkName(cluster.Name); err != nil {
+				return "", fmt.Errorf("%w: cluster: %w", ErrInvalid, err)
+			}
+			name = escape(cluster.Name)
+		}
+	}
+	if t != "" {
+		if err := checkType(t); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		typ = string(t)
+	}
+	return joinTokens(EventsSubjectPrefix, src, ns, name, typ), nil
+}
+
+// ParseSubject splits an event subject into its parts, undoing the
+// escaping. It checks syntax only: whether the type is known is left to the
+// caller (Type.Known).
+func ParseSubject(subject string) (SubjectParts, error) {
+	tokens := strings.Split(subject, ".")
+	if len(tokens) != eventTokens || tokens[0]+"."+tokens[1] != EventsSubjectPrefix {
+		return SubjectParts{}, fmt.Errorf("%w: %q: want %s.<source>.<namespace>.<name>.<type>", ErrInvalidSubject, subject, EventsSubjectPrefix)
+	}
+	for _, tok := range tokens {
+		if err := checkSubjectToken(tok); err != nil {
+			return SubjectParts{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
+		}
+	}
+	p := SubjectParts{Source: unescape(tokens[2]), Type: Type(tokens[5])}
+	if err := checkSource(p.Source); err != nil {
+		return SubjectParts{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
+	}
+	switch ns, name := tokens[3], tokens[4]; {
+	case ns == NoClusterToken && name == NoClusterToken:
+	case ns == NoClusterToken || name == NoClusterToken:
+		return SubjectParts{}, fmt.Errorf("%w: %q: %s must stand for both cluster namespace and name", ErrInvalidSubject, subject, NoClusterToken)
+	default:
+		c := ClusterRef{Namespace: unescape(ns), Name: unescape(name)}
+		if err := c.check(); err != nil {
+			return SubjectParts{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
+		}
+		p.Cluster = &c
+	}
+	if err := checkType(p.Type); err != nil {
+		return SubjectParts{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
+	}
+	return p, nil
+}
+
+// ActionRequestSubject is where the bot sends action requests for the agent
+// of source: hcpbot.actions.<source>.request.
+func ActionRequestSubject(source string) (string, error) {
+	return sourceSubject(source, "actions", "request")
+}
+
+// ActionResultSubject is where the agent of source reports action results:
+// hcpbot.actions.<source>.result.
+func ActionResultSubject(source string) (string, error) {
+	return sourceSubject(source, "actions", "result")
+}
+
+// AuditSubject carries the audit records about source:
+// hcpbot.audit.<source>.
+func AuditSubject(source string) (string, error) {
+	return sourceSubject(source, "audit", "")
+}
+
+func sourceSubject(source, kind, suffix string) (string, error) {
+	if err := checkSource(source); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	s := joinTokens(SubjectRoot, kind, escape(source))
+	if suffix != "" {
+		s += "." + suffix
+	}
+	return s, nil
+}
+
+// checkSubjectToken rejects what NATS would misread: empty tokens,
+// wildcards and whitespace. Names checked as DNS-1123 never contain these;
+// this guards the parser against foreign subjects.
+func checkSubjectToken(tok string) error {
+	if tok == "" {
+		return errors.New("empty token")
+	}
+	if strings.ContainsAny(tok, "*> \t\r\n\f\v") {
+		return fmt.Errorf("token %q contains a wildcard or whitespace", tok)
+	}
+	return nil
+}
+
+func escape(name string) string    { return strings.ReplaceAll(name, ".", escapeChar) }
+func unescape(token string) string { return strings.ReplaceAll(token, escapeChar, ".") }
+
+func joinTokens(tokens ...string) string { return strings.Join(tokens, ".") }
