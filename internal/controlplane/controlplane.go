@@ -219,8 +219,10 @@ func (cp *ControlPlane) newAPIServer(name string) (*APIServer, error) {
 		"--secure-port=" + itoa(port),
 		"--bind-address=127.0.0.1",
 		// Otherwise the `kubernetes` Endpoints would carry the host's own
-		// interface address, which nothing here should ever dial.
+		// interface address, which nothing here should ever dial; the
+		// reconciler refuses loopback, and no client here needs the Endpoints.
 		"--advertise-address=127.0.0.1",
+		"--endpoint-reconciler-type=none",
 		"--service-account-key-file=" + p.saPubFile,
 		"--service-account-signing-key-file=" + p.saKeyFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
