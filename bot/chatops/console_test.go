@@ -1,0 +1,138 @@
+package chatops
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+func TestConsole(t *testing.T) {
+	h := newFakeHandler()
+	h.reply = func(req any) Reply {
+		r := req.(Request)
+		if _, ok := r.Command.(Incidents); ok {
+			return Reply{
+				Text: "fallback",
+				Blocks: []slack.Block{
+					slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, "Open incidents", false, false)),
+					slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType,
+						"*inc-0a1b2c* <https://console.example/c|clusters/example> &lt;degraded&gt; for <@U0ALICE>", false, false), nil, nil),
+					slack.NewDividerBlock(),
+					slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, "since 10:02", false, false)),
+					slack.NewActionBlock("approval",
+						slack.NewButtonBlockElement(ActionApprove, "act-7f3k9q", slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)),
+						slack.NewButtonBlockElement(ActionDetails, "inc-0a1b2c", slack.NewTextBlockObject(slack.PlainTextType, "Details", false, false))),
+				},
+			}
+		}
+		return Reply{Text: "ok: " + r.Command.String() + " as " + r.UserID}
+	}
+	in := strings.Join([]string{
+		"# a comment",
+		"",
+		"/hcp status clusters/example",
+		"incidents",
+		"status clusters/example;rm -rf /",
+		"/hcp",
+		"help silence",
+		"/hcpstatus",
+		strings.Repeat("x", maxConsoleLine+10),
+		"audit 5\r",
+		"quit",
+		"status never/reached",
+	}, "\n")
+	var out bytes.Buffer
+	c := &Console{In: strings.NewReader(in), Out: &out, Handler: h, UserID: "ops-admin"}
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"ok: status clusters/example as ops-admin\n",
+		"== Open incidents ==\n*inc-0a1b2c* clusters/example (https://console.example/c) <degraded> for @U0ALICE\n----\nsince 10:02\n" +
+			"[Approve: /hcp approve act-7f3k9q]  [Details: hcp_details inc-0a1b2c]\n",
+		"too many arguments\nusage: /hcp status [cluster]\n",
+		"/hcp fix noproxy <cluster> [--add ENTRY,...] — propose",
+		"Usage: `/hcp silence <cluster|incident-id> <duration> [reason...]`",
+		"unknown command \"/hcpstatus\"",
+		"line longer than",
+		"ok: audit 5 as ops-admin\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "never") {
+		t.Errorf("read past quit:\n%s", got)
+	}
+	cmds := h.commands()
+	if len(cmds) != 3 {
+		t.Fatalf("handler got %d commands", len(cmds))
+	}
+	want := Origin{Transport: TransportConsole, UserID: "ops-admin", UserName: "ops-admin"}
+	if !reflect.DeepEqual(cmds[0].Origin, want) {
+		t.Errorf("origin = %#v", cmds[0].Origin)
+	}
+}
+
+func TestConsoleDefaultsAndCancel(t *testing.T) {
+	h := newFakeHandler()
+	var out bytes.Buffer
+	if err := (&Console{In: strings.NewReader("incidents"), Out: &out, Handler: h}).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if cmds := h.commands(); len(cmds) != 1 || cmds[0].UserID != DefaultConsoleUser {
+		t.Errorf("commands = %#v", cmds)
+	}
+	if out.String() != "echo: incidents\n" {
+		t.Errorf("out = %q", out.String())
+	}
+
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- (&Console{In: pr, Out: io.Discard, Handler: h}).Run(ctx) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != context.Canceled {
+			t.Errorf("Run = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run ignored cancel")
+	}
+	if err := (&Console{}).Run(context.Background()); err == nil {
+		t.Error("Run without In/Out/Handler succeeded")
+	}
+}
+
+func TestPlainTextAndEscaping(t *testing.T) {
+	if got := PlainText(Reply{Text: "<!here> see <#C0OPS|ops> and <https://x.example>"}); got != "@here see #ops and https://x.example" {
+		t.Errorf("PlainText = %q", got)
+	}
+	if got := EscapeText("a<b>&<!channel>"); got != "a&lt;b&gt;&amp;&lt;!channel&gt;" {
+		t.Errorf("EscapeText = %q", got)
+	}
+	// More than 50 blocks are cut to 50, saying so.
+	var blocks []slack.Block
+	for range 60 {
+		blocks = append(blocks, slack.NewDividerBlock())
+	}
+	w := Reply{Blocks: blocks}.wire()
+	if len(w.Blocks) != maxBlocks || w.Text == "" {
+		t.Errorf("%d blocks, text %q", len(w.Blocks), w.Text)
+	}
+	if !strings.Contains(PlainText(Reply{Blocks: w.Blocks}), "11 more blocks not shown") {
+		t.Errorf("truncation not said: %q", PlainText(Reply{Blocks: w.Blocks}))
+	}
+	if len(blocks) != 60 {
+		t.Error("wire changed the caller's blocks")
+	}
+}

@@ -1,0 +1,515 @@
+package chatops
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Command is one parsed /hcp command. The set is closed (the unexported
+// method), so a handler's type switch over the structs below is exhaustive.
+//
+// String renders the command in the grammar Parse reads, without the
+// leading "/hcp": Parse(c.String()) returns a command equal to c.
+type Command interface {
+	// Name is the command's name as in Usage: "status", "fix noproxy", ...
+	Name() string
+	String() string
+	command()
+}
+
+// ShowHelp asks for the command list, or the usage of Topic (a command name's
+// first word, e.g. "fix").
+type ShowHelp struct{ Topic string }
+
+// Status asks for the state of one cluster, or of all when Cluster is nil.
+type Status struct{ Cluster *ClusterRef }
+
+// Incidents lists the open incidents.
+type Incidents struct{}
+
+// Diagnose runs the diagnosis of a cluster now.
+type Diagnose struct{ Cluster ClusterRef }
+
+// FixNoProxy proposes the noProxy fix for a cluster, with extra entries the
+// user wants added (canonical, see ParseNoProxyEntry; nil if none).
+type FixNoProxy struct {
+	Cluster ClusterRef
+	Add     []string
+}
+
+// Expose publishes a Service of the hosted cluster through NodePorts on the
+// management cluster. Ports restricts the Service ports (nil: all); whether
+// they fit the NodePort range is the action's business.
+type Expose struct {
+	Cluster   ClusterRef
+	Namespace string // DNS-1123 label
+	Service   string // DNS-1035 label, as Service names are
+	Ports     []int32
+}
+
+// Rollback undoes an applied action.
+type Rollback struct{ ActionID string }
+
+// Approve approves a proposed action.
+type Approve struct{ ActionID string }
+
+// Reject rejects a proposed action. Reason is user text: control and format
+// characters removed, at most MaxReasonRunes, not escaped for Slack.
+type Reject struct{ ActionID, Reason string }
+
+// Silence mutes notifications for a cluster or for one incident; exactly
+// one of Cluster and IncidentID is set. Reason is as in Reject.
+type Silence struct {
+	Cluster    *ClusterRef
+	IncidentID string
+	Duration   time.Duration
+	Reason     string
+}
+
+// Audit shows the last N audit entries; 0 leaves the count to the handler.
+type Audit struct{ N int }
+
+// DigestNow posts the digest immediately.
+type DigestNow struct{}
+
+// NoProxyCheck explains whether traffic from a cluster to Host:Port goes
+// through the proxy. Port 0 means none was given.
+type NoProxyCheck struct {
+	Cluster ClusterRef
+	Host    string // lower-case hostname or canonical IP literal
+	Port    int32
+}
+
+func (ShowHelp) Name() string     { return "help" }
+func (Status) Name() string       { return "status" }
+func (Incidents) Name() string    { return "incidents" }
+func (Diagnose) Name() string     { return "diagnose" }
+func (FixNoProxy) Name() string   { return "fix noproxy" }
+func (Expose) Name() string       { return "expose" }
+func (Rollback) Name() string     { return "rollback" }
+func (Approve) Name() string      { return "approve" }
+func (Reject) Name() string       { return "reject" }
+func (Silence) Name() string      { return "silence" }
+func (Audit) Name() string        { return "audit" }
+func (DigestNow) Name() string    { return "digest now" }
+func (NoProxyCheck) Name() string { return "noproxy check" }
+
+func (ShowHelp) command()     {}
+func (Status) command()       {}
+func (Incidents) command()    {}
+func (Diagnose) command()     {}
+func (FixNoProxy) command()   {}
+func (Expose) command()       {}
+func (Rollback) command()     {}
+func (Approve) command()      {}
+func (Reject) command()       {}
+func (Silence) command()      {}
+func (Audit) command()        {}
+func (DigestNow) command()    {}
+func (NoProxyCheck) command() {}
+
+func (c ShowHelp) String() string { return join("help", c.Topic) }
+func (c Status) String() string {
+	if c.Cluster == nil {
+		return "status"
+	}
+	return "status " + c.Cluster.String()
+}
+func (Incidents) String() string  { return "incidents" }
+func (c Diagnose) String() string { return "diagnose " + c.Cluster.String() }
+func (c FixNoProxy) String() string {
+	s := "fix noproxy " + c.Cluster.String()
+	if len(c.Add) > 0 {
+		s += " --add " + strings.Join(c.Add, ",")
+	}
+	return s
+}
+func (c Expose) String() string {
+	s := "expose " + c.Cluster.String() + " " + c.Namespace + "/" + c.Service
+	if len(c.Ports) > 0 {
+		ps := make([]string, len(c.Ports))
+		for i, p := range c.Ports {
+			ps[i] = strconv.Itoa(int(p))
+		}
+		s += " " + strings.Join(ps, ",")
+	}
+	return s
+}
+func (c Rollback) String() string { return "rollback " + c.ActionID }
+func (c Approve) String() string  { return "approve " + c.ActionID }
+func (c Reject) String() string   { return join("reject "+c.ActionID, c.Reason) }
+func (c Silence) String() string {
+	target := c.IncidentID
+	if c.Cluster != nil {
+		target = c.Cluster.String()
+	}
+	return join("silence "+target+" "+formatDuration(c.Duration), c.Reason)
+}
+func (c Audit) String() string {
+	if c.N == 0 {
+		return "audit"
+	}
+	return "audit " + strconv.Itoa(c.N)
+}
+func (DigestNow) String() string { return "digest now" }
+func (c NoProxyCheck) String() string {
+	return "noproxy check " + c.Cluster.String() + " " + joinHostPort(c.Host, c.Port)
+}
+
+func join(s, rest string) string {
+	if rest == "" {
+		return s
+	}
+	return s + " " + rest
+}
+
+// UsageError is what Parse returns for wrong or partial input: the usage
+// line of the command (or of help, when the command is unknown) and a
+// one-line hint saying what is wrong.
+type UsageError struct {
+	Command string // command name as in Usage; "" when unknown
+	Usage   string // e.g. "/hcp diagnose <cluster>"
+	Hint    string // e.g. "cluster must be [<mgmt>:]<namespace>/<name>, ..."
+}
+
+func (e *UsageError) Error() string { return e.Hint + " (usage: " + e.Usage + ")" }
+
+// Prefix is the slash command the grammar belongs to.
+const Prefix = "/hcp"
+
+// spec describes one command for the parser, Usage and Help.
+type spec struct {
+	verb, sub string // sub is the required second word of two-word commands
+	args      string // argument synopsis
+	summary   string
+	parse     func(args []string) (Command, error)
+}
+
+func (s spec) name() string { return join(s.verb, s.sub) }
+
+func (s spec) usage() string { return Prefix + " " + join(s.name(), s.args) }
+
+// specs lists the commands in the order Help shows them. It is filled in
+// init because the parse functions refer back to it (help's topic).
+var specs []spec
+
+func init() {
+	specs = []spec{
+		{verb: "help", args: "[command]", summary: "list the commands, or explain one", parse: parseHelp},
+		{verb: "status", args: "[cluster]", summary: "state of all clusters, or of one", parse: parseStatus},
+		{verb: "incidents", summary: "open incidents", parse: noArgs(Incidents{})},
+		{verb: "diagnose", args: "<cluster>", summary: "diagnose a cluster now", parse: parseDiagnose},
+		{verb: "fix", sub: "noproxy", args: "<cluster> [--add ENTRY,...]", summary: "propose a noProxy fix (needs approval)", parse: parseFixNoProxy},
+		{verb: "expose", args: "<cluster> <namespace>/<service> [port,...]", summary: "expose a hosted Service through NodePorts (needs approval)", parse: parseExpose},
+		{verb: "rollback", args: "<action-id>", summary: "undo an applied action", parse: parseIDCommand(func(id string) Command { return Rollback{ActionID: id} })},
+		{verb: "approve", args: "<action-id>", summary: "approve a proposed action", parse: parseIDCommand(func(id string) Command { return Approve{ActionID: id} })},
+		{verb: "reject", args: "<action-id> [reason...]", summary: "reject a proposed action", parse: parseReject},
+		{verb: "silence", args: "<cluster|incident-id> <duration> [reason...]", summary: "mute a cluster or incident (e.g. 2h, 1d; at most 30d)", parse: parseSilence},
+		{verb: "audit", args: "[n]", summary: "last n audit entries", parse: parseAudit},
+		{verb: "digest", sub: "now", summary: "post the digest now", parse: noArgs(DigestNow{})},
+		{verb: "noproxy", sub: "check", args: "<cluster> <host[:port]>", summary: "would this cluster's clients bypass the proxy for host?", parse: parseNoProxyCheck},
+	}
+}
+
+func findSpec(verb string) (spec, bool) {
+	for _, s := range specs {
+		if s.verb == verb {
+			return s, true
+		}
+	}
+	return spec{}, false
+}
+
+// Usage returns the usage line of a command, given its name or first word
+// ("fix noproxy" or "fix"), case-insensitively; "" if there is no such command.
+func Usage(cmd string) string {
+	verb, _, _ := strings.Cut(strings.TrimSpace(cmd), " ")
+	s, ok := findSpec(asciiLower(verb))
+	if !ok {
+		return ""
+	}
+	return s.usage()
+}
+
+// Help lists every command with its usage and summary, one per line.
+func Help() string {
+	var b strings.Builder
+	b.WriteString("Commands (a cluster is [<mgmt>:]<namespace>/<name>):\n")
+	for _, s := range specs {
+		b.WriteString(s.usage())
+		b.WriteString(" — ")
+		b.WriteString(s.summary)
+		b.WriteByte('\n')
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// asciiLower lower-cases ASCII letters only. Unicode case folding would map
+// lookalikes onto commands (the Kelvin sign folds to "k", "ſ" to "s").
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// Parse reads the text after "/hcp". Words are separated by any white
+// space; command words are case-insensitive (ASCII only); arguments are
+// validated strictly: see ParseClusterRef, IDPattern, ParseDuration,
+// ParseNoProxyEntry and the Max* limits. Empty text is ShowHelp. Wrong
+// input returns a *UsageError, never a panic.
+func Parse(text string) (Command, error) {
+	helpUsage := Prefix + " help [command]"
+	if len(text) > MaxInputBytes {
+		return nil, &UsageError{Usage: helpUsage, Hint: "input longer than " + strconv.Itoa(MaxInputBytes) + " bytes"}
+	}
+	if !utf8.ValidString(text) {
+		return nil, &UsageError{Usage: helpUsage, Hint: "input is not valid UTF-8"}
+	}
+	words := strings.Fields(text)
+	if len(words) == 0 {
+		return ShowHelp{}, nil
+	}
+	s, ok := findSpec(asciiLower(words[0]))
+	if !ok {
+		return nil, &UsageError{Usage: helpUsage, Hint: "unknown command " + quote(words[0]) + "; try " + Prefix + " help"}
+	}
+	args := words[1:]
+	if s.sub != "" {
+		if len(args) == 0 || asciiLower(args[0]) != s.sub {
+			return nil, &UsageError{Command: s.name(), Usage: s.usage(), Hint: "did you mean " + quote(s.name()) + "?"}
+		}
+		args = args[1:]
+	}
+	c, err := s.parse(args)
+	if err != nil {
+		hint, ok := asHint(err)
+		if !ok {
+			hint = "invalid arguments"
+		}
+		return nil, &UsageError{Command: s.name(), Usage: s.usage(), Hint: hint}
+	}
+	return c, nil
+}
+
+const (
+	hintTooMany = hintError("too many arguments")
+	hintTooFew  = hintError("missing arguments")
+)
+
+// arity checks the argument count; the errors become hints.
+func arity(args []string, minN, maxN int) error {
+	switch {
+	case len(args) < minN:
+		return hintTooFew
+	case maxN >= 0 && len(args) > maxN:
+		return hintTooMany
+	}
+	return nil
+}
+
+func noArgs(c Command) func([]string) (Command, error) {
+	return func(args []string) (Command, error) {
+		if err := arity(args, 0, 0); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
+func parseHelp(args []string) (Command, error) {
+	if err := arity(args, 0, 2); err != nil {
+		return nil, err
+	}
+	if len(args) == 0 {
+		return ShowHelp{}, nil
+	}
+	s, ok := findSpec(asciiLower(args[0]))
+	if !ok {
+		return nil, hintf("unknown command %s", quote(args[0]))
+	}
+	if len(args) == 2 && (s.sub == "" || asciiLower(args[1]) != s.sub) {
+		return nil, hintTooMany
+	}
+	return ShowHelp{Topic: s.verb}, nil
+}
+
+func parseStatus(args []string) (Command, error) {
+	if err := arity(args, 0, 1); err != nil {
+		return nil, err
+	}
+	if len(args) == 0 {
+		return Status{}, nil
+	}
+	c, err := ParseClusterRef(args[0])
+	if err != nil {
+		return nil, err
+	}
+	return Status{Cluster: &c}, nil
+}
+
+func parseDiagnose(args []string) (Command, error) {
+	if err := arity(args, 1, 1); err != nil {
+		return nil, err
+	}
+	c, err := ParseClusterRef(args[0])
+	if err != nil {
+		return nil, err
+	}
+	return Diagnose{Cluster: c}, nil
+}
+
+func parseFixNoProxy(args []string) (Command, error) {
+	if err := arity(args, 1, 3); err != nil {
+		return nil, err
+	}
+	c, err := ParseClusterRef(args[0])
+	if err != nil {
+		return nil, err
+	}
+	cmd := FixNoProxy{Cluster: c}
+	rest := args[1:]
+	if len(rest) == 0 {
+		return cmd, nil
+	}
+	var list string
+	switch {
+	case rest[0] == "--add" && len(rest) == 2:
+		list = rest[1]
+	case strings.HasPrefix(rest[0], "--add=") && len(rest) == 1:
+		list = strings.TrimPrefix(rest[0], "--add=")
+	case rest[0] == "--add":
+		return nil, hintError("--add needs ENTRY,... (comma-separated, no spaces)")
+	default:
+		return nil, hintf("unexpected %s; only --add ENTRY,... may follow the cluster", quote(rest[0]))
+	}
+	if cmd.Add, err = parseNoProxyList(list); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+func parseExpose(args []string) (Command, error) {
+	if err := arity(args, 2, -1); err != nil {
+		return nil, err
+	}
+	c, err := ParseClusterRef(args[0])
+	if err != nil {
+		return nil, err
+	}
+	ns, svc, found := strings.Cut(args[1], "/")
+	if !found {
+		return nil, hintError("service must be <namespace>/<service>, e.g. default/web")
+	}
+	if !isASCII(ns) || len(validation.IsDNS1123Label(ns)) > 0 {
+		return nil, hintf("namespace %s is not a DNS-1123 label (lower-case letters, digits, '-')", quote(ns))
+	}
+	if !isASCII(svc) || len(validation.IsDNS1035Label(svc)) > 0 {
+		return nil, hintf("service %s is not a valid Service name (DNS-1035 label)", quote(svc))
+	}
+	cmd := Expose{Cluster: c, Namespace: ns, Service: svc}
+	if len(args) > 2 {
+		if cmd.Ports, err = parsePorts(args[2:]); err != nil {
+			return nil, err
+		}
+	}
+	return cmd, nil
+}
+
+func parseIDCommand(mk func(id string) Command) func([]string) (Command, error) {
+	return func(args []string) (Command, error) {
+		if err := arity(args, 1, 1); err != nil {
+			return nil, err
+		}
+		id, err := parseID("action id", args[0])
+		if err != nil {
+			return nil, err
+		}
+		return mk(id), nil
+	}
+}
+
+func parseReject(args []string) (Command, error) {
+	if err := arity(args, 1, -1); err != nil {
+		return nil, err
+	}
+	id, err := parseID("action id", args[0])
+	if err != nil {
+		return nil, err
+	}
+	reason, err := parseReason(args[1:])
+	if err != nil {
+		return nil, err
+	}
+	return Reject{ActionID: id, Reason: reason}, nil
+}
+
+func parseSilence(args []string) (Command, error) {
+	if err := arity(args, 2, -1); err != nil {
+		return nil, err
+	}
+	var cmd Silence
+	if strings.Contains(args[0], "/") {
+		c, err := ParseClusterRef(args[0])
+		if err != nil {
+			return nil, err
+		}
+		cmd.Cluster = &c
+	} else {
+		if !ValidID(args[0]) {
+			return nil, hintf("%s is neither a cluster ([<mgmt>:]<namespace>/<name>) nor an incident id", quote(args[0]))
+		}
+		cmd.IncidentID = args[0]
+	}
+	var err error
+	if cmd.Duration, err = ParseDuration(args[1]); err != nil {
+		return nil, err
+	}
+	if cmd.Reason, err = parseReason(args[2:]); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+func parseAudit(args []string) (Command, error) {
+	if err := arity(args, 0, 1); err != nil {
+		return nil, err
+	}
+	if len(args) == 0 {
+		return Audit{}, nil
+	}
+	s := args[0]
+	if s == "" || len(s) > 4 || strings.TrimLeft(s, "0123456789") != "" {
+		return nil, hintf("n must be a number between 1 and %d", MaxAudit)
+	}
+	n, _ := strconv.Atoi(s) // 1-4 digits: cannot fail
+	if n < 1 || n > MaxAudit {
+		return nil, hintf("n must be a number between 1 and %d", MaxAudit)
+	}
+	return Audit{N: n}, nil
+}
+
+func parseNoProxyCheck(args []string) (Command, error) {
+	if err := arity(args, 2, 2); err != nil {
+		return nil, err
+	}
+	c, err := ParseClusterRef(args[0])
+	if err != nil {
+		return nil, err
+	}
+	if !isASCII(args[1]) || len(args[1]) > MaxNoProxyEntryLen {
+		return nil, hintf("host %s is not a DNS name or IP address", quote(args[1]))
+	}
+	host, port, err := parseHost(args[1])
+	if err != nil {
+		return nil, err
+	}
+	return NoProxyCheck{Cluster: c, Host: host, Port: port}, nil
+}

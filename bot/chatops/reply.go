@@ -1,0 +1,223 @@
+package chatops
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/slack-go/slack"
+)
+
+// Button action ids the bot puts on its messages. A button's value carries
+// the id it acts on (see IDPattern): an action id for approve, reject and
+// rollback, an incident id for silence (the handler picks the duration)
+// and details. Any other action id is refused.
+const (
+	ActionApprove  = "hcp_approve"
+	ActionReject   = "hcp_reject"
+	ActionRollback = "hcp_rollback"
+	ActionSilence  = "hcp_silence"
+	ActionDetails  = "hcp_details"
+)
+
+// KnownAction reports whether id is one of the Action* constants.
+func KnownAction(id string) bool {
+	switch id {
+	case ActionApprove, ActionReject, ActionRollback, ActionSilence, ActionDetails:
+		return true
+	}
+	return false
+}
+
+// Reply is what the bot answers. The zero Reply says nothing: a command is
+// acknowledged silently, an action posts nothing.
+type Reply struct {
+	// Text is Slack mrkdwn; with Blocks it is the notification fallback.
+	// Text that came from users must be escaped (EscapeText).
+	Text   string
+	Blocks []slack.Block
+	// InChannel shows the reply to the whole channel; by default only the
+	// user who typed the command or pressed the button sees it.
+	InChannel bool
+	// ReplaceOriginal replaces the message that carried the pressed button
+	// (actions, or later posts to a command's response_url).
+	ReplaceOriginal bool
+}
+
+// IsZero reports whether r says nothing.
+func (r Reply) IsZero() bool { return r.Text == "" && len(r.Blocks) == 0 }
+
+// maxBlocks is Slack's limit of blocks in one message.
+const maxBlocks = 50
+
+// wireReply is the JSON Slack reads from a command's HTTP answer, a Socket
+// Mode acknowledgement, or a post to a response_url.
+type wireReply struct {
+	ResponseType    string        `json:"response_type"`
+	Text            string        `json:"text,omitempty"`
+	Blocks          []slack.Block `json:"blocks,omitempty"`
+	ReplaceOriginal bool          `json:"replace_original"`
+}
+
+func (r Reply) wire() wireReply {
+	w := wireReply{ResponseType: slack.ResponseTypeEphemeral, Text: r.Text, Blocks: r.Blocks, ReplaceOriginal: r.ReplaceOriginal}
+	if r.InChannel {
+		w.ResponseType = slack.ResponseTypeInChannel
+	}
+	// Slack refuses the whole message beyond 50 blocks; showing the first
+	// ones and saying so beats showing nothing.
+	if n := len(w.Blocks); n > maxBlocks {
+		w.Blocks = append(w.Blocks[:maxBlocks-1:maxBlocks-1], slack.NewContextBlock("",
+			slack.NewTextBlockObject(slack.PlainTextType, strconv.Itoa(n-maxBlocks+1)+" more blocks not shown", false, false)))
+	}
+	if w.Text == "" && len(w.Blocks) > 0 {
+		// The notification fallback; Slack cuts long text anyway.
+		w.Text = PlainText(Reply{Blocks: w.Blocks})
+		if r := []rune(w.Text); len(r) > 3000 {
+			w.Text = string(r[:3000])
+		}
+	}
+	return w
+}
+
+// EscapeText escapes the three characters Slack's mrkdwn gives a meaning
+// to (&, <, >), so user input cannot form links or mentions such as
+// <!channel>.
+func EscapeText(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+var workingReply = Reply{Text: "Working on it…"}
+
+// usageReply answers a *UsageError, visible only to its author.
+func usageReply(e *UsageError) Reply {
+	return Reply{Text: EscapeText(e.Hint) + "\nUsage: `" + EscapeText(e.Usage) + "`"}
+}
+
+// helpReply answers help locally: the grammar is this package's business.
+func helpReply(c ShowHelp) Reply {
+	if c.Topic != "" {
+		return Reply{Text: "Usage: `" + EscapeText(Usage(c.Topic)) + "`"}
+	}
+	return Reply{Text: "```\n" + EscapeText(Help()) + "\n```"}
+}
+
+// buttonCommands maps button action ids to the command a console user
+// types instead.
+var buttonCommands = map[string]string{
+	ActionApprove:  "approve",
+	ActionReject:   "reject",
+	ActionRollback: "rollback",
+}
+
+// PlainText renders a reply for a terminal: Block Kit flattened to lines,
+// mrkdwn links and mentions to readable text, buttons as the command that
+// does the same (or their action id and value).
+func PlainText(r Reply) string {
+	if len(r.Blocks) == 0 {
+		return unMrkdwn(r.Text)
+	}
+	var lines []string
+	for _, b := range r.Blocks {
+		lines = append(lines, blockText(b)...)
+	}
+	if len(lines) == 0 {
+		return unMrkdwn(r.Text)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func blockText(b slack.Block) []string {
+	var out []string
+	add := func(t *slack.TextBlockObject) {
+		if t != nil && t.Text != "" {
+			out = append(out, unMrkdwn(t.Text))
+		}
+	}
+	switch b := b.(type) {
+	case *slack.HeaderBlock:
+		if b.Text != nil {
+			out = append(out, "== "+unMrkdwn(b.Text.Text)+" ==")
+		}
+	case *slack.SectionBlock:
+		add(b.Text)
+		for _, f := range b.Fields {
+			add(f)
+		}
+		if b.Accessory != nil && b.Accessory.ButtonElement != nil {
+			out = append(out, buttonText(b.Accessory.ButtonElement))
+		}
+	case *slack.ContextBlock:
+		var parts []string
+		for _, e := range b.ContextElements.Elements {
+			switch e := e.(type) {
+			case *slack.TextBlockObject:
+				parts = append(parts, unMrkdwn(e.Text))
+			case *slack.ImageBlockElement:
+				parts = append(parts, e.AltText)
+			}
+		}
+		if len(parts) > 0 {
+			out = append(out, strings.Join(parts, " · "))
+		}
+	case *slack.DividerBlock:
+		out = append(out, "----")
+	case *slack.MarkdownBlock:
+		out = append(out, unMrkdwn(b.Text))
+	case *slack.ActionBlock:
+		var parts []string
+		if b.Elements != nil {
+			for _, e := range b.Elements.ElementSet {
+				if btn, ok := e.(*slack.ButtonBlockElement); ok {
+					parts = append(parts, buttonText(btn))
+				}
+			}
+		}
+		if len(parts) > 0 {
+			out = append(out, strings.Join(parts, "  "))
+		}
+	}
+	return out
+}
+
+func buttonText(b *slack.ButtonBlockElement) string {
+	label := b.ActionID
+	if b.Text != nil {
+		label = b.Text.Text
+	}
+	if cmd, ok := buttonCommands[b.ActionID]; ok && ValidID(b.Value) {
+		return "[" + label + ": " + Prefix + " " + cmd + " " + b.Value + "]"
+	}
+	if b.URL != "" {
+		return "[" + label + ": " + b.URL + "]"
+	}
+	return "[" + label + ": " + b.ActionID + " " + b.Value + "]"
+}
+
+// slackLinkRE matches mrkdwn's <target|label> and <target>.
+var slackLinkRE = regexp.MustCompile(`<([^<>|]*)(?:\|([^<>]*))?>`)
+
+// unMrkdwn turns Slack's angle-bracket syntax into readable text and undoes
+// its escaping.
+func unMrkdwn(s string) string {
+	s = slackLinkRE.ReplaceAllStringFunc(s, func(m string) string {
+		sub := slackLinkRE.FindStringSubmatch(m)
+		target, label := sub[1], sub[2]
+		switch {
+		case strings.HasPrefix(target, "@"), strings.HasPrefix(target, "#"):
+			if label != "" {
+				return target[:1] + label
+			}
+			return target
+		case strings.HasPrefix(target, "!"):
+			if label != "" {
+				return label
+			}
+			return "@" + strings.TrimPrefix(target, "!")
+		case label != "" && label != target:
+			return label + " (" + target + ")"
+		}
+		return target
+	})
+	return strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&").Replace(s)
+}

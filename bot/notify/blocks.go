@@ -1,0 +1,275 @@
+package notify
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/slack-go/slack"
+)
+
+// Slack's Block Kit and message limits, in characters. Slack rejects a
+// message over a block limit with invalid_blocks, which would lose the
+// whole update, so the notifier clamps rather than trusts.
+const (
+	MaxBlocks          = 50    // blocks per message
+	MaxSectionText     = 3000  // a section's text
+	MaxSectionFields   = 10    // fields per section
+	MaxFieldText       = 2000  // one section field
+	MaxHeaderText      = 150   // a header's plain_text
+	MaxContextElements = 10    // elements of a context block
+	MaxMessageText     = 40000 // Slack truncates text beyond this
+)
+
+// ellipsis marks a cut; one character, so limits stay easy to reason about.
+const ellipsis = "…"
+
+// Truncate cuts s to at most limit characters (runes), marking the cut with
+// "…". It never splits a rune, a mrkdwn link or mention ("<…>") or an HTML
+// entity ("&amp;"), and closes a code block ("```") the cut left open, so a
+// truncated text still renders instead of swallowing the rest of the
+// message.
+func Truncate(s string, limit int) string {
+	if limit <= 0 {
+		return ""
+	}
+	if utf8.RuneCountInString(s) <= limit {
+		return s
+	}
+	r := []rune(s)
+	if limit == 1 { // no room for niceties
+		return string(r[:limit])
+	}
+	cut := safeCut(r, limit-1)
+	if strings.Count(string(r[:cut]), "```")%2 == 1 {
+		const closer = "\n```"
+		cut = safeCut(r, max(limit-1-len(closer), 0))
+		if strings.Count(string(r[:cut]), "```")%2 == 1 {
+			return string(r[:cut]) + ellipsis + closer
+		}
+	}
+	return string(r[:cut]) + ellipsis
+}
+
+// safeCut returns n, or less if the n-th rune falls inside "<…>" or an
+// entity; a link is dropped whole rather than cut into broken markup.
+func safeCut(r []rune, n int) int {
+	n = min(n, len(r))
+	head := r[:n]
+	if lt := lastIndex(head, '<'); lt >= 0 && lastIndex(head, '>') < lt {
+		n = lt
+	}
+	if amp := lastIndex(r[:n], '&'); amp >= 0 && n-amp <= 8 && lastIndex(r[:n], ';') < amp {
+		n = amp
+	}
+	// Cutting after a lone newline or space only wastes the budget.
+	for n > 0 && (r[n-1] == ' ' || r[n-1] == '\n') {
+		n--
+	}
+	return n
+}
+
+func lastIndex(r []rune, c rune) int {
+	for i := len(r) - 1; i >= 0; i-- {
+		if r[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// SplitText splits s into chunks of at most limit characters, at line
+// breaks where possible, for rendering long text as several sections
+// instead of truncating it.
+func SplitText(s string, limit int) []string {
+	if limit <= 0 || s == "" {
+		return nil
+	}
+	var out []string
+	s = strings.TrimRight(s, "\n")
+	for utf8.RuneCountInString(s) > limit {
+		r := []rune(s)
+		cut := lastIndex(r[:limit], '\n')
+		if cut <= 0 {
+			cut = safeCut(r, limit)
+			if cut == 0 {
+				cut = limit
+			}
+		}
+		out = append(out, strings.TrimRight(string(r[:cut]), "\n"))
+		s = strings.TrimLeft(string(r[cut:]), "\n")
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// ClampBlocks returns a copy of blocks within Slack's limits: texts are
+// truncated with Truncate, surplus fields and context elements dropped, and
+// beyond MaxBlocks the tail is replaced by a context block saying how many
+// blocks were left out. The input is not modified. Unknown block types pass
+// unchanged.
+func ClampBlocks(blocks []slack.Block) []slack.Block {
+	if blocks == nil {
+		return nil
+	}
+	out := make([]slack.Block, 0, min(len(blocks), MaxBlocks))
+	for i, b := range blocks {
+		if i == MaxBlocks-1 && len(blocks) > MaxBlocks {
+			out = append(out, slack.NewContextBlock("",
+				slack.NewTextBlockObject(slack.MarkdownType,
+					fmt.Sprintf("_%d more blocks not shown_", len(blocks)-i), false, false)))
+			break
+		}
+		out = append(out, clampBlock(b))
+	}
+	return out
+}
+
+func clampBlock(b slack.Block) slack.Block {
+	switch v := b.(type) {
+	case *slack.SectionBlock:
+		if v == nil {
+			return b
+		}
+		c := clampSection(*v)
+		return &c
+	case slack.SectionBlock:
+		return clampSection(v)
+	case *slack.HeaderBlock:
+		if v == nil {
+			return b
+		}
+		c := *v
+		c.Text = clampText(c.Text, MaxHeaderText)
+		return &c
+	case slack.HeaderBlock:
+		v.Text = clampText(v.Text, MaxHeaderText)
+		return v
+	case *slack.ContextBlock:
+		if v == nil {
+			return b
+		}
+		c := clampContext(*v)
+		return &c
+	case slack.ContextBlock:
+		return clampContext(v)
+	}
+	return b
+}
+
+func clampSection(s slack.SectionBlock) slack.SectionBlock {
+	s.Text = clampText(s.Text, MaxSectionText)
+	if s.Fields != nil {
+		fields := s.Fields[:min(len(s.Fields), MaxSectionFields)]
+		s.Fields = make([]*slack.TextBlockObject, len(fields))
+		for i, f := range fields {
+			s.Fields[i] = clampText(f, MaxFieldText)
+		}
+	}
+	return s
+}
+
+func clampContext(c slack.ContextBlock) slack.ContextBlock {
+	els := c.ContextElements.Elements
+	els = els[:min(len(els), MaxContextElements)]
+	c.ContextElements.Elements = make([]slack.MixedElement, len(els))
+	for i, e := range els {
+		if t, isText := e.(*slack.TextBlockObject); isText {
+			e = clampText(t, MaxSectionText)
+		}
+		c.ContextElements.Elements[i] = e
+	}
+	return c
+}
+
+// clampText copies t only when it must change, keeping the caller's object
+// untouched.
+func clampText(t *slack.TextBlockObject, limit int) *slack.TextBlockObject {
+	if t == nil || utf8.RuneCountInString(t.Text) <= limit {
+		return t
+	}
+	c := *t
+	c.Text = Truncate(c.Text, limit)
+	return &c
+}
+
+// PlainText renders blocks as readable plain text: headers underlined,
+// section text and fields ("Label: value"), context lines, dividers. The
+// console notifier prints it, and the Slack notifier derives a fallback
+// text from it when a message has blocks but no text.
+func PlainText(blocks []slack.Block) string {
+	var b strings.Builder
+	for _, bl := range blocks {
+		renderBlock(&b, bl)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func renderBlock(b *strings.Builder, bl slack.Block) {
+	switch v := bl.(type) {
+	case *slack.HeaderBlock:
+		if v != nil {
+			renderBlock(b, *v)
+		}
+	case slack.HeaderBlock:
+		if t := textOf(v.Text); t != "" {
+			fmt.Fprintf(b, "%s\n%s\n", t, strings.Repeat("=", utf8.RuneCountInString(t)))
+		}
+	case *slack.SectionBlock:
+		if v != nil {
+			renderBlock(b, *v)
+		}
+	case slack.SectionBlock:
+		if t := textOf(v.Text); t != "" {
+			b.WriteString(t + "\n")
+		}
+		for _, f := range v.Fields {
+			b.WriteString("  " + field(textOf(f)) + "\n")
+		}
+	case *slack.ContextBlock:
+		if v != nil {
+			renderBlock(b, *v)
+		}
+	case slack.ContextBlock:
+		var parts []string
+		for _, e := range v.ContextElements.Elements {
+			switch el := e.(type) {
+			case *slack.TextBlockObject:
+				parts = append(parts, textOf(el))
+			case *slack.ImageBlockElement:
+				parts = append(parts, "["+el.AltText+"]")
+			}
+		}
+		if len(parts) > 0 {
+			b.WriteString("(" + strings.Join(parts, " · ") + ")\n")
+		}
+	case *slack.DividerBlock, slack.DividerBlock:
+		b.WriteString("---\n")
+	case *slack.MarkdownBlock:
+		if v != nil {
+			b.WriteString(v.Text + "\n")
+		}
+	case nil:
+	default:
+		fmt.Fprintf(b, "[%s block]\n", bl.BlockType())
+	}
+}
+
+func textOf(t *slack.TextBlockObject) string {
+	if t == nil {
+		return ""
+	}
+	return strings.TrimSpace(t.Text)
+}
+
+// field renders the usual "*Label*\nvalue" section field as "Label: value".
+func field(s string) string {
+	label, value, found := strings.Cut(s, "\n")
+	if !found {
+		return s
+	}
+	label = strings.Trim(label, "*_ ")
+	return label + ": " + strings.ReplaceAll(value, "\n", " ")
+}

@@ -1,0 +1,172 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/slack-go/slack"
+)
+
+// Console is the Notifier of the demo and of setups without Slack: it
+// writes each root rendering and each reply as readable text to an
+// io.Writer. Like the Slack notifier it skips versions no newer than the
+// one printed and replies whose ID was printed, but it prints every
+// rendering rather than coalescing, as a log of what Slack would show.
+// It remembers every Key and reply ID it printed, which suits a demo, not
+// a bot running for months.
+type Console struct {
+	w    io.Writer
+	wake chan struct{}
+
+	mu      sync.Mutex
+	queue   []any // Message or Reply
+	printed map[string]uint64
+	replies map[string]struct{} // key + "\x00" + reply id
+	running bool
+	stopped bool
+}
+
+var _ Notifier = (*Console)(nil)
+
+// NewConsole returns a Console writing to w.
+func NewConsole(w io.Writer) *Console {
+	return &Console{w: w, wake: make(chan struct{}, 1),
+		printed: map[string]uint64{}, replies: map[string]struct{}{}}
+}
+
+// Upsert implements Notifier.
+func (c *Console) Upsert(_ context.Context, m Message) error {
+	if err := m.validate(); err != nil {
+		return err
+	}
+	return c.enqueue(m)
+}
+
+// Reply implements Notifier.
+func (c *Console) Reply(_ context.Context, r Reply) error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	return c.enqueue(r)
+}
+
+func (c *Console) enqueue(item any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrStopped
+	}
+	c.queue = append(c.queue, item)
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Run implements Notifier: it writes queued items until ctx is done, then
+// writes what is still queued and returns.
+func (c *Console) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.running || c.stopped {
+		c.mu.Unlock()
+		return errors.New("notify: Run called more than once")
+	}
+	c.running = true
+	c.mu.Unlock()
+	for {
+		select {
+		case <-c.wake:
+			if err := c.flush(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.stopped = true
+			c.mu.Unlock()
+			return c.flush()
+		}
+	}
+}
+
+func (c *Console) flush() error {
+	c.mu.Lock()
+	items := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	for _, it := range items {
+		var s string
+		switch v := it.(type) {
+		case Message:
+			s = c.renderMessage(v)
+		case Reply:
+			s = c.renderReply(v)
+		}
+		if s == "" {
+			continue
+		}
+		if _, err := io.WriteString(c.w, s); err != nil {
+			return fmt.Errorf("notify: console: %w", err)
+		}
+	}
+	return nil
+}
+
+// renderMessage renders a root as
+//
+//	● NEW inc-1 in C0INC (v1)
+//	  <blocks as plain text, or the text>
+func (c *Console) renderMessage(m Message) string {
+	last, seen := c.printed[m.Key]
+	if seen && m.Version <= last {
+		return ""
+	}
+	c.printed[m.Key] = m.Version
+	verb := "NEW"
+	if seen {
+		verb = "UPDATE"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "● %s %s in %s (v%d)\n", verb, m.Key, m.Channel, m.Version)
+	writeIndented(&b, body(m.Text, m.Blocks), "  ")
+	return b.String()
+}
+
+// renderReply renders a thread reply indented under its root: a line
+// "  ↳ inc-1 reply", then the body indented by four spaces.
+func (c *Console) renderReply(r Reply) string {
+	if r.ID != "" {
+		id := r.Key + "\x00" + r.ID
+		if _, dup := c.replies[id]; dup {
+			return ""
+		}
+		c.replies[id] = struct{}{}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  ↳ %s reply\n", r.Key)
+	writeIndented(&b, body(r.Text, r.Blocks), "    ")
+	return b.String()
+}
+
+// body prefers the blocks, which carry the fields; the text is Slack's
+// notification fallback and often a summary of them.
+func body(text string, blocks []slack.Block) string {
+	if s := PlainText(blocks); s != "" {
+		return s
+	}
+	return text
+}
+
+func writeIndented(b *strings.Builder, s, indent string) {
+	for line := range strings.SplitSeq(strings.TrimRight(s, "\n"), "\n") {
+		if line == "" {
+			b.WriteString("\n")
+			continue
+		}
+		b.WriteString(indent + line + "\n")
+	}
+}

@@ -1,0 +1,78 @@
+// Package notify is the delivery layer between the correlator and Slack
+// (or a console). It knows an incident only as a Key: one Key is one
+// conversation, i.e. one Slack root message, edited in place as the
+// incident evolves, with evidence and state changes as thread replies.
+//
+// The correlator calls Upsert (the current rendering of a Key's root, with
+// a Version) and Reply (a thread reply with a de-duplication ID). Both only
+// enqueue and return at once; Run delivers. Slack is the real notifier,
+// Console writes readable text for the demo.
+//
+// # Pacing: never flood, never hammer
+//
+// Every channel has one queue and one worker, so at most one call per
+// channel is in flight. A token bucket per channel paces chat.postMessage
+// (default 1/s, burst 2: Slack's per-channel limit, one token of burst to
+// spare), one bucket shared by all channels paces chat.update (Tier 3,
+// default 50/min). The buckets are
+// meant to keep us under the limit, not to find it: a 429 still stops the
+// whole channel, and for chat.update the method everywhere, for exactly
+// the Retry-After Slack gave, and restarts the bucket with a single token.
+// 5xx answers, timeouts and network errors pause the channel with capped
+// exponential backoff with jitter and are retried forever; application
+// errors (channel_not_found, not_in_channel, invalid_blocks, ...) are
+// permanent: the item is logged, counted and dropped, except that rejected
+// blocks are retried once as text only.
+//
+// # Coalescing, order and priority
+//
+// A Key has at most one pending rendering: a newer Upsert replaces it in
+// place, so 200 updates of an incident during a storm cost one chat.update,
+// and a Version no newer than the one delivered is dropped. Replies are
+// never coalesced; their IDs de-duplicate them. Within a Key, items go out
+// in the order they were queued (a pending rendering keeps the position of
+// the oldest one it replaced), and replies wait for the root.
+//
+// Across Keys of a channel the worker takes turns (round robin), with
+// priorities: new roots first (people must learn about a new incident),
+// then updates and replies. Updates have their own budget and flow
+// alongside posts. Roots and replies share the channel's post budget;
+// during a storm of new roots a waiting reply still gets every fourth post
+// (ReplyShare), so replies are delayed, never starved.
+//
+// # One root per Key, across restarts and replicas
+//
+// The Key → {channel, ts, version} mapping and the IDs of posted replies
+// live in a Store: a NATS KV bucket (KVStore) in production, shared by all
+// bot replicas, or memory (MemoryStore). Records are small and one per
+// root or reply; a bucket TTL (KVConfig.TTL, counted from a record's last
+// write) bounds them. Before posting a root the worker
+// creates a claim record (Create: first writer wins) and writes the ts
+// right after Slack answered. An instance that finds a claim of another
+// waits for its ts and then sends updates instead; replies are claimed the
+// same way. Claims are renewed before each attempt and may be taken over
+// once older than ClaimLease, so a replica that died mid-post does not
+// block a Key forever. The price is honest and small: if a replica dies
+// after Slack accepted a post and before the ts reached the store, the
+// next one posts that root (or reply) a second time. Stopping Run is not
+// dying: the call in flight completes and its result is stored.
+//
+// Updates read the stored version first and never send an older one.
+// Two replicas updating the same Key at the same moment may still land out
+// of order in Slack; the correlator is expected to own a Key on one
+// replica at a time, which keeps that a rare, self-healing glitch (the next
+// update wins).
+//
+// # Metrics
+//
+//	hcpbot_slack_calls_total{method,outcome}
+//	hcpbot_slack_queue_depth
+//	hcpbot_slack_retry_after_seconds_total
+//	hcpbot_slack_delivery_latency_seconds{kind}   enqueue → delivered
+//	hcpbot_slack_dropped_total{kind}
+//	hcpbot_slack_coalesced_total, hcpbot_slack_deduplicated_total,
+//	hcpbot_slack_duplicate_roots_total
+//
+// There is no channel label: channel ids are not secret, but their number
+// is not ours to bound.
+package notify

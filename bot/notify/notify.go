@@ -1,0 +1,97 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/slack-go/slack"
+)
+
+// Message is the current rendering of one conversation root (an incident or
+// a storm).
+type Message struct {
+	// Key is the stable id of the incident or storm, e.g. "inc-7f3a…".
+	// Every Key gets exactly one Slack root message.
+	Key string
+	// Channel is the Slack channel id. A Key lives in one channel: the
+	// channel its root was posted to wins over later values.
+	Channel string
+	// Text is the notification and fallback text (mrkdwn).
+	Text string
+	// Blocks is the Block Kit rendering; the notifier clamps it to Slack's
+	// limits with ClampBlocks.
+	Blocks []slack.Block
+	// Version (from 1) increases with every new rendering of Key. A version never
+	// overwrites a newer one, and re-sending a delivered version is a no-op,
+	// so a correlator may replay its state after a restart.
+	Version uint64
+}
+
+// Reply is a thread reply under the root of Key: evidence, state changes,
+// pages of storm members.
+type Reply struct {
+	Key     string
+	Channel string
+	Text    string
+	Blocks  []slack.Block
+	// ID de-duplicates: a reply with an ID already posted (or queued) for
+	// the same Key is dropped, across restarts and replicas. An empty ID
+	// opts out of de-duplication.
+	ID string
+}
+
+// Notifier delivers conversation roots and their thread replies.
+//
+// Upsert and Reply only enqueue: they never wait for the destination, so a
+// slow or rate-limiting Slack cannot stall the correlator. Run does the
+// delivery until its context ends.
+type Notifier interface {
+	// Upsert queues the newest rendering of m.Key: the first one creates the
+	// root message, later ones replace its content in place.
+	Upsert(ctx context.Context, m Message) error
+	// Reply queues a thread reply under the root of r.Key. It is delivered
+	// after the root exists and after the replies of the same Key queued
+	// before it.
+	Reply(ctx context.Context, r Reply) error
+	// Run delivers until ctx is done and returns nil after a clean stop.
+	Run(ctx context.Context) error
+}
+
+var (
+	// ErrStopped is returned by Upsert and Reply once Run has returned.
+	ErrStopped = errors.New("notify: notifier stopped")
+	// ErrQueueFull is returned by Reply when too many replies are waiting.
+	// Upserts are never refused: they coalesce to one item per Key.
+	ErrQueueFull = errors.New("notify: reply queue full")
+	// ErrInvalid wraps validation errors of Upsert and Reply.
+	ErrInvalid = errors.New("notify: invalid item")
+)
+
+func (m *Message) validate() error {
+	switch {
+	case m.Key == "":
+		return fmt.Errorf("%w: message without key", ErrInvalid)
+	case m.Channel == "":
+		return fmt.Errorf("%w: message %q without channel", ErrInvalid, m.Key)
+	case m.Text == "" && len(m.Blocks) == 0:
+		return fmt.Errorf("%w: message %q without text or blocks", ErrInvalid, m.Key)
+	case m.Version == 0:
+		// Versions start at 1: with a constant 0 every update after the
+		// first would look stale and be dropped silently.
+		return fmt.Errorf("%w: message %q without version", ErrInvalid, m.Key)
+	}
+	return nil
+}
+
+func (r *Reply) validate() error {
+	switch {
+	case r.Key == "":
+		return fmt.Errorf("%w: reply without key", ErrInvalid)
+	case r.Channel == "":
+		return fmt.Errorf("%w: reply %q/%q without channel", ErrInvalid, r.Key, r.ID)
+	case r.Text == "" && len(r.Blocks) == 0:
+		return fmt.Errorf("%w: reply %q/%q without text or blocks", ErrInvalid, r.Key, r.ID)
+	}
+	return nil
+}

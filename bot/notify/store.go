@@ -1,0 +1,219 @@
+package notify
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Record is what the Store keeps for one root message or one reply.
+//
+// A record with an empty TS is a claim: Owner is about to post it and
+// nobody else may until the claim is older than the lease. A record with a
+// TS has been posted.
+type Record struct {
+	Channel string    `json:"channel"`
+	TS      string    `json:"ts,omitempty"`
+	Version uint64    `json:"version,omitempty"` // roots: newest version delivered
+	Owner   string    `json:"owner,omitempty"`   // instance holding the claim
+	Claimed time.Time `json:"claimed,omitzero"`  // when the claim was taken or renewed
+}
+
+// Store errors. Implementations return them (possibly wrapped) so the
+// notifier can tell a lost race from a failure.
+var (
+	ErrNotFound = errors.New("notify: record not found")
+	ErrExists   = errors.New("notify: record exists")
+	ErrConflict = errors.New("notify: record revision changed")
+)
+
+// Store persists records with optimistic concurrency: every record has a
+// revision, Create succeeds for exactly one writer, Update and Delete only
+// if the revision is unchanged. That is all the notifier needs to keep one
+// root per Key across restarts and replicas.
+type Store interface {
+	// Get returns the record at id and its revision, or ErrNotFound.
+	Get(ctx context.Context, id string) (Record, uint64, error)
+	// Create stores r at id unless a record exists there (ErrExists).
+	Create(ctx context.Context, id string, r Record) (uint64, error)
+	// Update replaces the record at id if its revision is still rev
+	// (ErrConflict otherwise).
+	Update(ctx context.Context, id string, r Record, rev uint64) (uint64, error)
+	// Delete removes the record at id if its revision is still rev.
+	Delete(ctx context.Context, id string, rev uint64) error
+}
+
+// rootID and replyID name records. Keys and reply ids come from the
+// correlator and may hold characters NATS KV keys do not allow; a hash is
+// always a valid key and of bounded length. 128 bits make collisions moot.
+func rootID(key string) string { return "root." + digest(key) }
+
+func replyID(key, id string) string { return "reply." + digest(key) + "." + digest(id) }
+
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+// MemoryStore is a Store in memory: for a single process that may forget
+// on restart (the demo), and for tests.
+type MemoryStore struct {
+	mu   sync.Mutex
+	rev  uint64
+	recs map[string]memRecord
+}
+
+type memRecord struct {
+	rec Record
+	rev uint64
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore { return &MemoryStore{recs: map[string]memRecord{}} }
+
+// Get implements Store.
+func (s *MemoryStore) Get(_ context.Context, id string) (Record, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, found := s.recs[id]
+	if !found {
+		return Record{}, 0, ErrNotFound
+	}
+	return m.rec, m.rev, nil
+}
+
+// Create implements Store.
+func (s *MemoryStore) Create(_ context.Context, id string, r Record) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, found := s.recs[id]; found {
+		return 0, ErrExists
+	}
+	return s.put(id, r), nil
+}
+
+// Update implements Store.
+func (s *MemoryStore) Update(_ context.Context, id string, r Record, rev uint64) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, found := s.recs[id]; !found || m.rev != rev {
+		return 0, ErrConflict
+	}
+	return s.put(id, r), nil
+}
+
+// Delete implements Store.
+func (s *MemoryStore) Delete(_ context.Context, id string, rev uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, found := s.recs[id]; !found || m.rev != rev {
+		return ErrConflict
+	}
+	delete(s.recs, id)
+	return nil
+}
+
+func (s *MemoryStore) put(id string, r Record) uint64 {
+	s.rev++
+	s.recs[id] = memRecord{r, s.rev}
+	return s.rev
+}
+
+// DefaultBucket is the KV bucket of KVConfig when none is named.
+const DefaultBucket = "hcpbot_slack"
+
+// KVConfig configures the NATS KV bucket of a KVStore.
+type KVConfig struct {
+	Bucket string // default DefaultBucket
+	// TTL bounds how long records are kept; 0 keeps them forever. An
+	// incident updated after its record expired gets a new root message,
+	// so pick it well above the lifetime of an incident (e.g. 30 days).
+	TTL      time.Duration
+	Replicas int // 0 means 1; 3 in a clustered NATS
+}
+
+// KVStore is a Store in a NATS JetStream key-value bucket, shared by all
+// bot replicas and surviving restarts.
+type KVStore struct {
+	kv jetstream.KeyValue
+}
+
+// NewKVStore creates or updates the bucket (bus.EnsureKV) and returns a
+// store on it.
+func NewKVStore(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KVStore, error) {
+	if cfg.Bucket == "" {
+		cfg.Bucket = DefaultBucket
+	}
+	kv, err := bus.EnsureKV(ctx, js, bus.KVSpec{Bucket: cfg.Bucket, TTL: cfg.TTL, Replicas: cfg.Replicas})
+	if err != nil {
+		return nil, fmt.Errorf("notify: %w", err)
+	}
+	return &KVStore{kv: kv}, nil
+}
+
+// Get implements Store.
+func (s *KVStore) Get(ctx context.Context, id string) (Record, uint64, error) {
+	e, err := s.kv.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return Record{}, 0, ErrNotFound
+		}
+		return Record{}, 0, fmt.Errorf("notify: kv get %s: %w", id, err)
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return Record{}, 0, fmt.Errorf("notify: kv record %s: %w", id, err)
+	}
+	return r, e.Revision(), nil
+}
+
+// Create implements Store.
+func (s *KVStore) Create(ctx context.Context, id string, r Record) (uint64, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("notify: encode record: %w", err)
+	}
+	rev, err := s.kv.Create(ctx, id, b)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, fmt.Errorf("%w: %w", ErrExists, err)
+		}
+		return 0, fmt.Errorf("notify: kv create %s: %w", id, err)
+	}
+	return rev, nil
+}
+
+// Update implements Store.
+func (s *KVStore) Update(ctx context.Context, id string, r Record, rev uint64) (uint64, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("notify: encode record: %w", err)
+	}
+	n, err := s.kv.Update(ctx, id, b, rev)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return 0, fmt.Errorf("%w: %w", ErrConflict, err)
+		}
+		return 0, fmt.Errorf("notify: kv update %s: %w", id, err)
+	}
+	return n, nil
+}
+
+// Delete implements Store.
+func (s *KVStore) Delete(ctx context.Context, id string, rev uint64) error {
+	if err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev)); err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: %w", ErrConflict, err)
+		}
+		return fmt.Errorf("notify: kv delete %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/hcpbot/hcpbot/noproxy"
+	"github.com/hcpbot/hcpbot/redact"
+)
+
+func init() {
+	extraCommands = append(extraCommands, command{
+		name:    "noproxy",
+		summary: "explain a NO_PROXY list for Go, curl and Python, or lint a proxy config",
+		run:     runNoProxy,
+	})
+}
+
+const noProxyUsage = `Usage: hcpbot noproxy <subcommand> [flags]
+
+Subcommands:
+  explain   show whether Go, curl and Python clients go direct or through the proxy for each URL
+  lint      check proxy settings (noProxy coverage, ambiguous entries, proxy URLs)
+
+Run 'hcpbot noproxy <subcommand> --help' for the flags.
+`
+
+func runNoProxy(_ context.Context, c *cli, args []string) error {
+	if len(args) == 0 {
+		return usageErrorf("missing subcommand: explain or lint")
+	}
+	switch args[0] {
+	case "explain":
+		return noProxyExplain(c, args[1:])
+	case "lint":
+		return noProxyLint(c, args[1:])
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(c.stdout, noProxyUsage)
+		return flag.ErrHelp
+	}
+	return usageErrorf("unknown subcommand %q: want explain or lint", args[0])
+}
+
+// noProxyRow is one explained URL; the JSON field names are the contract
+// of `explain --json`.
+type noProxyRow struct {
+	URL    string            `json:"url"`
+	Go     string            `json:"go"`
+	Curl   string            `json:"curl"`
+	Python string            `json:"python"`
+	Errors map[string]string `json:"errors,omitempty"`
+}
+
+func noProxyExplain(c *cli, args []string) error {
+	fs := c.flagSet("noproxy explain", "--no-proxy LIST [--json] URL...")
+	list := fs.String("no-proxy", "", "the NO_PROXY / noProxy value to evaluate (required; '' for an empty list)")
+	asJSON := fs.Bool("json", false, "print a JSON array of {url, go, curl, python}")
+	urls, err := noProxyParseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if !noProxyFlagSet(fs, "no-proxy") {
+		return usageErrorf("--no-proxy is required (use --no-proxy '' for an empty list)")
+	}
+	if len(urls) == 0 {
+		return usageErrorf("at least one URL is required, e.g. https://kubernetes:443")
+	}
+	rows := make([]noProxyRow, 0, len(urls))
+	for _, u := range urls {
+		row := noProxyRow{URL: redact.RedactURL(u)}
+		for _, cl := range noproxy.Clients() {
+			d, err := noproxy.Decide(cl, *list, u)
+			cell := d.String()
+			if err != nil {
+				if cl == noproxy.Go { // Go's parser is the common gate: the URL itself is bad
+					return usageErrorf("URL %q: %s", row.URL, redact.RedactText(err.Error()))
+				}
+				cell = "error"
+				if row.Errors == nil {
+					row.Errors = map[string]string{}
+				}
+				row.Errors[cl.String()] = redact.RedactText(err.Error())
+			}
+			switch cl {
+			case noproxy.Go:
+				row.Go = cell
+			case noproxy.Curl:
+				row.Curl = cell
+			case noproxy.Python:
+				row.Python = cell
+			}
+		}
+		rows = append(rows, row)
+	}
+	if *asJSON {
+		return noProxyWriteJSON(c.stdout, rows)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "URL\tGO\tCURL\tPYTHON")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.URL, r.Go, r.Curl, r.Python)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		for _, cl := range []string{"curl", "python"} {
+			if msg, ok := r.Errors[cl]; ok {
+				fmt.Fprintf(c.stdout, "%s: %s: %s\n", r.URL, cl, msg)
+			}
+		}
+	}
+	return nil
+}
+
+func noProxyLint(c *cli, args []string) error {
+	fs := c.flagSet("noproxy lint", "--no-proxy LIST [--http-proxy URL] [--https-proxy URL] [--trusted-ca NAME] "+
+		"[--service-cidr CIDR]... [--cluster-cidr CIDR]... [--machine-cidr CIDR]... [--platform TYPE] [--api-server HOST[:PORT]] [--json]")
+	var (
+		cp                 noproxy.ClusterProxy
+		svc, cluster, mach noProxyCIDRList
+		apiServer          string
+		asJSON             bool
+	)
+	fs.StringVar(&cp.NoProxy, "no-proxy", "", "the noProxy / NO_PROXY value")
+	fs.StringVar(&cp.HTTPProxy, "http-proxy", "", "the httpProxy / HTTP_PROXY URL")
+	fs.StringVar(&cp.HTTPSProxy, "https-proxy", "", "the httpsProxy / HTTPS_PROXY URL")
+	fs.StringVar(&cp.TrustedCA, "trusted-ca", "", "name of the trustedCA ConfigMap, if any")
+	fs.Var(&svc, "service-cidr", "service network CIDR (repeatable or comma-separated; first = primary)")
+	fs.Var(&cluster, "cluster-cidr", "cluster (pod) network CIDR (repeatable or comma-separated)")
+	fs.Var(&mach, "machine-cidr", "machine (node) network CIDR (repeatable or comma-separated)")
+	fs.StringVar(&cp.Platform, "platform", "", "HyperShift platform type (KubeVirt, AWS, Agent, ...), Konvoy, or empty for a plain workload")
+	fs.StringVar(&apiServer, "api-server", "", "API server endpoint the nodes use, HOST[:PORT] (port defaults to 443)")
+	fs.BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q: lint takes flags only", fs.Arg(0))
+	}
+	cp.ServiceCIDRs, cp.ClusterCIDRs, cp.MachineCIDRs = svc, cluster, mach
+	if apiServer != "" {
+		host, port, err := noProxySplitAPIServer(apiServer)
+		if err != nil {
+			return usageErrorf("--api-server %q: %v", apiServer, err)
+		}
+		cp.APIServerHost, cp.APIServerPort = host, port
+	}
+	findings := noproxy.Lint(cp)
+	if asJSON {
+		if findings == nil {
+			findings = []noproxy.Finding{}
+		}
+		return noProxyWriteJSON(c.stdout, findings)
+	}
+	if len(findings) == 0 {
+		fmt.Fprintln(c.stdout, "no findings")
+		return nil
+	}
+	// Reasons are long sentences: align only the heading line of each
+	// finding and indent the rest.
+	width := 0
+	for _, f := range findings {
+		width = max(width, len(f.Code))
+	}
+	for _, f := range findings {
+		head := fmt.Sprintf("%-8s  %-*s  %s", strings.ToUpper(string(f.Severity)), width, f.Code, f.Entry)
+		fmt.Fprintln(c.stdout, strings.TrimRight(head, " "))
+		fmt.Fprintf(c.stdout, "          %s\n", f.Reason)
+		if f.Fix != "" {
+			fmt.Fprintf(c.stdout, "          fix: %s\n", f.Fix)
+		}
+	}
+	return nil
+}
+
+// noProxyCIDRList collects repeatable, comma-separated CIDR flags and
+// rejects anything that is not a CIDR, naming it.
+type noProxyCIDRList []string
+
+func (l *noProxyCIDRList) String() string { return strings.Join(*l, ",") }
+
+func (l *noProxyCIDRList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if _, err := netip.ParsePrefix(s); err != nil {
+			return fmt.Errorf("%q is not a CIDR", s)
+		}
+		*l = append(*l, s)
+	}
+	return nil
+}
+
+func noProxySplitAPIServer(s string) (string, int32, error) {
+	host, portText, err := net.SplitHostPort(s)
+	if err != nil {
+		// A bare host (or bare IPv6 address) has no port.
+		if strings.Count(s, ":") > 1 || !strings.Contains(s, ":") {
+			return strings.Trim(s, "[]"), 443, nil
+		}
+		return "", 0, err
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil || port == 0 {
+		return "", 0, fmt.Errorf("port %q is not a number between 1 and 65535", portText)
+	}
+	if host == "" {
+		return "", 0, errors.New("missing host")
+	}
+	return host, int32(port), nil
+}
+
+// noProxyParseInterleaved parses flags that may come before, between or
+// after the positional arguments; everything after "--" is positional.
+func noProxyParseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var tail []string
+	for i, a := range args {
+		if a == "--" {
+			args, tail = args[:i], args[i+1:]
+			break
+		}
+	}
+	var pos []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return append(pos, tail...), nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func noProxyFlagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func noProxyWriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestNoProxyExplainTable(t *testing.T) {
+	code, out, errOut := run(t, "noproxy", "explain", "--no-proxy", "kubernetes,.svc,*.corp.example",
+		"https://kubernetes:443", "https://172.31.0.1/", "https://api.corp.example/", "http://localhost/")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := [][]string{
+		{"URL", "GO", "CURL", "PYTHON"},
+		{"https://kubernetes:443", "direct", "direct", "direct"},
+		{"https://172.31.0.1/", "proxy", "proxy", "proxy"},
+		{"https://api.corp.example/", "direct", "proxy", "proxy"},
+		{"http://localhost/", "direct", "proxy", "proxy"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("output:\n%s", out)
+	}
+	col := strings.Index(lines[0], "GO")
+	for i, w := range want {
+		if got := strings.Fields(lines[i]); !reflect.DeepEqual(got, w) {
+			t.Errorf("line %d = %q, want %q", i, got, w)
+		}
+		if strings.Index(lines[i], w[1]) != col {
+			t.Errorf("line %d is not aligned:\n%s", i, out)
+		}
+	}
+}
+
+func TestNoProxyExplainJSON(t *testing.T) {
+	// Flags may follow the URLs; credentials never reach the output.
+	code, out, errOut := run(t, "noproxy", "explain", "http://alice:s3cret@10.1.2.3:8080/", "http://x:99999/",
+		"--json", "--no-proxy", "10.0.0.0/8 , *.x")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := []map[string]any{
+		{"url": "http://***@10.1.2.3:8080/", "go": "direct", "curl": "direct", "python": "direct"},
+		{"url": "http://x:99999/", "go": "proxy", "curl": "error", "python": "error", "errors": map[string]any{
+			"curl":   `invalid URL: curl rejects port "99999"`,
+			"python": "invalid URL: Python raises ValueError: port out of range 0-65535",
+		}},
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("rows = %v\nwant %v", rows, want)
+	}
+	if strings.Contains(out, "s3cret") || strings.Contains(out, "alice") {
+		t.Errorf("output leaks credentials: %s", out)
+	}
+}
+
+func TestNoProxyExplainEmptyListAndDoubleDash(t *testing.T) {
+	code, out, errOut := run(t, "noproxy", "explain", "--no-proxy", "", "--", "http://127.0.0.1/")
+	if code != 0 || !strings.Contains(out, "direct") || !strings.Contains(out, "proxy") {
+		t.Fatalf("code %d, out %q, err %q", code, out, errOut)
+	}
+}
+
+func TestNoProxyUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"noproxy"}, "missing subcommand"},
+		{[]string{"noproxy", "frobnicate"}, `unknown subcommand "frobnicate"`},
+		{[]string{"noproxy", "explain", "https://kubernetes"}, "--no-proxy is required"},
+		{[]string{"noproxy", "explain", "--no-proxy", "x"}, "at least one URL"},
+		{[]string{"noproxy", "explain", "--no-proxy", "x", "kubernetes:443"}, `URL "kubernetes:443"`},
+		{[]string{"noproxy", "explain", "--no-proxy", "x", "ftp://h/"}, "unsupported URL scheme"},
+		{[]string{"noproxy", "explain", "--no-proxy", "x", "http://u:pw@h:port/"}, `URL "http://***@h:port/"`},
+		{[]string{"noproxy", "explain", "--bogus"}, "flag provided but not defined"},
+		{[]string{"noproxy", "lint", "--service-cidr", "172.31.0.0"}, `"172.31.0.0" is not a CIDR`},
+		{[]string{"noproxy", "lint", "--cluster-cidr", "10.0.0.0/8,nope"}, `"nope" is not a CIDR`},
+		{[]string{"noproxy", "lint", "--api-server", "h:0"}, `--api-server "h:0"`},
+		{[]string{"noproxy", "lint", "extra"}, `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		code, _, errOut := run(t, tt.args...)
+		if code != 2 || !strings.Contains(errOut, tt.want) {
+			t.Errorf("%q: code %d, stderr %q; want 2 and %q", tt.args, code, errOut, tt.want)
+		}
+		if strings.Contains(errOut, "pw@") {
+			t.Errorf("%q: stderr leaks credentials: %q", tt.args, errOut)
+		}
+	}
+}
+
+func TestNoProxyHelp(t *testing.T) {
+	code, out, _ := run(t, "noproxy", "--help")
+	if code != 0 || !strings.Contains(out, "explain") || !strings.Contains(out, "lint") {
+		t.Errorf("noproxy --help: code %d, out %q", code, out)
+	}
+	code, _, errOut := run(t, "noproxy", "lint", "--help")
+	if code != 0 || !strings.Contains(errOut, "--service-cidr") {
+		t.Errorf("noproxy lint --help: code %d, err %q", code, errOut)
+	}
+	code, out, _ = run(t, "--help")
+	if code != 0 || !strings.Contains(out, "noproxy") {
+		t.Errorf("--help does not list noproxy: %q", out)
+	}
+}
+
+func TestNoProxyLintSeed000(t *testing.T) {
+	args := []string{"noproxy", "lint",
+		"--no-proxy", "192.168.201.0/24,.apps.ocp7.stormshift.coe.muc.redhat.com",
+		"--http-proxy", "http://192.168.201.2:3128", "--https-proxy", "http://bob:hunter2@192.168.201.2:3128",
+		"--trusted-ca", "redhat-root-ca-bundle-v1", "--service-cidr", "172.31.0.0/16", "--cluster-cidr", "10.132.0.0/14",
+		"--platform", "KubeVirt", "--api-server", "api.ocp7.example.com:6443"}
+	code, out, errOut := run(t, args...)
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	first := strings.SplitN(out, "\n", 2)[0]
+	if f := strings.Fields(first); len(f) != 3 || f[0] != "CRITICAL" || f[1] != "missing-kubernetes" || f[2] != "kubernetes" {
+		t.Errorf("first line %q", first)
+	}
+	if !strings.Contains(out, "fix: add kubernetes") || !strings.Contains(out, "http://***@192.168.201.2:3128") {
+		t.Errorf("output:\n%s", out)
+	}
+	if strings.Contains(out, "hunter2") || strings.Contains(out, "bob") {
+		t.Errorf("output leaks credentials:\n%s", out)
+	}
+
+	code, out, errOut = run(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("--json: code %d, stderr %q", code, errOut)
+	}
+	var fs []struct {
+		Severity, Code, Entry, Reason, Fix string
+	}
+	if err := json.Unmarshal([]byte(out), &fs); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]string{}
+	for _, f := range fs {
+		got[f.Code] = f.Severity
+		if f.Reason == "" {
+			t.Errorf("finding without reason: %+v", f)
+		}
+	}
+	for code, sev := range map[string]string{
+		"missing-kubernetes": "critical", "credentials-in-proxy-url": "warning",
+		"missing-service-cidr": "info", "missing-cluster-cidr": "info",
+	} {
+		if got[code] != sev {
+			t.Errorf("%s = %q, want %q (all: %v)", code, got[code], sev, got)
+		}
+	}
+}
+
+func TestNoProxyLintNoProxyConfigured(t *testing.T) {
+	code, out, _ := run(t, "noproxy", "lint", "--no-proxy", "*,a b", "--service-cidr", "172.31.0.0/16")
+	if code != 0 || strings.TrimSpace(out) != "no findings" {
+		t.Errorf("code %d, out %q", code, out)
+	}
+	code, out, _ = run(t, "noproxy", "lint", "--json")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("--json without proxy: code %d, out %q", code, out)
+	}
+}
+
+func TestNoProxySplitAPIServer(t *testing.T) {
+	tests := []struct {
+		in   string
+		host string
+		port int32
+		ok   bool
+	}{
+		{"api.example.com:6443", "api.example.com", 6443, true},
+		{"api.example.com", "api.example.com", 443, true},
+		{"[fd00::1]:6443", "fd00::1", 6443, true},
+		{"fd00::1", "fd00::1", 443, true},
+		{"h:x", "", 0, false},
+		{":443", "", 0, false},
+	}
+	for _, tt := range tests {
+		h, p, err := noProxySplitAPIServer(tt.in)
+		if (err == nil) != tt.ok || h != tt.host || p != tt.port {
+			t.Errorf("noProxySplitAPIServer(%q) = %q, %d, %v", tt.in, h, p, err)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+// Package redact hides credentials in proxy URLs before they reach chat,
+// logs or events.
+//
+// Proxy settings travel through many hands (HostedCluster specs, env dumps,
+// kube-apiserver-proxy logs) and corporate proxies often carry basic-auth
+// credentials in the URL. Both functions err on the side of hiding too much:
+// a mangled host name in a chat message is a nuisance, a leaked password is
+// an incident. They never fail and never return the input's password.
+package redact
+
+import "strings"
+
+// Mask replaces the whole userinfo; the user name is hidden too because
+// corporate proxy accounts are often personal and guessable.
+const Mask = "***"
+
+// RedactURL returns s with the userinfo of the URL replaced by Mask, e.g.
+// "http://user:pass@proxy:3128" → "http://***@proxy:3128". It works on
+// strings net/url rejects and on the scheme-less "user:pass@host:port" form
+// that Go's httpproxy, curl and Python accept for proxy variables.
+func RedactURL(s string) string {
+	start := 0
+	if i := strings.Index(s, "://"); i >= 0 {
+		start = i + 3
+	} else if strings.HasPrefix(s, "//") {
+		start = 2
+	}
+	end := redactEnd(s, start, len(s))
+	if end < 0 {
+		return s
+	}
+	return s[:start] + Mask + s[end:]
+}
+
+// RedactText redacts every URL userinfo found in free text: log lines,
+// noProxy values, environment dumps ("HTTPS_PROXY=http://u:p@h:3128"), and
+// the scheme-less "user:pass@host" form. A URL is taken to end at
+// whitespace; e-mail addresses (no ':' before the '@') are left alone, but
+// any other word with a ':' before an '@' is treated as userinfo.
+func RedactText(s string) string {
+	var b strings.Builder
+	i := 0 // s[:i] has been written
+	for i < len(s) {
+		j := strings.Index(s[i:], "://")
+		k := schemelessAt(s, i)
+		switch {
+		case j < 0 && k < 0:
+			b.WriteString(s[i:])
+			return b.String()
+		case j >= 0 && (k < 0 || i+j < k):
+			start := i + j + 3
+			b.WriteString(s[i:start])
+			i = start
+			if at := redactEnd(s, start, wordEnd(s, start)); at >= 0 {
+				b.WriteString(Mask + "@")
+				i = at + 1
+			}
+		default:
+			b.WriteString(s[i:tokenStart(s, i, k)])
+			b.WriteString(Mask + "@")
+			i = k + 1
+		}
+	}
+	return b.String()
+}
+
+// redactEnd returns the index of the '@' that ends the userinfo of the URL
+// whose authority starts at s[start:], looking no further than stop, or -1
+// when there is no userinfo. The authority normally ends at '/', '?' or '#',
+// but a raw (unescaped) password may contain those characters; when the
+// text up to a later '@' contains a ':' it is treated as userinfo too,
+// hiding part of a path in the rare legitimate case rather than leaking.
+func redactEnd(s string, start, stop int) int {
+	seg := s[start:stop]
+	auth := seg
+	if i := strings.IndexAny(seg, "/?#"); i >= 0 {
+		auth = seg[:i]
+	}
+	if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+		// The last '@' of the whole word wins: an unescaped '@' in the
+		// password followed by '/' must not leave the rest visible.
+		if last := strings.LastIndexByte(seg, '@'); last > at && strings.ContainsRune(seg[:last], ':') {
+			return start + last
+		}
+		return start + at
+	}
+	if last := strings.LastIndexByte(seg, '@'); last >= 0 && strings.ContainsRune(seg[:last], ':') {
+		return start + last
+	}
+	return -1
+}
+
+// wordEnd returns the index of the first whitespace at or after i.
+func wordEnd(s string, i int) int {
+	if j := strings.IndexAny(s[i:], " \t\r\n\v\f"); j >= 0 {
+		return i + j
+	}
+	return len(s)
+}
+
+// schemelessAt returns the index of the '@' of the first "user:pass@host"
+// word at or after i that is not part of a "scheme://" URL, or -1.
+func schemelessAt(s string, i int) int {
+	for i < len(s) {
+		j := strings.IndexByte(s[i:], '@')
+		if j < 0 {
+			return -1
+		}
+		at := i + j
+		tok := tokenStart(s, 0, at)
+		word := s[tok:at]
+		if strings.ContainsRune(word, ':') && !strings.Contains(word, "://") {
+			return at
+		}
+		i = at + 1
+	}
+	return -1
+}
+
+// tokenStart walks back from at to the start of its word, but not before
+// min. Commas do not end a word: a raw password may contain them, and hiding
+// a neighbouring list item is the lesser evil.
+func tokenStart(s string, min, at int) int {
+	for at > min {
+		switch s[at-1] {
+		case ' ', '\t', '\r', '\n', '\v', '\f', '"', '\'', '`', '=', '<', '>', '(', ')':
+			return at
+		}
+		at--
+	}
+	return min
+}

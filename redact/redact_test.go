@@ -1,0 +1,122 @@
+package redact
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"http://user:pass@proxy.corp:3128", "http://***@proxy.corp:3128"},
+		{"http://user:pass@proxy.corp:3128/", "http://***@proxy.corp:3128/"},
+		{"https://token@proxy.corp", "https://***@proxy.corp"},
+		{"http://proxy.corp:3128", "http://proxy.corp:3128"},
+		{"proxy.corp:3128", "proxy.corp:3128"},
+		{"user:pass@proxy.corp:3128", "***@proxy.corp:3128"},
+		{"//user:pass@proxy", "//***@proxy"},
+		{"http://us%40er:p%3Ass@proxy", "http://***@proxy"},
+		// Raw, unescaped specials in the password: net/url rejects these,
+		// the password must still disappear.
+		{"http://user:pa/ss@proxy:3128", "http://***@proxy:3128"},
+		{"http://user:pa?ss@proxy:3128", "http://***@proxy:3128"},
+		{"http://user:pa#ss@proxy:3128", "http://***@proxy:3128"},
+		{"http://user:p@ss@proxy:3128", "http://***@proxy:3128"},
+		{"http://user:p@ss/x@proxy:3128", "http://***@proxy:3128"},
+		{"http://user:pass@[::1]:3128", "http://***@[::1]:3128"},
+		// No userinfo: paths with '@' are left alone unless a ':' could be
+		// a password separator.
+		{"https://registry.npmjs.org/@scope/pkg", "https://registry.npmjs.org/@scope/pkg"},
+		{"", ""},
+		{"%zz://::@", "%zz://***@"},
+	}
+	for _, tt := range tests {
+		if got := RedactURL(tt.in); got != tt.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestRedactText(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"no secrets here", "no secrets here"},
+		{"HTTPS_PROXY=http://u:p@proxy:3128 NO_PROXY=.corp", "HTTPS_PROXY=http://***@proxy:3128 NO_PROXY=.corp"},
+		{"proxy http://alice:s3cret@10.0.0.1:8080/ failed; retry http://bob:pw@p2", "proxy http://***@10.0.0.1:8080/ failed; retry http://***@p2"},
+		{"HTTP_PROXY=alice:s3cret@proxy:3128", "HTTP_PROXY=***@proxy:3128"},
+		{`{"httpProxy":"http://u:p@h:1","noProxy":"a,b"}`, `{"httpProxy":"http://***@h:1","noProxy":"a,b"}`},
+		{"mail admin@example.com for help", "mail admin@example.com for help"},
+		{"see https://host/path@v1 and http://h:80/", "see https://host/path@v1 and http://h:80/"},
+		{"two http://a:1@x,http://b:2@y", "two http://***@y"},
+		{"first user:pw@h then http://u:p@h2", "first ***@h then http://***@h2"},
+		{"trailing http://", "trailing http://"},
+		{"@@@ :@ ://@", "@@@ ***@ ://***@"},
+	}
+	for _, tt := range tests {
+		if got := RedactText(tt.in); got != tt.want {
+			t.Errorf("RedactText(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// uniqueRune returns a rune of pass that occurs nowhere in others, so that
+// finding it in the output proves the password (or a piece of it) leaked.
+func uniqueRune(pass string, others ...string) (rune, bool) {
+	all := strings.Join(others, "\x00") + Mask + "@:/"
+	for _, r := range pass {
+		if !strings.ContainsRune(all, r) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+func FuzzRedactNoPassword(f *testing.F) {
+	f.Add("http", "alice", "s3cr3t!", "proxy.corp:3128", "log: ", " end")
+	f.Add("https", "u", "p/a?s#s@w", "[::1]:8443", "HTTPS_PROXY=", "")
+	f.Add("", "bob", "hunter2", "10.0.0.1:3128", "x=", ",y")
+	f.Add("socks5", "", "tok", "h", "", "")
+	f.Fuzz(func(t *testing.T, scheme, user, pass, host, prefix, suffix string) {
+		for _, s := range []string{scheme, user, pass, host, prefix, suffix} {
+			if !utf8.ValidString(s) {
+				t.Skip()
+			}
+		}
+		// Words end at whitespace in free text, so a password with blanks
+		// cannot be told apart from the next word; a user name containing
+		// '@' or ':' makes the password boundary ambiguous.
+		if pass == "" || strings.ContainsAny(pass, " \t\r\n\v\f") || strings.ContainsAny(user, "@: \t\r\n\v\f") ||
+			strings.ContainsAny(host, "@ \t\r\n\v\f") || strings.ContainsAny(scheme, " \t\r\n\v\f") {
+			t.Skip()
+		}
+		r, ok := uniqueRune(pass, scheme, user, host, prefix, suffix)
+		if !ok {
+			t.Skip()
+		}
+		raw := user + ":" + pass + "@" + host
+		if scheme != "" {
+			raw = scheme + "://" + raw
+		}
+		if got := RedactURL(raw); strings.ContainsRune(got, r) {
+			t.Fatalf("RedactURL(%q) = %q leaks the password", raw, got)
+		}
+		// Free text: the URL must stand as its own word.
+		if strings.ContainsAny(prefix+suffix, " \t") || (prefix == "" && suffix == "") {
+			text := prefix + " " + raw + " " + suffix
+			if got := RedactText(text); strings.ContainsRune(got, r) {
+				t.Fatalf("RedactText(%q) = %q leaks the password", text, got)
+			}
+		}
+		// The escaped form net/url produces must not survive either.
+		if scheme != "" {
+			u := &url.URL{Scheme: "http", User: url.UserPassword(user, pass), Host: "proxy:3128"}
+			esc := u.String()
+			enc := strings.TrimPrefix(u.User.String(), url.User(user).String()+":")
+			if er, ok := uniqueRune(enc, "http", url.User(user).String(), "proxy:3128"); ok {
+				if got := RedactText("x " + esc + " y"); strings.ContainsRune(got, er) {
+					t.Fatalf("RedactText(%q) = %q leaks the escaped password", esc, got)
+				}
+			}
+		}
+	})
+}
