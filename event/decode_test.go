@@ -201,7 +201,7 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 				err error
 			)
 			if sd, ok := p.(event.SnapshotDone); ok {
-				e, err = event.NewSnapshotDone("mgmt", "run-1", sd, observed)
+				e, err = event.NewSnapshotDone("mgmt", "run-1", nil, sd, observed)
 			} else {
 				e, err = event.New("mgmt", exampleHC, event.ObjectRef{Kind: "X", Name: "x"}, p, "k", observed)
 			}

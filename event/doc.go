@@ -119,13 +119,20 @@
 // # Snapshots
 //
 // When the agent (re)starts, or whenever it decides to resynchronise, it
-// republishes the current state of what it watches with [WithSnapshot](run), then publishes a
-// snapshotdone event for the same run with the number of snapshot events
-// and the types covered. The run ID is part of each event ID, so a resync is
-// never swallowed as a duplicate of an earlier publication. A consumer that
-// has seen exactly Count events of the run may forget the state of the
-// covered types, for that source, that the run did not mention; if it saw
-// fewer it must keep everything.
+// restates the current problems it sees with [WithSnapshot](run), then
+// publishes snapshotdone events for the same run: one for the management
+// cluster and one per hosted cluster it could read, each listing the types
+// covered and the objects whose problems are current (Problems).
+//
+// The run is NOT part of a snapshot event's ID: a restated fact keeps the ID
+// of the fact, so JetStream drops it when the same fact was published inside
+// the duplicate window (a restarted agent, or a new leader, does not put the
+// same fact on the stream twice), and a consumer that missed it receives it.
+// Because a restated fact may thus be absent from the stream, consumers do
+// not count snapshot events: a snapshotdone's Problems list is the
+// inventory. A consumer may clear, for that source and cluster (none: the
+// management cluster), the problems of the covered types whose object is not
+// listed.
 //
 // # Decoding
 //

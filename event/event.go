@@ -143,9 +143,9 @@ type options struct {
 
 // WithSnapshot marks the event as part of the resync run with the given ID.
 // The run ID must be unique per run and per source (e.g. the agent's pod
-// name and start time) and at most 128 visible ASCII characters. It is part
-// of the event ID, so snapshot events are never deduplicated against fresh
-// events or earlier runs.
+// name and start time) and at most 128 visible ASCII characters. It is not
+// part of the event ID: a restated fact is deduplicated against an earlier
+// publication of the same fact (see the package documentation).
 func WithSnapshot(run string) Option {
 	return func(o *options) { o.snapshot = run }
 }
@@ -190,22 +190,26 @@ func New(source string, cluster *ClusterRef, obj ObjectRef, p Payload, transitio
 	}
 	// Hash before validating so that the ID check below applies to the
 	// real value; validation then covers every input at once.
-	e.ID = computeID(e.Source, e.Cluster, e.Type, e.Object, transitionKey, e.Snapshot)
+	e.ID = computeID(e.Source, e.Cluster, e.Type, e.Object, transitionKey, "")
 	if err := e.Validate(); err != nil {
 		return Event{}, err
 	}
 	return e, nil
 }
 
-// NewSnapshotDone builds the event that closes resync run run of source.
-// p.Count must be the number of snapshot events the run published.
-func NewSnapshotDone(source, run string, p SnapshotDone, observed time.Time) (Event, error) {
+// NewSnapshotDone builds the event that closes resync run run of source for
+// one scope: the management cluster (cluster nil) or one hosted cluster. The
+// run is its transition key, so it is never deduplicated.
+func NewSnapshotDone(source, run string, cluster *ClusterRef, p SnapshotDone, observed time.Time) (Event, error) {
 	if p.Count < 0 {
 		return Event{}, fmt.Errorf("%w: snapshot count %d is negative", ErrInvalid, p.Count)
 	}
+	if run == "" {
+		return Event{}, fmt.Errorf("%w: snapshot run is empty", ErrInvalid)
+	}
 	p.Started = p.Started.UTC()
 	obj := ObjectRef{Kind: SourceKind, Name: source}
-	return New(source, nil, obj, p, run, observed, WithSnapshot(run))
+	return New(source, cluster, obj, p, run, observed, WithSnapshot(run))
 }
 
 // SourceKind is the ObjectRef.Kind of events about a source as a whole,
@@ -255,8 +259,8 @@ func (e Event) check() error {
 			return err
 		}
 	}
-	if e.Type == TypeSnapshotDone && (e.Snapshot == "" || e.Cluster != nil) {
-		return fmt.Errorf("%s needs a snapshot run and no cluster", e.Type)
+	if e.Type == TypeSnapshotDone && e.Snapshot == "" {
+		return fmt.Errorf("%s needs a snapshot run", e.Type)
 	}
 	if !isJSONObject(e.Payload) {
 		return errors.New("payload is not a JSON object")

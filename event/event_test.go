@@ -312,7 +312,7 @@ func TestTypes(t *testing.T) {
 
 func TestSnapshotDone(t *testing.T) {
 	started := observed.Add(-time.Minute)
-	e, err := event.NewSnapshotDone("mgmt", "agent-0@1", event.SnapshotDone{Started: started, Count: 12, Types: []event.Type{event.TypeNode}}, observed)
+	e, err := event.NewSnapshotDone("mgmt", "agent-0@1", nil, event.SnapshotDone{Started: started, Count: 12, Types: []event.Type{event.TypeNode}}, observed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,10 +323,10 @@ func TestSnapshotDone(t *testing.T) {
 	if err != nil || subj != "hcpbot.events.mgmt._._.snapshotdone" {
 		t.Errorf("Subject = %q, %v", subj, err)
 	}
-	if _, err := event.NewSnapshotDone("mgmt", "", event.SnapshotDone{}, observed); !errors.Is(err, event.ErrInvalid) {
+	if _, err := event.NewSnapshotDone("mgmt", "", nil, event.SnapshotDone{}, observed); !errors.Is(err, event.ErrInvalid) {
 		t.Errorf("empty run: error = %v, want ErrInvalid", err)
 	}
-	if _, err := event.NewSnapshotDone("mgmt", "r", event.SnapshotDone{Count: -1}, observed); !errors.Is(err, event.ErrInvalid) {
+	if _, err := event.NewSnapshotDone("mgmt", "r", nil, event.SnapshotDone{Count: -1}, observed); !errors.Is(err, event.ErrInvalid) {
 		t.Errorf("negative count: error = %v, want ErrInvalid", err)
 	}
 }

@@ -409,18 +409,22 @@ func (p OpenShiftProxy) sanitized() Payload {
 	return p
 }
 
-// SnapshotDone closes a resync snapshot of one source; build it with
+// SnapshotDone closes a resync snapshot of one source, for the management
+// cluster (Event.Cluster nil) or one hosted cluster; build it with
 // [NewSnapshotDone]. Its Event.Snapshot names the run, like the snapshot
 // events it closes.
 type SnapshotDone struct {
 	Started time.Time `json:"started"` // when the agent began listing
-	// Count is the number of snapshot events the run published. A consumer
-	// that saw fewer events of the run (lost, or filtered out) must not
-	// clear anything.
+	// Count is the number of snapshot events the run published for this
+	// scope (informational: deduplicated copies never reach the stream).
 	Count int `json:"count"`
 	// Types are the types the snapshot covered; state of other types is
 	// not to be cleared.
 	Types []Type `json:"types,omitempty"`
+	// Problems are the objects of the covered types that have a problem
+	// now; a consumer clears the problems of every other object of those
+	// types in this scope.
+	Problems []ObjectRef `json:"problems,omitempty"`
 }
 
 // EventType implements Payload.

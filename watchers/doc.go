@@ -1,0 +1,18 @@
+// Package watchers is the agent: client-go informers on the management
+// cluster and, through each HostedCluster's admin kubeconfig Secret, on the
+// hosted clusters, turning cluster state into events (package event) for
+// NATS JetStream.
+//
+// It follows kubernetes/sample-controller: informer handlers only enqueue a
+// key; one sync function per kind reads the object from its lister, derives
+// the fact it states (facts.go) and publishes it when the fact changed.
+// Events are transitions, not informer updates: an object whose fact is
+// unchanged publishes nothing. Each fact has a deterministic transition key,
+// so a restarted agent or a second replica publishes the same Nats-Msg-Id
+// and JetStream drops the copy.
+//
+// On start, after NATS reconnects and after the publish buffer overflowed,
+// the agent publishes a snapshot of the current problem state (events marked
+// with the snapshot run, closed by a SnapshotDone), so a consumer that
+// missed events converges, like a controller's resync.
+package watchers

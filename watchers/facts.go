@@ -1,0 +1,243 @@
+package watchers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/hypershift"
+)
+
+// fact is what one object states right now.
+type fact struct {
+	payload event.Payload
+	// key identifies the fact for the event ID (see event.New).
+	key string
+	// state is coarser than key: a new event is published only when it
+	// changes, so e.g. each restart of a crashlooping pod is not news.
+	state string
+	// problem facts are restated in snapshots; healthy ones are not.
+	problem bool
+}
+
+// fingerprint is a stable key for payloads whose every field is the fact.
+func fingerprint(p any) string {
+	b, _ := json.Marshal(p)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
+}
+
+func hostedClusterFact(hc *hypershift.HostedCluster) fact {
+	p := hostedClusterState(hc)
+	fp := fingerprint(p)
+	problem := false
+	for _, c := range p.Conditions {
+		if (c.Type == "Available" && c.Status != event.ConditionTrue) || (c.Type == "Degraded" && c.Status == event.ConditionTrue) {
+			problem = true
+		}
+	}
+	// The bot needs every cluster's proxy and networks to diagnose, so a
+	// HostedCluster is always restated in a snapshot.
+	_ = problem
+	return fact{payload: p, key: fp, state: fp, problem: true}
+}
+
+func hostedClusterState(hc *hypershift.HostedCluster) event.HostedClusterState {
+	n := hc.Spec.Networking
+	p := event.HostedClusterState{
+		Platform:       hc.Spec.Platform.Type,
+		InfraID:        hc.Spec.InfraID,
+		Proxy:          proxySpec(hc.Proxy()),
+		NetworkType:    n.NetworkType,
+		ClusterNetwork: hypershift.CIDRs(n.ClusterNetwork),
+		ServiceNetwork: hypershift.CIDRs(n.ServiceNetwork),
+		MachineNetwork: hypershift.CIDRs(n.MachineNetwork),
+	}
+	if a := n.APIServer; a != nil {
+		ep := &event.Endpoint{Host: a.AdvertiseAddress}
+		if a.Port != nil {
+			ep.Port = *a.Port
+		}
+		p.APIServer = ep
+	}
+	if e := hc.Status.ControlPlaneEndpoint; e.Host != "" {
+		p.ControlPlaneEndpoint = &event.Endpoint{Host: e.Host, Port: e.Port}
+	}
+	if hc.Status.Kubeconfig != nil {
+		p.KubeconfigSecret = hc.Status.Kubeconfig.Name
+	}
+	for _, c := range hc.Status.Conditions {
+		switch c.Type {
+		case "Available", "Degraded", "Progressing", "KubeAPIServerAvailable", "ValidConfiguration",
+			"ValidProxyConfiguration", "DataPlaneConnectionAvailable", "ControlPlaneConnectionAvailable":
+			p.Conditions = append(p.Conditions, event.Condition{
+				Type: c.Type, Status: event.ConditionStatus(c.Status), Reason: c.Reason,
+				Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time,
+			})
+		}
+	}
+	return p
+}
+
+func proxySpec(s hypershift.ProxySpec) event.ProxySpec {
+	return event.ProxySpec{
+		HTTPProxy: s.HTTPProxy, HTTPSProxy: s.HTTPSProxy, NoProxy: s.NoProxy,
+		ReadinessEndpoints: s.ReadinessEndpoints, TrustedCA: s.TrustedCA.Name,
+	}
+}
+
+// proxyChangeFact is published when the agent sees a proxy spec differ from
+// the one it saw before; the key names both ends, so every agent that saw
+// the same edit derives the same ID.
+func proxyChangeFact(target event.ProxyTarget, old, cur hypershift.ProxySpec) fact {
+	p := event.ProxyChange{Target: target, Old: proxySpec(old), New: proxySpec(cur)}
+	fp := fingerprint([2]event.ProxySpec{p.Old, p.New})
+	return fact{payload: p, key: fp, state: fp}
+}
+
+func nodePoolFact(np *hypershift.NodePool) fact {
+	p := event.NodePoolState{
+		Name: np.Name, ClusterName: np.Spec.ClusterName, Platform: np.Spec.Platform.Type,
+		Replicas: np.Spec.Replicas, CurrentReplicas: np.Status.Replicas,
+	}
+	problem := false
+	// The state leaves out messages and times: NodePool messages churn
+	// (machine names, counts) without the health changing.
+	var state strings.Builder
+	for _, c := range np.Status.Conditions {
+		switch c.Type {
+		case "Ready", "AllNodesHealthy", "AllMachinesReady", "ReachedIgnitionEndpoint", "UpdatingConfig", "ValidGeneratedPayload":
+		default:
+			continue
+		}
+		p.Conditions = append(p.Conditions, event.Condition{
+			Type: c.Type, Status: event.ConditionStatus(c.Status), Severity: c.Severity,
+			Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time,
+		})
+		state.WriteString(c.Type + "=" + c.Status + ";")
+		if c.Type != "UpdatingConfig" && c.Status == "False" {
+			problem = true
+		}
+	}
+	return fact{payload: p, key: fingerprint(p), state: state.String(), problem: problem}
+}
+
+func nodeFact(n *corev1.Node) fact {
+	p := event.NodeReadiness{Node: n.Name, Ready: event.ConditionUnknown, ProviderID: n.Spec.ProviderID}
+	var ltt metav1.Time
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			p.Ready, p.Reason, p.Message = event.ConditionStatus(c.Status), c.Reason, c.Message
+			p.LastTransitionTime, ltt = c.LastTransitionTime.Time, c.LastTransitionTime
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			p.InternalIP = a.Address
+			break
+		}
+	}
+	state := "Ready=" + string(p.Ready)
+	return fact{payload: p, key: event.TransitionAt(state, ltt.Time), state: state, problem: p.Ready != event.ConditionTrue}
+}
+
+// crashLoopFact reports the first container of a pod that is waiting in
+// CrashLoopBackOff (or failing with a known signature). ok is false for a
+// healthy pod: there is nothing to say unless it was reported before.
+func crashLoopFact(pod *corev1.Pod) (f fact, ok bool) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Waiting == nil || (cs.State.Waiting.Reason != "CrashLoopBackOff" && cs.State.Waiting.Reason != "Error") {
+			continue
+		}
+		p := event.PodCrashLoop{
+			Namespace: pod.Namespace, Pod: pod.Name, Container: cs.Name,
+			RestartCount: cs.RestartCount, WaitingReason: cs.State.Waiting.Reason,
+		}
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			p.LastTerminationMessage, p.ExitCode, p.FinishedAt = t.Message, t.ExitCode, t.FinishedAt.Time
+		}
+		sig := event.DetectSignature(p.LastTerminationMessage)
+		p.Signature = sig
+		state := "crashloop:" + cs.Name + ":" + string(sig)
+		// The restart count makes a crash after a recovery a new fact,
+		// while the state keeps repeated restarts from being news.
+		key := state + ":" + itoa(int(cs.RestartCount))
+		return fact{payload: p, key: key, state: state, problem: true}, true
+	}
+	return fact{}, false
+}
+
+// clearedFact says a pod reported as crashlooping runs again (or is gone).
+func clearedFact(pod *corev1.Pod, uidKey string) fact {
+	p := event.PodCrashLoop{Namespace: pod.Namespace, Pod: pod.Name, Cleared: true}
+	var restarts int32
+	for _, cs := range pod.Status.ContainerStatuses {
+		restarts += cs.RestartCount
+		if p.Container == "" {
+			p.Container, p.RestartCount = cs.Name, cs.RestartCount
+		}
+	}
+	return fact{payload: p, key: "cleared:" + uidKey + ":" + itoa(int(restarts)), state: "cleared"}
+}
+
+// Container names HyperShift renders into the kube-apiserver-proxy static pod.
+const tunnelContainer = "kubernetes-default-proxy"
+
+func apiServerProxyFact(pod *corev1.Pod) fact {
+	p := event.KubeAPIServerProxy{Pod: pod.Name, Node: pod.Spec.NodeName, Mode: event.ProxyModeUnknown}
+	for _, c := range pod.Spec.Containers {
+		switch {
+		case c.Name == tunnelContainer:
+			p.Mode = event.ProxyModeTunnel
+		case c.Name == "haproxy" && p.Mode == event.ProxyModeUnknown:
+			p.Mode = event.ProxyModeHAProxy
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		for _, msg := range []string{terminatedMessage(cs.LastTerminationState), terminatedMessage(cs.State)} {
+			if event.DetectSignature(msg) == event.SignatureProxyConnect {
+				p.ConnectFailure, p.ConnectMessage = true, msg
+			}
+		}
+	}
+	state := string(p.Mode) + ":" + boolStr(p.ConnectFailure)
+	return fact{payload: p, key: fingerprint(p), state: state, problem: p.Mode == event.ProxyModeTunnel}
+}
+
+func terminatedMessage(s corev1.ContainerState) string {
+	if s.Terminated == nil {
+		return ""
+	}
+	return s.Terminated.Message
+}
+
+func virtLauncherFact(pod *corev1.Pod) fact {
+	p := event.VirtLauncher{
+		Pod: pod.Name, VMI: pod.Labels[hypershift.LabelVMName], Node: pod.Spec.NodeName,
+		PodIP: pod.Status.PodIP, Phase: string(pod.Status.Phase),
+		InfraID: pod.Labels[hypershift.LabelInfraID], NodePool: pod.Labels[hypershift.LabelNodePoolName],
+	}
+	fp := fingerprint(p)
+	return fact{payload: p, key: fp, state: fp, problem: pod.Status.Phase != corev1.PodRunning}
+}
+
+func openShiftProxyFact(p *hypershift.Proxy) fact {
+	payload := event.OpenShiftProxy{
+		Spec:   proxySpec(p.Spec),
+		Status: event.ProxyStatus{HTTPProxy: p.Status.HTTPProxy, HTTPSProxy: p.Status.HTTPSProxy, NoProxy: p.Status.NoProxy},
+	}
+	fp := fingerprint(payload)
+	return fact{payload: payload, key: fp, state: fp, problem: true}
+}
+
+func boolStr(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}

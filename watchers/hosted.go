@@ -1,0 +1,360 @@
+package watchers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/hypershift"
+)
+
+// What the agent watches inside a hosted cluster.
+const (
+	ServiceCANamespace      = "openshift-service-ca-operator"
+	APIServerProxyNamespace = "kube-system"
+	APIServerProxySelector  = "k8s-app=kube-apiserver-proxy"
+)
+
+// hostedCluster is one HostedCluster's watch: an informer on its admin
+// kubeconfig Secret in the management cluster and, while that Secret holds a
+// kubeconfig, informers inside the hosted cluster built from it.
+type hostedCluster struct {
+	ref        event.ClusterRef
+	secretName string
+	// syncMu serialises syncSecret: a worker and a snapshot may both
+	// converge the connection.
+	syncMu sync.Mutex
+
+	stopSecret    context.CancelFunc
+	secretFactory informers.SharedInformerFactory
+	secrets       listerscorev1.SecretLister
+
+	mu     sync.Mutex
+	conn   *hostedConn // nil while no usable kubeconfig
+	reach  reachability
+	noCred bool // the missing-Secret report was made
+}
+
+// hostedConn is the informers of one set of credentials; a rotated Secret
+// replaces it as a whole.
+type hostedConn struct {
+	credsHash  string
+	endpoint   string
+	client     kubernetes.Interface
+	httpClient *http.Client
+	cancel     context.CancelFunc
+	factories  []informers.SharedInformerFactory
+	nodes      listerscorev1.NodeLister
+	scaPods    listerscorev1.PodLister
+	apiProxy   listerscorev1.PodLister
+	synced     []cache.InformerSynced
+	probeDone  chan struct{}
+	nudge      chan struct{}
+	dialer     *connDialer
+}
+
+type reachability struct {
+	known     bool
+	reachable bool
+	since     time.Time
+	lastErr   string
+}
+
+// startSecretWatch watches exactly one Secret: list/watch with a
+// metadata.name field selector, which RBAC can grant by resourceName.
+func (a *Agent) startSecretWatch(ctx context.Context, hc *hostedCluster) {
+	sctx, cancel := context.WithCancel(ctx)
+	hc.stopSecret = cancel
+	f := informers.NewSharedInformerFactoryWithOptions(a.kube, 0,
+		informers.WithNamespace(hc.ref.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", hc.secretName).String()
+		}))
+	inf := f.Core().V1().Secrets()
+	key := key{kind: kindSecret, cluster: hc.ref}
+	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.queue.Add(key) },
+		UpdateFunc: func(any, any) { a.queue.Add(key) },
+		DeleteFunc: func(any) { a.queue.Add(key) },
+	})
+	hc.secrets = inf.Lister()
+	hc.secretFactory = f
+	f.Start(sctx.Done())
+}
+
+func (hc *hostedCluster) stop() {
+	if hc.stopSecret != nil {
+		hc.stopSecret()
+		hc.secretFactory.Shutdown()
+	}
+	hc.mu.Lock()
+	conn := hc.conn
+	hc.conn = nil
+	hc.mu.Unlock()
+	conn.stop()
+}
+
+func (c *hostedConn) stop() {
+	if c == nil {
+		return
+	}
+	c.cancel()
+	for _, f := range c.factories {
+		f.Shutdown()
+	}
+	<-c.probeDone
+	c.httpClient.CloseIdleConnections()
+	c.dialer.closeAll()
+}
+
+// syncSecret converges the hosted informers on the Secret's kubeconfig.
+func (a *Agent) syncSecret(ctx context.Context, ref event.ClusterRef) error {
+	hc := a.hostedFor(ref)
+	if hc == nil {
+		return nil
+	}
+	hc.syncMu.Lock()
+	defer hc.syncMu.Unlock()
+	secret, err := hc.secrets.Secrets(ref.Namespace).Get(hc.secretName)
+	var kubeconfig []byte
+	if err == nil {
+		kubeconfig = secret.Data[hypershift.KubeconfigKey]
+	}
+	if len(kubeconfig) == 0 {
+		hc.mu.Lock()
+		conn, reported := hc.conn, hc.noCred
+		hc.conn, hc.noCred = nil, true
+		hc.mu.Unlock()
+		conn.stop()
+		a.metrics.hostedSynced.WithLabelValues(ref.String()).Set(0)
+		if !reported {
+			a.metrics.syncErrors.WithLabelValues("kubeconfig_missing").Inc()
+			a.log.Warn().Str("cluster", ref.String()).Str("secret", hc.secretName).
+				Msg("admin kubeconfig Secret missing or without key kubeconfig; waiting for it")
+			a.setReachable(ctx, hc, "", false, fmt.Sprintf("admin kubeconfig Secret %s/%s not found or has no %q key", ref.Namespace, hc.secretName, hypershift.KubeconfigKey))
+		}
+		return nil
+	}
+	sum := sha256.Sum256(kubeconfig)
+	hash := hex.EncodeToString(sum[:])
+	hc.mu.Lock()
+	old := hc.conn
+	hc.noCred = false
+	hc.mu.Unlock()
+	if old != nil && old.credsHash == hash {
+		return nil
+	}
+	if old != nil {
+		a.log.Info().Str("cluster", ref.String()).Msg("admin kubeconfig changed; reconnecting")
+		old.stop()
+	}
+	conn, err := a.connectHosted(ctx, hc, kubeconfig, hash)
+	if err != nil {
+		// A kubeconfig that does not parse will not start parsing by
+		// itself: report it and wait for the Secret to change.
+		a.metrics.syncErrors.WithLabelValues("kubeconfig_invalid").Inc()
+		a.log.Error().Err(err).Str("cluster", ref.String()).Msg("admin kubeconfig unusable")
+		a.setReachable(ctx, hc, "", false, "admin kubeconfig unusable: "+err.Error())
+		return nil
+	}
+	hc.mu.Lock()
+	hc.conn = conn
+	hc.mu.Unlock()
+	return nil
+}
+
+func (a *Agent) connectHosted(ctx context.Context, hc *hostedCluster, kubeconfig []byte, hash string) (*hostedConn, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = a.cfg.HostedTimeout
+	cfg.QPS, cfg.Burst = 20, 40
+	cfg.UserAgent = "hcpbot-agent"
+	// A dialer of its own per connection: stopping the watch closes every
+	// socket it opened (idle HTTP/2 connections are not closed by
+	// CloseIdleConnections through client-go's round-tripper wrappers), and
+	// client-go does not share a transport with a custom dialer.
+	dialer := newConnDialer(a.metrics.hostedConns)
+	cfg.Dial = dialer.DialContext
+	// An own HTTP client, so that stopping the watch also closes its
+	// connections instead of leaving them to an idle timeout.
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	conn := &hostedConn{credsHash: hash, endpoint: endpointOf(cfg), client: kc, httpClient: httpClient,
+		cancel: cancel, probeDone: make(chan struct{}), nudge: make(chan struct{}, 1), dialer: dialer}
+
+	nodeF := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTransform(transformNode))
+	scaF := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithNamespace(ServiceCANamespace), informers.WithTransform(transformPod))
+	proxyF := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithNamespace(APIServerProxyNamespace),
+		informers.WithTransform(transformPod),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = APIServerProxySelector }))
+	conn.factories = []informers.SharedInformerFactory{nodeF, scaF, proxyF}
+
+	onErr := func(*cache.Reflector, error) { a.watchFailed(conn) }
+	add := func(inf cache.SharedIndexInformer, k kind) {
+		_ = inf.SetWatchErrorHandler(onErr)
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { a.enqueueHosted(k, hc.ref, obj) },
+			UpdateFunc: func(_, obj any) { a.enqueueHosted(k, hc.ref, obj) },
+			DeleteFunc: func(obj any) { a.enqueueHosted(k, hc.ref, obj) },
+		})
+		conn.synced = append(conn.synced, inf.HasSynced)
+	}
+	nodes := nodeF.Core().V1().Nodes()
+	add(nodes.Informer(), kindNode)
+	conn.nodes = nodes.Lister()
+	sca := scaF.Core().V1().Pods()
+	add(sca.Informer(), kindServiceCAPod)
+	conn.scaPods = sca.Lister()
+	ap := proxyF.Core().V1().Pods()
+	add(ap.Informer(), kindAPIProxyPod)
+	conn.apiProxy = ap.Lister()
+	for _, f := range conn.factories {
+		f.Start(cctx.Done())
+	}
+	go func() {
+		defer close(conn.probeDone)
+		if cache.WaitForCacheSync(cctx.Done(), conn.synced...) {
+			a.metrics.hostedSynced.WithLabelValues(hc.ref.String()).Set(1)
+			a.setReachable(cctx, hc, conn.endpoint, true, "")
+		}
+		a.health(cctx, hc, conn)
+	}()
+	return conn, nil
+}
+
+// watchFailed is called by reflectors when a list or watch fails in a way
+// they do not retry by themselves; it only hurries the health check.
+// (Connection errors are retried inside the reflector and never get here,
+// which is why reachability comes from the health check.)
+func (a *Agent) watchFailed(conn *hostedConn) {
+	select {
+	case conn.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// health checks the hosted API server's /readyz every ProbeInterval (at
+// once when nudged) and reports changes of reachability: one request per
+// cluster per interval, whatever the reflectors are doing.
+func (a *Agent) health(ctx context.Context, hc *hostedCluster, conn *hostedConn) {
+	t := time.NewTicker(a.cfg.ProbeInterval)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-conn.nudge:
+		}
+		pctx, cancel := context.WithTimeout(ctx, a.cfg.ProbeTimeout)
+		err := conn.client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(pctx).Error()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			failures = 0
+			if conn.hasSynced() {
+				a.metrics.hostedSynced.WithLabelValues(hc.ref.String()).Set(1)
+				a.setReachable(ctx, hc, conn.endpoint, true, "")
+			}
+			continue
+		}
+		// Two failures in a row: one lost request is not an outage.
+		if failures++; failures == 2 {
+			a.metrics.hostedSynced.WithLabelValues(hc.ref.String()).Set(0)
+			a.setReachable(ctx, hc, conn.endpoint, false, err.Error())
+		}
+	}
+}
+
+// setReachable publishes a reachability change (only changes).
+func (a *Agent) setReachable(ctx context.Context, hc *hostedCluster, endpoint string, reachable bool, errText string) {
+	hc.mu.Lock()
+	if hc.reach.known && hc.reach.reachable == reachable && hc.reach.lastErr == errText {
+		hc.mu.Unlock()
+		return
+	}
+	// A first "reachable" is not news.
+	first := !hc.reach.known
+	hc.reach = reachability{known: true, reachable: reachable, since: a.now(), lastErr: errText}
+	since := hc.reach.since
+	hc.mu.Unlock()
+	if first && reachable {
+		return
+	}
+	if !reachable {
+		a.log.Warn().Str("cluster", hc.ref.String()).Str("error", errText).Msg("hosted cluster API unreachable")
+	} else {
+		a.log.Info().Str("cluster", hc.ref.String()).Msg("hosted cluster API reachable again")
+	}
+	p := event.Reachability{Endpoint: endpoint, Reachable: reachable, Error: errText, Since: since}
+	state := "reachable=" + boolStr(reachable)
+	obj := event.ObjectRef{Kind: "HostedCluster", Namespace: hc.ref.Namespace, Name: hc.ref.Name}
+	a.emit(ctx, &hc.ref, obj, fact{payload: p, key: event.TransitionAt(state, since), state: state, problem: !reachable})
+}
+
+// endpointOf is the host:port the kubeconfig points at (reported as data).
+func endpointOf(cfg *rest.Config) string {
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
+
+// hostedObject returns a cached object of a hosted cluster, or nil.
+func (c *hostedConn) get(k key) (any, error) {
+	switch k.kind {
+	case kindNode:
+		return c.nodes.Get(k.name)
+	case kindServiceCAPod:
+		return c.scaPods.Pods(k.namespace).Get(k.name)
+	case kindAPIProxyPod:
+		return c.apiProxy.Pods(k.namespace).Get(k.name)
+	}
+	return nil, fmt.Errorf("unknown hosted kind %d", k.kind)
+}
+
+func (c *hostedConn) list() (nodes []*corev1.Node, sca []*corev1.Pod, apiProxy []*corev1.Pod) {
+	nodes, _ = c.nodes.List(labels.Everything())
+	sca, _ = c.scaPods.List(labels.Everything())
+	apiProxy, _ = c.apiProxy.List(labels.Everything())
+	return
+}
+
+func (c *hostedConn) hasSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
