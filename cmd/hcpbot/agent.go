@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/internal/logging"
+	"github.com/hcpbot/hcpbot/internal/version"
+	"github.com/hcpbot/hcpbot/watchers"
+)
+
+func init() {
+	extraCommands = append(extraCommands, command{name: "agent", summary: "watch a management cluster and its hosted clusters; publish events to NATS", run: runAgent})
+}
+
+// agentFlags are the agent's settings (the config file of the deployment
+// issue will map onto the same fields).
+type agentFlags struct {
+	kubeconfig     string
+	source         string
+	natsURLs       string
+	natsStore      string
+	natsCreds      string
+	streamReplicas int
+	listen         string
+	leaderElect    bool
+	leaseNamespace string
+	leaseName      string
+	identity       string
+	bufferEvents   int
+	logLevel       string
+	logFormat      string
+}
+
+func runAgent(ctx context.Context, c *cli, args []string) error {
+	var f agentFlags
+	fs := c.flagSet("agent", "--source NAME [flags]")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&f.source, "source", c.getenv("HCPBOT_SOURCE"), "name of this management cluster in events (DNS name; env HCPBOT_SOURCE)")
+	fs.StringVar(&f.natsURLs, "nats-url", c.getenv("HCPBOT_NATS_URL"), "comma-separated NATS URLs; empty starts an embedded server (env HCPBOT_NATS_URL)")
+	fs.StringVar(&f.natsStore, "nats-store-dir", "", "JetStream store of the embedded server (default: the user's state folder)")
+	fs.StringVar(&f.natsCreds, "nats-creds", c.getenv("HCPBOT_NATS_CREDS"), "NATS credentials file (env HCPBOT_NATS_CREDS)")
+	fs.IntVar(&f.streamReplicas, "stream-replicas", 1, "replicas of the events stream (3 on a NATS cluster)")
+	fs.StringVar(&f.listen, "listen", ":8080", "address of /healthz, /readyz and /metrics")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "compete for a Lease so that only one replica publishes")
+	fs.StringVar(&f.leaseNamespace, "lease-namespace", c.getenv("POD_NAMESPACE"), "namespace of the Lease (env POD_NAMESPACE; default \"default\")")
+	fs.StringVar(&f.leaseName, "lease-name", "hcpbot-agent", "name of the Lease")
+	fs.StringVar(&f.identity, "identity", c.getenv("POD_NAME"), "this replica's name (env POD_NAME; default the host name)")
+	fs.IntVar(&f.bufferEvents, "buffer-events", 10000, "events held in memory while NATS is unreachable; beyond, a resync restates")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "json", "json or console")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	if f.source == "" {
+		return usageErrorf("--source is required: the name of this management cluster")
+	}
+	log, err := logging.New(c.stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	logging.RouteKlog(log)
+	return agentMain(ctx, f, log)
+}
+
+func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
+	if f.identity == "" {
+		f.identity, _ = os.Hostname()
+	}
+	if f.leaseNamespace == "" {
+		f.leaseNamespace = "default"
+	}
+	log = log.With().Str("component", "agent").Logger()
+	log.Info().Str("version", version.String()).Str("source", f.source).Msg("starting")
+
+	cfg, err := kubeConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "hcpbot-agent/" + version.Version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := watchers.NewMetrics(reg)
+
+	conn, err := connectNATS(ctx, f.natsURLs, f.natsStore, f.natsCreds, "hcpbot-agent-"+f.identity, log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(f.streamReplicas, 0, 0)); err != nil {
+		return err
+	}
+	pub := watchers.NewJetStreamPublisher(conn.JS, f.bufferEvents, metrics, log)
+	agent, err := watchers.New(watchers.Config{Source: f.source, Identity: f.identity}, kube, dyn, pub, metrics, log)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	pub.OnResync(agent.Resync)
+	conn.OnReconnect(agent.Resync)
+
+	srv, err := serveOps(ctx, f.listen, reg, func() error {
+		if !conn.NC.IsConnected() {
+			return errors.New("NATS not connected")
+		}
+		return nil
+	}, log)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { pub.Run(ctx) })
+	run := func(ctx context.Context) {
+		if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error().Err(err).Msg("agent stopped")
+		}
+	}
+	if f.leaderElect {
+		err = watchers.RunElected(ctx, kube, watchers.LeaderConfig{Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.identity}, metrics, log, run)
+	} else {
+		run(ctx)
+	}
+	wg.Wait()
+	log.Info().Msg("stopped")
+	return err
+}
+
+// kubeConfig: an explicit file, else in-cluster, else the usual loading rules.
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		if cfg, err := rest.InClusterConfig(); err == nil {
+			return cfg, nil
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if path != "" {
+		rules.ExplicitPath = path
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// connectNATS connects to the given URLs, or starts the embedded server.
+func connectNATS(ctx context.Context, urls, storeDir, creds, name string, log zerolog.Logger) (*bus.Conn, error) {
+	cfg := bus.Config{Name: name, CredsFile: creds}
+	for u := range strings.SplitSeq(urls, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			cfg.URLs = append(cfg.URLs, u)
+		}
+	}
+	if len(cfg.URLs) == 0 {
+		if storeDir == "" {
+			base, err := os.UserCacheDir()
+			if err != nil {
+				return nil, fmt.Errorf("no --nats-store-dir and no user folder for the embedded NATS store: %w", err)
+			}
+			storeDir = filepath.Join(base, "hcpbot", "nats")
+		}
+		cfg.Embedded = bus.EmbeddedConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Logger: log}
+		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return bus.Connect(cctx, cfg, log)
+}
+
+// serveOps serves /healthz, /readyz and /metrics until ctx ends.
+func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, ready func() error, log zerolog.Logger) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("ops server")
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info().Str("addr", l.Addr().String()).Msg("serving /healthz, /readyz, /metrics")
+	return srv, nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// syncBuffer is a concurrency-safe log sink for a command running in a goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// `hcpbot agent` against a real management cluster and NATS: it becomes
+// leader, watches the hosted cluster, serves health and metrics, and logs
+// no proxy credentials.
+func TestAgentCommand(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t)
+	spec := scenario.BehindProxy(ns, "cmd")
+	spec.HTTPSProxy = "http://svc-user:s3cr3t-pass@proxy.corp.example:3128"
+	env.HostedCluster(t, spec)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.CP.Management.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.RunServer(t)
+	addr := freeAddr(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	done := make(chan int)
+	go func() {
+		c := &cli{stdin: strings.NewReader(""), stdout: &logs, stderr: &logs, getenv: func(string) string { return "" }}
+		done <- c.main(ctx, []string{"agent", "--kubeconfig", kubeconfig, "--source", "mgmt-cmd", "--nats-url", srv.ClientURL(),
+			"--listen", addr, "--lease-namespace", ns, "--identity", "test-agent", "--log-format", "json"})
+	}()
+	testenv.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
+	testenv.Eventually(t, 30*time.Second, "leader and one hosted cluster watched", func() bool {
+		_, body := get("http://" + addr + "/metrics")
+		return strings.Contains(body, "hcpbot_agent_leader 1") && strings.Contains(body, "hcpbot_agent_hosted_clusters_watched 1") &&
+			strings.Contains(body, `hcpbot_agent_events_published_total{type="hostedcluster"} 1`)
+	})
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("agent exited %d; logs:\n%s", code, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+	if strings.Contains(logs.String(), "s3cr3t-pass") {
+		t.Error("proxy password in the agent's logs")
+	}
+	if !strings.Contains(logs.String(), `"acquired the agent lease"`) {
+		t.Errorf("no leader election in logs:\n%s", logs.String())
+	}
+}
