@@ -11,10 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/internal/controlplane"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/watchers"
 )
 
 // An edit of the proxy spec is reported with its old and new value and the
@@ -174,14 +179,87 @@ func TestAPIServerOutages(t *testing.T) {
 	}
 	s.waitFor(t, "NotReady after the outage", 1, nodeState(cluster, nodes[0], event.ConditionFalse))
 
-	// The management API server restarts after 20 s down.
+	// The management API server is down for 20 s. Meanwhile the cluster
+	// changes (through a twin API server on the same etcd, as in an HA
+	// control plane) and so does the hosted cluster. Without its API server
+	// the agent cannot renew its Lease, so it stops publishing (another
+	// replica might lead); re-elected, its snapshot restates what changed.
+	twin, err := env.CP.AddTwin(ctx, env.CP.Management)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.CP.RemoveAPIServer(twin.Name) })
+	_, twinDyn, err := twin.Clients()
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.CP.Management.Stop()
+	if err := scenario.NodePool(ctx, twinDyn, spec, "flaky-np", 2, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.SetNodeReady(ctx, hosted.Kube, nodes[0], corev1.ConditionTrue, "KubeletReady", "during the management outage"); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(20 * time.Second)
 	if err := env.CP.Management.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := scenario.NodePool(ctx, env.Dynamic, spec, "flaky-np", 2, false); err != nil {
+	s.waitFor(t, "NodePool change made during the outage, published after", 1, isType[event.NodePoolState](cluster))
+	// The node that recovered meanwhile is no longer listed as a problem,
+	// so a consumer clears it.
+	done := s.waitFor(t, "snapshot of the hosted cluster after the outage", 2, func(e event.Event, p event.Payload) bool {
+		_, ok := p.(event.SnapshotDone)
+		return ok && e.Cluster != nil && e.Cluster.String() == cluster
+	})
+	last, _ := done[len(done)-1].DecodePayload()
+	for _, o := range last.(event.SnapshotDone).Problems {
+		if o.Name == nodes[0] {
+			t.Errorf("node %s still listed as a problem after it recovered", nodes[0])
+		}
+	}
+}
+
+// An agent started against a cluster without the HyperShift CRDs waits and
+// says so (log and metric) instead of exiting, and starts once they appear.
+func TestWaitsForCRDs(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	bare, err := env.CP.AddAPIServer(ctx, "no-crds-"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	if err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor(t, "NodePool problem after the management restart", 1, isType[event.NodePoolState](cluster))
+	t.Cleanup(func() { env.CP.RemoveAPIServer(bare.Name) })
+	kube, dyn, err := bare.Clients()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStream(t)
+	m := watchers.NewMetrics(prometheus.NewRegistry())
+	log := natstest.Logger(t)
+	pub := watchers.NewJetStreamPublisher(s.js, 100, m, log)
+	agent, err := watchers.New(watchers.Config{Source: "bare", SnapshotWait: time.Second}, kube, dyn, pub, m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go pub.Run(actx)
+	go func() { done <- agent.Run(actx) }()
+	defer func() { cancel(); <-done }()
+
+	testenv.Eventually(t, 10*time.Second, "crd_missing counted", func() bool {
+		return m.SyncErrors("crd_missing") >= 1
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("agent exited without CRDs: %v", err)
+	default:
+	}
+	if err := controlplane.InstallCRDs(ctx, bare.RESTConfig(), hypershift.CRDs, "crds/*.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "snapshot once the CRDs exist", 1, func(e event.Event, p event.Payload) bool {
+		_, ok := p.(event.SnapshotDone)
+		return ok && e.Source == "bare"
+	})
 }

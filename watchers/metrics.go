@@ -23,6 +23,15 @@ type Metrics struct {
 // HostedConnections is the number of open connections to hosted API servers.
 func (m *Metrics) HostedConnections() float64 { return gaugeValue(m.hostedConns) }
 
+// SyncErrors is the count of sync errors for reason (e.g. "crd_missing").
+func (m *Metrics) SyncErrors(reason string) float64 {
+	var out dto.Metric
+	if err := m.syncErrors.WithLabelValues(reason).Write(&out); err != nil {
+		return 0
+	}
+	return out.GetCounter().GetValue()
+}
+
 // NewMetrics registers the agent's metrics with reg (nil: not registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{

@@ -128,6 +128,17 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 // AddAPIServer starts another kube-apiserver, with its own etcd prefix,
 // certificates and admin token: a separate cluster as far as clients can tell.
 func (cp *ControlPlane) AddAPIServer(ctx context.Context, name string) (*APIServer, error) {
+	return cp.addAPIServer(ctx, name, name)
+}
+
+// AddTwin starts a second API server of an existing cluster (same etcd
+// prefix): it lets a test change that cluster while its first API server is
+// down, as a highly available control plane would.
+func (cp *ControlPlane) AddTwin(ctx context.Context, of *APIServer) (*APIServer, error) {
+	return cp.addAPIServer(ctx, of.Name+"-twin", of.prefix)
+}
+
+func (cp *ControlPlane) addAPIServer(ctx context.Context, name, prefix string) (*APIServer, error) {
 	cp.mu.Lock()
 	if _, ok := cp.servers[name]; ok {
 		cp.mu.Unlock()
@@ -136,7 +147,7 @@ func (cp *ControlPlane) AddAPIServer(ctx context.Context, name string) (*APIServ
 	cp.servers[name] = nil // reserve the name
 	cp.mu.Unlock()
 
-	s, err := cp.newAPIServer(name)
+	s, err := cp.newAPIServer(name, prefix)
 	if err == nil {
 		err = s.Start(ctx)
 	}
@@ -188,12 +199,13 @@ type APIServer struct {
 	// URL is https://127.0.0.1:<port>.
 	URL string
 
+	prefix  string
 	pki     *pki
 	proc    *process
 	timeout time.Duration
 }
 
-func (cp *ControlPlane) newAPIServer(name string) (*APIServer, error) {
+func (cp *ControlPlane) newAPIServer(name, prefix string) (*APIServer, error) {
 	dir := filepath.Join(cp.opts.Dir, "apiserver-"+name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -212,7 +224,7 @@ func (cp *ControlPlane) newAPIServer(name string) (*APIServer, error) {
 	}
 	args := []string{
 		"--etcd-servers=" + cp.etcdURL,
-		"--etcd-prefix=/" + name,
+		"--etcd-prefix=/" + prefix,
 		"--cert-dir=" + dir,
 		"--tls-cert-file=" + p.certFile,
 		"--tls-private-key-file=" + p.keyFile,
@@ -237,9 +249,10 @@ func (cp *ControlPlane) newAPIServer(name string) (*APIServer, error) {
 		"--v=0",
 	}
 	return &APIServer{
-		Name: name,
-		URL:  "https://127.0.0.1:" + itoa(port),
-		pki:  p,
+		Name:   name,
+		prefix: prefix,
+		URL:    "https://127.0.0.1:" + itoa(port),
+		pki:    p,
 		proc: &process{
 			name:    "kube-apiserver " + name,
 			path:    filepath.Join(cp.opts.AssetsDir, "kube-apiserver"),
