@@ -1,0 +1,164 @@
+// Package demo builds the world `hcpbot demo` runs in: a local management
+// cluster (real etcd + kube-apiserver) with two hosted clusters — one
+// healthy, one behind a proxy whose noProxy lacks `kubernetes` — and drives
+// the seed 000 incident on it.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/internal/controlplane"
+	"github.com/hcpbot/hcpbot/internal/scenario"
+)
+
+// Namespace of the demo's HostedClusters, as in HyperShift's docs.
+const Namespace = "clusters"
+
+// Cluster is a hosted cluster of the demo.
+type Cluster struct {
+	Spec   scenario.Cluster
+	Server *controlplane.APIServer
+	Kube   kubernetes.Interface
+	Nodes  []string
+	SCAPod string
+}
+
+// World is the running demo environment.
+type World struct {
+	Dir        string
+	CP         *controlplane.ControlPlane
+	Kubeconfig string // of the management cluster, for kubectl
+	Kube       kubernetes.Interface
+	Dynamic    dynamic.Interface
+	Healthy    *Cluster
+	Proxied    *Cluster
+}
+
+// Start brings the world up. progress receives what it is doing (the first
+// run builds kube-apiserver from source, which takes minutes).
+func Start(ctx context.Context, dir string, progress io.Writer, buildLog *os.File) (*World, error) {
+	fmt.Fprintln(progress, "▶ starting a local management cluster (etcd + kube-apiserver from module source;")
+	fmt.Fprintln(progress, "  the first run builds kube-apiserver: about 12–15 minutes on 2 cores, cached afterwards)")
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "controlplane"), Progress: buildLog})
+	if err != nil {
+		return nil, err
+	}
+	w := &World{Dir: dir, CP: cp, Kubeconfig: filepath.Join(dir, "management.kubeconfig")}
+	if err := w.setup(ctx, progress); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *World) setup(ctx context.Context, progress io.Writer) error {
+	if err := w.CP.Management.WriteKubeconfig(w.Kubeconfig); err != nil {
+		return err
+	}
+	if err := controlplane.InstallCRDs(ctx, w.CP.Management.RESTConfig(), hypershift.CRDs, "crds/*.yaml"); err != nil {
+		return err
+	}
+	kc, dc, err := w.CP.Management.Clients()
+	if err != nil {
+		return err
+	}
+	w.Kube, w.Dynamic = kc, dc
+	fmt.Fprintln(progress, "▶ creating two hosted clusters: clusters/healthy and clusters/proxied (behind http://proxy.corp.example:3128)")
+	if w.Healthy, err = w.hosted(ctx, scenario.Healthy(Namespace, "healthy")); err != nil {
+		return err
+	}
+	if w.Proxied, err = w.hosted(ctx, scenario.BehindProxy(Namespace, "proxied")); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (w *World) hosted(ctx context.Context, spec scenario.Cluster) (*Cluster, error) {
+	srv, err := w.CP.AddAPIServer(ctx, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := srv.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := scenario.Create(ctx, w.Kube, w.Dynamic, spec, kubeconfig); err != nil {
+		return nil, err
+	}
+	kc, _, err := srv.Clients()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Spec: spec, Server: srv, Kube: kc}
+	pool := spec.Name + "-np"
+	if err := scenario.NodePool(ctx, w.Dynamic, spec, pool, 3, true); err != nil {
+		return nil, err
+	}
+	if c.Nodes, err = scenario.Nodes(ctx, kc, pool, 3); err != nil {
+		return nil, err
+	}
+	if err := scenario.VirtLaunchers(ctx, w.Kube, spec, pool, c.Nodes); err != nil {
+		return nil, err
+	}
+	pod, err := scenario.ServiceCAOperator(ctx, kc, c.Nodes[0])
+	if err != nil {
+		return nil, err
+	}
+	c.SCAPod = pod.Name
+	mode := scenario.ModeHAProxy
+	if spec.HTTPSProxy != "" {
+		mode = scenario.ModeTunnel
+	}
+	for _, n := range c.Nodes {
+		if err := scenario.KubeAPIServerProxy(ctx, kc, n, mode); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// BreakProxied plays seed 000 on clusters/proxied: API traffic tunnelled
+// through the proxy fails, nodes go NotReady, the service-ca-operator
+// crashloops with `failed checking apiserver connectivity`.
+func (w *World) BreakProxied(ctx context.Context, progress io.Writer) error {
+	c := w.Proxied
+	fmt.Fprintln(progress, "▶ seed 000 on clusters/proxied: nodes go NotReady, service-ca-operator crashloops")
+	for _, n := range c.Nodes {
+		if err := scenario.SetNodeReady(ctx, c.Kube, n, corev1.ConditionFalse, "KubeletNotReady", "container runtime network not ready: NetworkReady=false"); err != nil {
+			return err
+		}
+	}
+	if err := scenario.SetNodePoolHealth(ctx, w.Dynamic, Namespace, c.Spec.Name+"-np", false); err != nil {
+		return err
+	}
+	return scenario.CrashLoop(ctx, c.Kube, scenario.ServiceCANamespace, c.SCAPod, 6, scenario.SeedConnectivityMessage)
+}
+
+// HealProxied plays what HyperShift does once noProxy exempts the API
+// server: the NodePool rolls out, kube-apiserver-proxy runs HAProxy, nodes
+// come back and the operator starts. (The demo has no HyperShift operator.)
+func (w *World) HealProxied(ctx context.Context, progress io.Writer) error {
+	c := w.Proxied
+	fmt.Fprintln(progress, "▶ rollout with the new noProxy (played by the demo): nodes Ready, operator running")
+	for _, n := range c.Nodes {
+		if err := scenario.SetNodeReady(ctx, c.Kube, n, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"); err != nil {
+			return err
+		}
+	}
+	if err := scenario.SetNodePoolHealth(ctx, w.Dynamic, Namespace, c.Spec.Name+"-np", true); err != nil {
+		return err
+	}
+	return scenario.Recover(ctx, c.Kube, scenario.ServiceCANamespace, c.SCAPod)
+}
+
+// Stop ends every process of the world.
+func (w *World) Stop() { w.CP.Stop() }
