@@ -179,7 +179,7 @@ func TestSeedIncidentEventsExactlyOnce(t *testing.T) {
 	// The proxy configuration, with a noProxy lacking `kubernetes`.
 	hcs := s.waitFor(t, "HostedCluster state", 1, isType[event.HostedClusterState](cluster))
 	p, _ := hcs[0].DecodePayload()
-	if np := p.(event.HostedClusterState).Proxy.NoProxy; np != ".corp.example,172.31.0.0/16" || strings.Contains(np, "kubernetes") {
+	if np := p.(event.HostedClusterState).Proxy.NoProxy; np != scenario.SeedNoProxy || strings.Contains(np, "kubernetes") {
 		t.Fatalf("noProxy = %q", np)
 	}
 	s.waitFor(t, "hosted cluster snapshot", 1, func(e event.Event, p event.Payload) bool {

@@ -38,8 +38,13 @@ type Cluster struct {
 	TrustedCA       string
 }
 
+// SeedNoProxy is the seed 000 noProxy without `kubernetes`: a domain and the
+// machine network. It must not hold the service or cluster CIDR either, since
+// HyperShift bypasses the proxy for an entry equal to one of those.
+const SeedNoProxy = ".corp.example,192.168.201.0/24"
+
 // BehindProxy is the seed 000 cluster: KubeVirt, both proxies set, and a
-// noProxy that lacks `kubernetes` (so workers tunnel API traffic).
+// noProxy that makes HyperShift tunnel API traffic through the proxy.
 func BehindProxy(namespace, name string) Cluster {
 	return Cluster{
 		Namespace:  namespace,
@@ -48,7 +53,7 @@ func BehindProxy(namespace, name string) Cluster {
 		Platform:   hypershift.PlatformKubeVirt,
 		HTTPProxy:  "http://proxy.corp.example:3128",
 		HTTPSProxy: "http://proxy.corp.example:3128",
-		NoProxy:    ".corp.example,172.31.0.0/16",
+		NoProxy:    SeedNoProxy,
 		TrustedCA:  "user-ca-bundle",
 	}
 }

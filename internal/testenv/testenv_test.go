@@ -46,7 +46,7 @@ func TestHostedClusterCRDDefaultsAndValidation(t *testing.T) {
 	if got := hypershift.CIDRs(hc.Spec.Networking.ClusterNetwork); len(got) != 1 || got[0] != "10.132.0.0/14" {
 		t.Errorf("clusterNetwork defaulted to %v, want [10.132.0.0/14]", got)
 	}
-	if hc.Proxy().NoProxy != ".corp.example,172.31.0.0/16" || hc.Spec.Platform.Type != "KubeVirt" {
+	if hc.Proxy().NoProxy != scenario.SeedNoProxy || hc.Spec.Platform.Type != "KubeVirt" {
 		t.Errorf("read back %+v", hc.Spec)
 	}
 	// Fields hcpbot does not model are preserved.

@@ -1,0 +1,145 @@
+package diagnose
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Severity ranks a diagnosis.
+type Severity string
+
+// Severities, most severe first.
+const (
+	SeverityCritical Severity = "critical"
+	SeverityWarning  Severity = "warning"
+	SeverityInfo     Severity = "info"
+)
+
+// Level is how sure a diagnosis is of its root cause.
+type Level string
+
+// Confidence levels.
+const (
+	ConfidenceHigh   Level = "high"
+	ConfidenceMedium Level = "medium"
+	ConfidenceLow    Level = "low"
+)
+
+// Confidence is a Level with the reason for it, for the reader who has to
+// decide whether to act on the fix.
+type Confidence struct {
+	Level Level
+	Why   string
+}
+
+// Evidence is one observed fact behind a diagnosis. At is the fact's own
+// time (a transition, a termination, a probe's first failure, an edit),
+// never the time of the diagnosis.
+type Evidence struct {
+	At     time.Time
+	Kind   string // "proxy-spec", "proxy-change", "node", "nodepool", "crashloop", "apiserver-proxy", "virt-launcher", "reachability", "condition", "lint"
+	Object string // "node/<name>", "pod/<ns>/<name>", "hostedcluster/<ns>/<name>", ...
+	Text   string
+}
+
+// Fix is a configuration change the bot proposes.
+type Fix struct {
+	Kind   string // "noproxy"
+	Target string // "HostedCluster/<ns>/<name>" or "Proxy/cluster"
+	// Before and After are the whole noProxy value; Add lists the entries
+	// After appends, in order.
+	Before, After string
+	Add           []string
+	// Diff shows the change one entry per line ("  " kept, "+ " added,
+	// "- " dropped).
+	Diff string
+}
+
+// ProxyChangeRef names the proxy edit that preceded a diagnosis.
+type ProxyChangeRef struct {
+	At                           time.Time // when the agent saw the edit
+	Target                       string    // "HostedCluster/<ns>/<name>" or "Proxy/cluster"
+	OldHTTPSProxy, NewHTTPSProxy string    // redacted
+	OldNoProxy, NewNoProxy       string
+	Added, Removed               []string // noProxy entries
+}
+
+// Diagnosis explains a problem of one Cluster. It is deterministic for a
+// given state: evidence is sorted, strings are built from facts only.
+type Diagnosis struct {
+	Rule       string // the Rule's ID
+	Severity   Severity
+	Title      string // one line
+	RootCause  string // a few sentences
+	Confidence Confidence
+	Evidence   []Evidence // sorted by time, then kind, object, text
+	Fix        *Fix       // nil when no fix is offered
+	NextSteps  []string
+	// Symptoms are the keys of the symptoms this diagnosis explains
+	// ("node/<name>", "pod/<ns>/<name>", "nodepool/<ns>/<name>",
+	// "proxy/<ns>/<name>", "api/<ns>/<name>", or "proxy/cluster" for the
+	// management cluster's Proxy), sorted; later rules leave them out.
+	Symptoms []string
+	Trigger  *ProxyChangeRef // the proxy change that preceded the symptoms, if any
+}
+
+// Explained is the set of symptoms earlier rules of a run have explained.
+type Explained struct{ by map[string]string }
+
+// Has reports whether an earlier diagnosis explains the symptom.
+func (x Explained) Has(symptom string) bool {
+	_, ok := x.by[symptom]
+	return ok
+}
+
+// By returns the ID of the rule that explained the symptom, or "".
+func (x Explained) By(symptom string) string { return x.by[symptom] }
+
+// RuleFunc looks at a Cluster and returns a diagnosis when it applies. It
+// must leave out the symptoms in explained, must not modify c, and must
+// give the same result for the same state.
+type RuleFunc func(c *Cluster, now time.Time, explained Explained) (Diagnosis, bool)
+
+// Rule is a named RuleFunc. The ID is stable: the correlator and users key
+// on it.
+type Rule struct {
+	ID   string
+	Eval RuleFunc
+}
+
+// RuleSet is an ordered list of rules: earlier rules take precedence and
+// explain symptoms for the later ones.
+type RuleSet []Rule
+
+// Diagnose runs the rules of rs on c in order. Each diagnosis gets its
+// rule's ID, sorted evidence and sorted symptoms; its symptoms are then
+// explained for the rules after it.
+func (rs RuleSet) Diagnose(c *Cluster, now time.Time) []Diagnosis {
+	var out []Diagnosis
+	x := Explained{by: map[string]string{}}
+	for _, r := range rs {
+		d, ok := r.Eval(c, now, x)
+		if !ok {
+			continue
+		}
+		d.Rule = r.ID
+		slices.SortFunc(d.Evidence, compareEvidence)
+		slices.Sort(d.Symptoms)
+		d.Symptoms = slices.Compact(d.Symptoms)
+		for _, s := range d.Symptoms {
+			if !x.Has(s) {
+				x.by[s] = r.ID
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Diagnose runs DefaultRules on c.
+func Diagnose(c *Cluster, now time.Time) []Diagnosis { return DefaultRules().Diagnose(c, now) }
+
+func compareEvidence(a, b Evidence) int {
+	return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Object, b.Object), cmp.Compare(a.Text, b.Text))
+}

@@ -1,0 +1,71 @@
+// Package diagnose is the bot's model of each hosted cluster and the rules
+// that explain what goes wrong in it. It knows nothing of NATS, Slack or
+// incidents: the correlator feeds it events and turns its diagnoses into
+// incidents.
+//
+// # State
+//
+// A [Cluster] holds what the events of one source and hosted cluster said
+// last: the HostedCluster (proxy spec, networks, API endpoints, version,
+// conditions), the recent proxy changes, NodePools, node readiness,
+// crashlooping pods, the kube-apiserver-proxy of every worker, the
+// virt-launcher pods and the agent's reachability probe. The management
+// scope of a source (events without a hosted cluster, such as the
+// OpenShift Proxy/cluster) is a Cluster with a zero [Key.Cluster].
+//
+// State is built only by [Cluster.Apply]. Events are level state, arrive
+// at least once and not necessarily in order, so Apply is idempotent and
+// keeps the newest fact per object: facts are ordered by their own time
+// when both have one (a node's Ready lastTransitionTime, which a lagging
+// agent cannot get wrong), else by the time the agent observed them, with
+// the event ID as tie-breaker so that the outcome does not depend on
+// arrival order. Deleted and cleared
+// objects leave a small tombstone, so a late copy of an older fact cannot
+// bring them back.
+//
+// [Cluster.ApplySnapshotDone] implements the snapshot contract of package
+// event: the problems of the covered types whose objects the snapshot does
+// not list are cleared, except those observed after the snapshot started,
+// which the agent may not have been able to list yet. A management-scope
+// snapshot covers HostedClusters, NodePools and virt-launcher pods, whose
+// events carry a hosted cluster, so it applies to every Cluster of its
+// source ([Model] does the routing). The agent restates every
+// HostedCluster, so one missing from such a snapshot is gone.
+//
+// # Diagnoses
+//
+// A [Rule] is one small function that looks at a Cluster and may return
+// one [Diagnosis]; [DefaultRules] lists them in priority order and
+// [RuleSet.Diagnose] runs them. Each diagnosis names the symptoms it
+// explains (keys such as "node/<name>", "pod/<ns>/<name>",
+// "nodepool/<ns>/<name>", "proxy/<ns>/<name>", "api/<ns>/<name>"); later
+// rules see them as [Explained] and leave them out, which is the
+// inhibition inside one cluster: once the proxy tunnel explains the
+// NotReady nodes and the service-ca-operator crash, no separate
+// nodes-notready or operator-crashloop diagnosis repeats them.
+//
+// The output is a pure function of the state: evidence is sorted, every
+// string is built from facts (no "5 minutes ago"), so the correlator can
+// compare two results to see whether anything changed. The built-in rules
+// do not depend on now, so re-running Diagnose is only needed after Apply
+// reported a change; now is passed for rules with durations.
+//
+// # The proxy rules
+//
+// HyperShift decides from the HostedCluster's spec noProxy whether the
+// kube-apiserver-proxy on every worker goes straight to the API server or
+// tunnels through the HTTPS proxy with HTTP CONNECT (see
+// noproxy.HyperShiftBypass). Releases 4.14–4.22 search the noProxy string
+// for substrings, later ones compare entries; the release comes from the
+// HostedCluster's version, and when it is unknown a cluster is at risk if
+// either rule tunnels. "proxy-tunnel" fires when the spec tunnels and
+// symptoms appear; "risky-proxy-change" fires at once, before any symptom,
+// when a proxy change turned a bypassing (or proxy-less) spec into a
+// tunnelling one. Both propose the same noProxy fix: kubernetes and the
+// first service and cluster networks, added with noproxy.Missing and
+// noproxy.Merge, shown as a diff.
+//
+// Proxy URLs arrive redacted from package event; noProxy is shown through
+// redact.RedactText as well, in case someone pasted a URL with credentials
+// into it.
+package diagnose

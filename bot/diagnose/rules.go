@@ -1,0 +1,568 @@
+package diagnose
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/noproxy"
+	"github.com/hcpbot/hcpbot/redact"
+)
+
+// The stable rule IDs.
+const (
+	RuleProxyTunnel          = "proxy-tunnel"
+	RuleRiskyProxyChange     = "risky-proxy-change"
+	RuleHostedAPIUnreachable = "hosted-api-unreachable"
+	RuleNodesNotReady        = "nodes-notready"
+	RuleOperatorCrashLoop    = "operator-crashloop"
+	RuleManagementProxyLint  = "management-proxy-lint"
+)
+
+// DefaultRules returns the built-in rules in priority order. Adding a rule
+// is one RuleFunc and one entry here; rules before it explain symptoms for
+// it, rules after it see what it explained.
+func DefaultRules() RuleSet {
+	return RuleSet{
+		{RuleProxyTunnel, proxyTunnel},
+		{RuleRiskyProxyChange, riskyProxyChange},
+		{RuleHostedAPIUnreachable, hostedAPIUnreachable},
+		{RuleNodesNotReady, nodesNotReady},
+		{RuleOperatorCrashLoop, operatorCrashLoop},
+		{RuleManagementProxyLint, managementProxyLint},
+	}
+}
+
+// maxEvidencePerKind bounds the evidence lines of one kind in a diagnosis.
+const maxEvidencePerKind = 10
+
+// tunnelSymptoms are the observations that API traffic through the proxy
+// fails.
+type tunnelSymptoms struct {
+	signature  []*entry[crashRec] // failed checking apiserver connectivity
+	connect    []*entry[crashRec] // a dial through the proxy failed
+	nodes      []*entry[nodeRec]  // NotReady or Unknown
+	pools      []*entry[nodePoolRec]
+	tunnelPods []*entry[apiProxyRec] // tunnel mode; with or without failures
+	failing    int                   // tunnel pods with CONNECT failures
+	haproxy    int                   // pods observed in direct mode
+}
+
+func (c *Cluster) tunnelSymptoms() tunnelSymptoms {
+	var s tunnelSymptoms
+	for _, e := range c.crashes.live() {
+		switch e.rec.sig {
+		case event.SignatureAPIServerConnectivity:
+			s.signature = append(s.signature, e)
+		case event.SignatureProxyConnect:
+			s.connect = append(s.connect, e)
+		}
+	}
+	s.nodes = c.notReadyNodes(Explained{})
+	s.pools = c.unhealthyPools()
+	for _, e := range c.apiProxies.live() {
+		switch e.rec.mode {
+		case event.ProxyModeTunnel:
+			s.tunnelPods = append(s.tunnelPods, e)
+			if e.rec.connectFailure {
+				s.failing++
+			}
+		case event.ProxyModeHAProxy:
+			s.haproxy++
+		}
+	}
+	return s
+}
+
+func (s tunnelSymptoms) connectFailures() bool { return s.failing > 0 || len(s.connect) > 0 }
+
+// kinds counts the kinds of symptoms seen: the operator signature, NotReady
+// nodes, unhealthy NodePools, CONNECT failures.
+func (s tunnelSymptoms) kinds() int {
+	n := 0
+	for _, b := range []bool{len(s.signature) > 0, len(s.nodes) > 0, len(s.pools) > 0, s.connectFailures()} {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// proxyTunnel: the spec tunnels API traffic through the proxy and the
+// cluster shows it (seed 000).
+func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
+	hc, ok := c.live()
+	if !ok {
+		return Diagnosis{}, false
+	}
+	spec, since := c.effectiveProxy()
+	v := decide(hc, spec)
+	if !v.tunnel() {
+		return Diagnosis{}, false
+	}
+	s := c.tunnelSymptoms()
+	if s.kinds() == 0 {
+		return Diagnosis{}, false
+	}
+
+	d := Diagnosis{
+		Severity: SeverityCritical,
+		Title:    "API traffic of " + c.label() + " is tunnelled through the HTTPS proxy",
+		Fix:      noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc),
+	}
+	d.Symptoms = append(d.Symptoms, c.proxyKey())
+	d.Evidence = append(d.Evidence, c.proxySpecEvidence(spec, since))
+
+	var parts []string
+	var latest time.Time
+	note := func(ev Evidence) Evidence {
+		if ev.At.After(latest) {
+			latest = ev.At
+		}
+		return ev
+	}
+	if n := len(s.signature); n > 0 {
+		parts = append(parts, plural(n, "pod fails", "pods fail")+" checking apiserver connectivity ("+s.signature[0].rec.pod+")")
+		var ev []Evidence
+		for _, e := range s.signature {
+			ev = append(ev, note(crashEvidence(e)))
+			d.Symptoms = append(d.Symptoms, podKey(e.rec.namespace, e.rec.pod))
+		}
+		d.Evidence = append(d.Evidence, capEvidence(ev, maxEvidencePerKind, "crashlooping pods")...)
+	}
+	if n := len(s.nodes); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %s NotReady", n, plural(c.liveNodes(), "node is", "nodes are")))
+		var ev []Evidence
+		for _, e := range s.nodes {
+			ev = append(ev, note(nodeEvidence(e)))
+			d.Symptoms = append(d.Symptoms, nodeKey(e.rec.name))
+		}
+		d.Evidence = append(d.Evidence, capEvidence(ev, maxEvidencePerKind, "NotReady nodes")...)
+	}
+	for _, e := range s.pools {
+		parts = append(parts, "NodePool "+e.rec.name+" reports AllNodesHealthy=False")
+		d.Evidence = append(d.Evidence, note(poolEvidence(e, "AllNodesHealthy")))
+		d.Symptoms = append(d.Symptoms, nodePoolKey(e.rec.namespace, e.rec.name))
+	}
+	if s.connectFailures() {
+		parts = append(parts, "CONNECT through the proxy fails ("+plural(s.failing+len(s.connect), "pod", "pods")+")")
+	}
+	var podEv []Evidence
+	for _, e := range s.tunnelPods {
+		ev := apiProxyEvidence(e)
+		if e.rec.connectFailure {
+			ev = note(ev)
+		}
+		podEv = append(podEv, ev)
+		d.Symptoms = append(d.Symptoms, podKey(firstNonEmpty(e.ref.namespace, "kube-system"), e.rec.pod))
+	}
+	d.Evidence = append(d.Evidence, capEvidence(podEv, maxEvidencePerKind, "tunnel-mode kube-apiserver-proxy pods")...)
+	for _, e := range s.connect {
+		d.Evidence = append(d.Evidence, note(crashEvidence(e)))
+		d.Symptoms = append(d.Symptoms, podKey(e.rec.namespace, e.rec.pod))
+	}
+
+	cause := fmt.Sprintf("HostedCluster %s (%s) has httpsProxy %s and spec noProxy %q. %s Symptoms: %s.",
+		c.key.Cluster, firstNonEmpty(hc.Platform, "platform unknown"), spec.HTTPSProxy, redact.RedactText(spec.NoProxy),
+		v.explain(), strings.Join(parts, "; "))
+	if ch, ok := c.riskyChange(hc); ok {
+		d.Evidence = append(d.Evidence, changeEvidence(ch))
+		if !ch.st.obs.After(latest) {
+			d.Trigger = changeRef(ch)
+			cause += fmt.Sprintf(" It began with the proxy change seen at %s.", ch.st.obs.Format(time.RFC3339))
+		}
+	}
+	d.RootCause = cause
+
+	level, why := ConfidenceMedium, fmt.Sprintf("%s of symptoms", plural(s.kinds(), "kind", "kinds"))
+	if s.kinds() >= 2 && (len(s.signature) > 0 || s.connectFailures()) {
+		level = ConfidenceHigh
+		why += ", including " + strongest(s)
+	} else {
+		why += "; high confidence needs two kinds including the operator's connectivity failure or a CONNECT failure"
+	}
+	if ok, reason := v.certain(); !ok && len(s.tunnelPods) == 0 && level == ConfidenceHigh {
+		level, why = ConfidenceMedium, why+"; but "+reason+" and no tunnel-mode kube-apiserver-proxy was observed"
+	}
+	if len(s.tunnelPods) == 0 && s.haproxy > 0 {
+		level, why = ConfidenceLow, why+"; but every observed kube-apiserver-proxy runs in direct (haproxy) mode, so the workers may not have rolled out this spec yet"
+	}
+	d.Confidence = Confidence{Level: level, Why: why}
+
+	d.NextSteps = c.noProxyFixSteps(d.Fix, spec)
+	d.NextSteps = append(d.NextSteps,
+		"The change rolls out every NodePool of the cluster; afterwards the kube-apiserver-proxy pods (namespace kube-system of the hosted cluster, label k8s-app=kube-apiserver-proxy) run plain HAProxy without the kubernetes-default-proxy container.")
+	if len(s.tunnelPods) > 0 {
+		d.NextSteps = append(d.NextSteps, fmt.Sprintf("To see the tunnel fail meanwhile: oc logs -n kube-system %s -c kubernetes-default-proxy (in the hosted cluster).", s.tunnelPods[0].rec.pod))
+	}
+	return d, true
+}
+
+func strongest(s tunnelSymptoms) string {
+	switch {
+	case len(s.signature) > 0 && s.connectFailures():
+		return "the operator's apiserver connectivity failure and CONNECT failures"
+	case len(s.signature) > 0:
+		return "the operator's apiserver connectivity failure"
+	}
+	return "CONNECT failures through the proxy"
+}
+
+// noProxyFixSteps tells how to apply a HostedCluster noProxy fix.
+func (c *Cluster) noProxyFixSteps(f *Fix, spec event.ProxySpec) []string {
+	if f == nil {
+		return nil
+	}
+	resource := fmt.Sprintf("hostedcluster -n %s %s", c.key.Cluster.Namespace, c.key.Cluster.Name)
+	if cmd := patchCommand(f, resource, `{"spec":{"configuration":{"proxy":{"noProxy":%s}}}}`, spec.NoProxy); cmd != "" {
+		return []string{"Add " + strings.Join(f.Add, ", ") + " to noProxy: " + cmd}
+	}
+	return []string{"noProxy contains text that looks like credentials (shown redacted); remove it, then add " + strings.Join(f.Add, ", ") + " to spec.configuration.proxy.noProxy of HostedCluster " + c.key.Cluster.String() + "."}
+}
+
+// riskyProxyChange: a proxy edit made the spec tunnel, and nothing shows it
+// yet. Prevention beats diagnosis, so it is reported at once; once
+// symptoms follow, proxy-tunnel explains "proxy/<ns>/<name>" and takes over.
+func riskyProxyChange(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
+	hc, ok := c.live()
+	if !ok || x.Has(c.proxyKey()) {
+		return Diagnosis{}, false
+	}
+	ch, ok := c.riskyChange(hc)
+	if !ok {
+		return Diagnosis{}, false
+	}
+	spec, since := c.effectiveProxy()
+	v := decide(hc, spec)
+	trigger := changeRef(ch)
+	what := "changed"
+	if strings.TrimSpace(ch.old.HTTPSProxy) == "" {
+		what = "was set"
+	}
+	d := Diagnosis{
+		Severity: SeverityWarning,
+		Title:    "Proxy change on " + c.label() + " makes the workers tunnel API traffic through the proxy",
+		RootCause: fmt.Sprintf("At %s the proxy of HostedCluster %s %s: noProxy %q → %q. %s No symptoms yet: as the NodePools roll out, every worker whose kube-apiserver-proxy cannot CONNECT through the proxy loses the API server, its node goes NotReady and service-ca-operator fails its apiserver connectivity check.",
+			ch.st.obs.Format(time.RFC3339), c.key.Cluster, what, trigger.OldNoProxy, trigger.NewNoProxy, v.explain()),
+		Evidence: []Evidence{changeEvidence(ch), c.proxySpecEvidence(spec, since)},
+		Fix:      noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc),
+		Symptoms: []string{c.proxyKey()},
+		Trigger:  trigger,
+	}
+	if ok, reason := v.certain(); ok {
+		d.Confidence = Confidence{ConfidenceHigh, "HyperShift's kube-apiserver-proxy rule is deterministic and tunnels for this noProxy"}
+	} else {
+		d.Confidence = Confidence{ConfidenceMedium, reason}
+	}
+	d.NextSteps = c.noProxyFixSteps(d.Fix, spec)
+	d.NextSteps = append(d.NextSteps,
+		"Fix it before the NodePool rollout replaces the workers: each new worker comes up with a tunnelling kube-apiserver-proxy.",
+		"If API traffic must go through the proxy, make sure it allows CONNECT to the API server and watch for nodes going NotReady.")
+	return d, true
+}
+
+// hostedAPIUnreachable: the agent's probe fails or HyperShift reports the
+// kube-apiserver unavailable.
+func hostedAPIUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
+	hc, ok := c.live()
+	if !ok || x.Has(c.apiKey()) {
+		return Diagnosis{}, false
+	}
+	var probe *entry[reachRec]
+	if es := c.reach.live(); len(es) == 1 && !es[0].rec.reachable {
+		probe = es[0]
+	}
+	var conds []event.Condition
+	for _, cd := range hc.Conditions {
+		if (cd.Type == "KubeAPIServerAvailable" || cd.Type == "Available") && cd.Status == event.ConditionFalse {
+			conds = append(conds, cd)
+		}
+	}
+	apiDown := false
+	for _, cd := range conds {
+		apiDown = apiDown || cd.Type == "KubeAPIServerAvailable"
+	}
+	if probe == nil && !apiDown {
+		return Diagnosis{}, false
+	}
+	d := Diagnosis{
+		Severity: SeverityCritical,
+		Title:    "API server of " + c.label() + " is unreachable",
+		Symptoms: []string{c.apiKey()},
+	}
+	var parts []string
+	if probe != nil {
+		at := probe.rec.since
+		if at.IsZero() {
+			at = probe.since
+		}
+		text := "probe of " + firstNonEmpty(probe.rec.endpoint, "the API server") + " fails"
+		if probe.rec.err != "" {
+			text += ": " + probe.rec.err
+		}
+		d.Evidence = append(d.Evidence, Evidence{At: at, Kind: "reachability", Object: c.hcObject(), Text: clip(text, maxEvidenceText)})
+		parts = append(parts, fmt.Sprintf("The agent cannot reach the hosted API server at %s since %s.", firstNonEmpty(probe.rec.endpoint, "its endpoint"), at.Format(time.RFC3339)))
+	}
+	for _, cd := range conds {
+		text := cd.Type + "=" + string(cd.Status)
+		if cd.Reason != "" {
+			text += " (" + cd.Reason + ")"
+		}
+		if cd.Message != "" {
+			text += ": " + cd.Message
+		}
+		at := cd.LastTransitionTime
+		if at.IsZero() {
+			at = c.hc.st.obs
+		}
+		d.Evidence = append(d.Evidence, Evidence{At: at, Kind: "condition", Object: c.hcObject(), Text: clip(text, maxEvidenceText)})
+	}
+	if apiDown {
+		parts = append(parts, "HyperShift reports KubeAPIServerAvailable=False for the HostedCluster.")
+	}
+	parts = append(parts, "Nodes, operators and the bot's own view of the hosted cluster depend on it; the cause is in the control plane or on the path to it, which the bot does not see.")
+	d.RootCause = strings.Join(parts, " ")
+	if probe != nil && apiDown {
+		d.Confidence = Confidence{ConfidenceHigh, "the agent's probe and HyperShift's condition agree"}
+	} else if probe != nil {
+		d.Confidence = Confidence{ConfidenceMedium, "only the agent's probe fails; HyperShift does not report the API server down, so the path from the agent may be at fault"}
+	} else {
+		d.Confidence = Confidence{ConfidenceMedium, "only HyperShift's condition reports it; the agent's probe does not fail"}
+	}
+	ns := c.controlPlaneNamespace()
+	d.NextSteps = []string{
+		fmt.Sprintf("oc get pods -n %s -l app=kube-apiserver (management cluster): are the kube-apiserver pods running and ready?", ns),
+		fmt.Sprintf("oc get hostedcluster -n %s %s -o jsonpath='{.status.conditions}'", c.key.Cluster.Namespace, c.key.Cluster.Name),
+		"Check the route, load balancer or NodePort that publishes the API endpoint, from the management cluster and from a worker.",
+	}
+	return d, true
+}
+
+// nodesNotReady: NotReady nodes that no proxy rule explains.
+func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
+	if c.Gone() {
+		return Diagnosis{}, false
+	}
+	nodes := c.notReadyNodes(x)
+	if len(nodes) == 0 {
+		return Diagnosis{}, false
+	}
+	total := c.liveNodes()
+	d := Diagnosis{
+		Severity: SeverityWarning,
+		Title:    fmt.Sprintf("%d of %s NotReady in %s", len(nodes), plural(total, "node", "nodes"), c.label()),
+	}
+	if len(nodes) == total {
+		d.Severity = SeverityCritical
+	}
+	var ev, vmEv []Evidence
+	vmDown, vmKnown := 0, 0
+	for _, e := range nodes {
+		ev = append(ev, nodeEvidence(e))
+		d.Symptoms = append(d.Symptoms, nodeKey(e.rec.name))
+		if l := c.launcherFor(e.rec.name); l != nil {
+			vmKnown++
+			vmEv = append(vmEv, launcherEvidence(l))
+			if l.rec.phase != "Running" {
+				vmDown++
+			}
+		}
+	}
+	d.Evidence = append(capEvidence(ev, maxEvidencePerKind, "NotReady nodes"), capEvidence(vmEv, maxEvidencePerKind, "virt-launcher pods")...)
+	for _, e := range c.unhealthyPools() {
+		d.Evidence = append(d.Evidence, poolEvidence(e, "AllNodesHealthy"))
+	}
+	var stale []*entry[apiProxyRec]
+	for _, e := range c.apiProxies.live() {
+		if e.rec.mode == event.ProxyModeTunnel {
+			stale = append(stale, e)
+		}
+	}
+
+	first := nodes[0].rec
+	head := fmt.Sprintf("%d of %d nodes are NotReady", len(nodes), total)
+	if total == 1 {
+		head = "The only node is NotReady"
+	}
+	head += "; " + first.name + " reports Ready=" + string(first.ready)
+	if first.reason != "" {
+		head += " (" + first.reason + ")"
+	}
+	parts := []string{head + "."}
+	if vmDown > 0 {
+		parts = append(parts, fmt.Sprintf("The VMs behind %d of them are not running (virt-launcher phase other than Running).", vmDown))
+	}
+	statement, known := c.proxyStatement()
+	parts = append(parts, statement)
+	if len(stale) > 0 && known {
+		parts = append(parts, fmt.Sprintf("%s still run in tunnel mode, so the workers have not rolled out the current proxy spec yet.", plural(len(stale), "kube-apiserver-proxy pod", "kube-apiserver-proxy pods")))
+		for _, e := range stale {
+			d.Evidence = append(d.Evidence, apiProxyEvidence(e))
+		}
+	}
+	d.RootCause = strings.Join(parts, " ")
+	switch {
+	case !known:
+		d.Confidence = Confidence{ConfidenceLow, "the HostedCluster has not been seen yet, so its proxy settings could not be checked"}
+	case vmDown == len(nodes):
+		d.Confidence = Confidence{ConfidenceHigh, "the VMs behind every NotReady node are not running"}
+	default:
+		d.Confidence = Confidence{ConfidenceMedium, "NotReady is observed directly and a proxy cause is ruled out; the cause lies in the kubelet, the VM or the network, which the bot does not see"}
+	}
+	d.NextSteps = []string{
+		fmt.Sprintf("oc describe node %s (in the hosted cluster): conditions, kubelet events.", first.name),
+	}
+	if vmKnown > 0 || strings.EqualFold(platformOf(c), "KubeVirt") {
+		d.NextSteps = append(d.NextSteps, fmt.Sprintf("oc get vmi,pods -n %s -l kubevirt.io=virt-launcher (management cluster): is the VM %s running?", c.controlPlaneNamespace(), first.name))
+	}
+	d.NextSteps = append(d.NextSteps, fmt.Sprintf("oc get nodepool -n %s -o wide: is a rollout (UpdatingConfig, UpdatingVersion) replacing the nodes?", c.key.Cluster.Namespace))
+	return d, true
+}
+
+func platformOf(c *Cluster) string {
+	hc, _ := c.HostedCluster()
+	return hc.Platform
+}
+
+// proxyStatement says why the proxy is not the cause, or that it could not
+// be checked.
+func (c *Cluster) proxyStatement() (string, bool) {
+	hc, ok := c.live()
+	if !ok {
+		return "The HostedCluster has not been seen yet, so a proxy cause is not ruled out.", false
+	}
+	spec, _ := c.effectiveProxy()
+	v := decide(hc, spec)
+	if !v.proxy {
+		return "The cluster has no HTTPS proxy, so the proxy is not the cause.", true
+	}
+	if v.tunnel() {
+		return "The proxy spec tunnels API traffic through the proxy: " + v.explain(), true
+	}
+	return "No proxy cause. " + v.explain(), true
+}
+
+// operatorCrashLoop: crashlooping pods that no proxy rule explains.
+func operatorCrashLoop(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
+	if c.Gone() {
+		return Diagnosis{}, false
+	}
+	var pods []*entry[crashRec]
+	for _, e := range c.crashes.live() {
+		if !x.Has(podKey(e.rec.namespace, e.rec.pod)) {
+			pods = append(pods, e)
+		}
+	}
+	if len(pods) == 0 {
+		return Diagnosis{}, false
+	}
+	first := pods[0].rec
+	d := Diagnosis{Severity: SeverityWarning}
+	if len(pods) == 1 {
+		d.Title = fmt.Sprintf("%s/%s is crashlooping in %s", first.namespace, first.pod, c.label())
+	} else {
+		d.Title = fmt.Sprintf("%d pods are crashlooping in %s", len(pods), c.label())
+	}
+	var ev []Evidence
+	sigs := map[event.Signature]bool{}
+	for _, e := range pods {
+		ev = append(ev, crashEvidence(e))
+		d.Symptoms = append(d.Symptoms, podKey(e.rec.namespace, e.rec.pod))
+		sigs[e.rec.sig] = true
+	}
+	d.Evidence = capEvidence(ev, maxEvidencePerKind, "crashlooping pods")
+
+	parts := []string{fmt.Sprintf("%s restarting in a loop; the last termination of %s/%s says: %s", plural(len(pods), "pod is", "pods are"), first.namespace, first.pod, sentence(firstNonEmpty(first.line, "(no message)")))}
+	for _, sig := range []event.Signature{event.SignatureAPIServerConnectivity, event.SignatureProxyConnect, event.SignatureUnknownAuthority, event.SignatureNone} {
+		if !sigs[sig] {
+			continue
+		}
+		switch sig {
+		case event.SignatureAPIServerConnectivity:
+			parts = append(parts, "The operator cannot reach the API server at start-up.")
+			d.NextSteps = append(d.NextSteps, "Check the API server path from the workers: the kube-apiserver-proxy pod on the operator's node (oc logs -n kube-system kube-apiserver-proxy-<node>) and the control plane's kube-apiserver.")
+		case event.SignatureProxyConnect:
+			parts = append(parts, "A connection through the HTTP proxy failed.")
+			d.NextSteps = append(d.NextSteps, "Check that the proxy allows CONNECT to the destination in the message, or that noProxy exempts it.")
+		case event.SignatureUnknownAuthority:
+			parts = append(parts, "TLS verification failed with an unknown authority, typically a TLS-intercepting proxy whose CA is not trusted.")
+			d.NextSteps = append(d.NextSteps, "Add the proxy's CA to the ConfigMap named by spec.configuration.proxy.trustedCA (key ca-bundle.crt).")
+		case event.SignatureNone:
+			d.NextSteps = append(d.NextSteps, fmt.Sprintf("oc logs -n %s %s -c %s --previous (in the hosted cluster) for the full log.", first.namespace, first.pod, firstNonEmpty(first.container, "<container>")))
+		}
+	}
+	statement, known := c.proxyStatement()
+	if sigs[event.SignatureAPIServerConnectivity] || sigs[event.SignatureProxyConnect] {
+		parts = append(parts, statement)
+	}
+	if by := x.By(c.proxyKey()); by != "" {
+		parts = append(parts, "A "+by+" diagnosis is active for this cluster; this crash shows no proxy signature but may follow from it.")
+	}
+	d.RootCause = strings.Join(parts, " ")
+	switch {
+	case !known:
+		d.Confidence = Confidence{ConfidenceLow, "the HostedCluster has not been seen yet, so its proxy settings could not be checked"}
+	case sigs[event.SignatureNone] && len(sigs) == 1:
+		d.Confidence = Confidence{ConfidenceLow, "the termination message matches no known signature"}
+	default:
+		d.Confidence = Confidence{ConfidenceMedium, "the termination message is observed directly and matches a known signature; what the operator could not reach, and why, the bot does not see"}
+	}
+	return d, true
+}
+
+// managementProxyLint: the OpenShift Proxy/cluster of a management cluster
+// misses entries in noProxy. Informational: OpenShift renders most
+// defaults into status itself, so only what the rendered list still lacks
+// is reported.
+func managementProxyLint(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
+	es := c.ocp.live()
+	if !c.key.Management() || len(es) != 1 {
+		return Diagnosis{}, false
+	}
+	e := es[0]
+	p := e.rec
+	rendered := firstNonEmpty(p.status.NoProxy, p.spec.NoProxy)
+	cp := noproxy.ClusterProxy{
+		HTTPProxy: firstNonEmpty(p.status.HTTPProxy, p.spec.HTTPProxy), HTTPSProxy: firstNonEmpty(p.status.HTTPSProxy, p.spec.HTTPSProxy),
+		NoProxy: rendered, TrustedCA: p.spec.TrustedCA,
+	}
+	var add []string
+	d := Diagnosis{Severity: SeverityInfo, Symptoms: []string{"proxy/cluster"}}
+	for _, f := range noproxy.Lint(cp) {
+		if !strings.HasPrefix(f.Code, "missing-") || f.Code == noproxy.CodeMissingServiceCIDR || f.Code == noproxy.CodeMissingClusterCIDR {
+			continue
+		}
+		add = append(add, f.Entry)
+		d.Evidence = append(d.Evidence, Evidence{At: e.since, Kind: "lint", Object: "proxy/cluster", Text: clip(f.Code+": "+f.Reason, maxEvidenceText)})
+	}
+	if len(add) == 0 {
+		return Diagnosis{}, false
+	}
+	after := noproxy.Merge(p.spec.NoProxy, add)
+	added := splitList(after)[len(splitList(noproxy.Merge(p.spec.NoProxy, nil))):]
+	if len(added) == 0 {
+		return Diagnosis{}, false
+	}
+	d.Title = "Proxy/cluster of " + c.key.Source + ": noProxy lacks " + strings.Join(added, ", ")
+	d.RootCause = fmt.Sprintf("The rendered noProxy of Proxy/cluster (%q) lacks %s, so clients that honour NO_PROXY send those requests through the proxy. OpenShift adds the networks and .svc/.cluster.local by itself; these it does not.", redact.RedactText(rendered), strings.Join(added, ", "))
+	d.Confidence = Confidence{ConfidenceHigh, "the lint applies the NO_PROXY rules of Go, curl and Python to the rendered list"}
+	d.Fix = &Fix{
+		Kind: "noproxy", Target: "Proxy/cluster",
+		Before: redact.RedactText(p.spec.NoProxy), After: redact.RedactText(after), Add: added,
+		Diff: redact.RedactText(listDiff("spec.noProxy", splitList(p.spec.NoProxy), splitList(after))),
+	}
+	if cmd := patchCommand(d.Fix, "proxy/cluster", `{"spec":{"noProxy":%s}}`, p.spec.NoProxy); cmd != "" {
+		d.NextSteps = append(d.NextSteps, cmd)
+	}
+	d.NextSteps = append(d.NextSteps, "Changing Proxy/cluster rolls out to every node of the management cluster (machine config); plan it.")
+	return d, true
+}
+
+// sentence ends s with a full stop unless it ends with punctuation.
+func sentence(s string) string {
+	if s == "" || strings.ContainsAny(s[len(s)-1:], ".!?…") {
+		return s
+	}
+	return s + "."
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/internal/demo"
+	"github.com/hcpbot/hcpbot/internal/logging"
+	"github.com/hcpbot/hcpbot/watchers"
+)
+
+func init() {
+	extraCommands = append(extraCommands, command{name: "demo", summary: "run agent + bot on a local control plane and play the seed 000 incident", run: runDemo})
+}
+
+const demoSource = "local"
+
+func runDemo(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("demo", "[--script] [--dir DIR]")
+	script := fs.Bool("script", false, "play the scenario end to end without a terminal; exit 0 only if diagnosed, fixed and resolved")
+	dir := fs.String("dir", "", "working folder (default: a new temporary folder)")
+	timeout := fs.Duration("timeout", 3*time.Minute, "with --script: how long each step may take")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "hcpbot-demo-")
+		if err != nil {
+			return err
+		}
+		*dir = d
+	}
+	if err := os.MkdirAll(*dir, 0o700); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(*dir, "hcpbot.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	log, _ := logging.New(logFile, "info", "json")
+	logging.RouteKlog(log)
+	out := c.stdout
+
+	w, err := demo.Start(ctx, *dir, out, os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+
+	conn, err := bus.Connect(ctx, bus.Config{Name: "hcpbot-demo", Embedded: bus.EmbeddedConfig{StoreDir: filepath.Join(*dir, "nats"), Name: "hcpbot-demo", Logger: log}}, log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+		return err
+	}
+
+	var notifier notify.Notifier
+	channel := "console"
+	if token, ch := c.getenv("SLACK_BOT_TOKEN"), c.getenv("HCPBOT_SLACK_CHANNEL"); token != "" && ch != "" {
+		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{})
+		if err != nil {
+			return err
+		}
+		notifier, err = notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient(token, c.getenv("SLACK_API_URL"), nil), Store: store, Log: log})
+		if err != nil {
+			return err
+		}
+		channel = ch
+		fmt.Fprintf(out, "▶ posting to Slack channel %s\n", ch)
+	} else {
+		notifier = notify.NewConsole(out)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	metrics := watchers.NewMetrics(nil)
+	pub := watchers.NewJetStreamPublisher(conn.JS, 10000, metrics, log)
+	agent, err := watchers.New(watchers.Config{Source: demoSource, Identity: "demo", ProbeInterval: 2 * time.Second}, w.Kube, w.Dynamic, pub, metrics, log)
+	if err != nil {
+		return err
+	}
+	pub.OnResync(agent.Resync)
+	b := bot.New(bot.Config{Channel: channel}, conn.JS, notifier, nil, log)
+	wg.Go(func() { pub.Run(runCtx) })
+	wg.Go(func() { _ = agent.Run(runCtx) })
+	wg.Go(func() { _ = notifier.Run(runCtx) })
+	wg.Go(func() {
+		if err := b.Run(runCtx); err != nil {
+			log.Error().Err(err).Msg("bot stopped")
+		}
+	})
+
+	fmt.Fprintf(out, "▶ agent + bot running on embedded NATS; logs in %s\n", logFile.Name())
+	fmt.Fprintf(out, "▶ look with kubectl:  export KUBECONFIG=%s\n", w.Kubeconfig)
+	if err := w.BreakProxied(ctx, out); err != nil {
+		return err
+	}
+	h := &demoHandler{w: w, bot: b, out: out, log: log, proposals: map[string]*diagnose.Fix{}}
+	if *script {
+		return h.script(ctx, *timeout)
+	}
+	fmt.Fprintln(out, "▶ type /hcp help — try: /hcp incidents, /hcp diagnose clusters/proxied, /hcp fix noproxy clusters/proxied, /hcp approve <id>; quit to leave")
+	return (&chatops.Console{In: c.stdin, Out: out, Handler: h, Prompt: "hcp> "}).Run(ctx)
+}
+
+// demoHandler answers the console's commands from the bot's state. Fixes
+// are applied straight from the demo here; the approval flow with its
+// audit trail and the agent's actions replace this in the actions package.
+type demoHandler struct {
+	w   *demo.World
+	bot *bot.Bot
+	out io.Writer
+	log zerolog.Logger
+
+	mu        sync.Mutex
+	proposals map[string]*diagnose.Fix
+}
+
+func key(ref chatops.ClusterRef) diagnose.Key {
+	return diagnose.Key{Source: demoSource, Cluster: eventRef(ref)}
+}
+
+func (h *demoHandler) HandleCommand(ctx context.Context, r chatops.Request) chatops.Reply {
+	switch cmd := r.Command.(type) {
+	case chatops.Incidents:
+		var b strings.Builder
+		for _, inc := range h.bot.Incidents() {
+			state := "OPEN"
+			if !inc.Open() {
+				state = "resolved"
+			}
+			title := ""
+			if len(inc.Diagnoses) > 0 {
+				title = inc.Diagnoses[0].Title
+			}
+			fmt.Fprintf(&b, "%s  %-8s %s — %s\n", inc.Key, state, inc.Cluster, title)
+		}
+		if b.Len() == 0 {
+			return chatops.Reply{Text: "No incidents."}
+		}
+		return chatops.Reply{Text: b.String()}
+	case chatops.Status:
+		var b strings.Builder
+		for _, k := range h.bot.Clusters() {
+			if cmd.Cluster != nil && k != key(*cmd.Cluster) {
+				continue
+			}
+			diags, _ := h.bot.Diagnose(k)
+			state := "healthy"
+			if len(diags) > 0 {
+				state = diags[0].Title
+			}
+			fmt.Fprintf(&b, "%s: %s\n", k, state)
+		}
+		return chatops.Reply{Text: b.String()}
+	case chatops.Diagnose:
+		diags, ok := h.bot.Diagnose(key(cmd.Cluster))
+		if !ok {
+			return chatops.Reply{Text: "Unknown cluster " + cmd.Cluster.Namespace + "/" + cmd.Cluster.Name}
+		}
+		if len(diags) == 0 {
+			return chatops.Reply{Text: "No problem found."}
+		}
+		d := diags[0]
+		text := fmt.Sprintf("%s\n%s\nConfidence: %s (%s)", d.Title, d.RootCause, d.Confidence.Level, d.Confidence.Why)
+		if d.Fix != nil {
+			text += "\nProposed fix:\n" + d.Fix.Diff
+		}
+		return chatops.Reply{Text: text}
+	case chatops.FixNoProxy:
+		diags, _ := h.bot.Diagnose(key(cmd.Cluster))
+		for _, d := range diags {
+			if d.Fix != nil && d.Fix.Kind == "noproxy" {
+				id := newActionID()
+				h.mu.Lock()
+				h.proposals[id] = d.Fix
+				h.mu.Unlock()
+				return chatops.Reply{Text: fmt.Sprintf("Proposal %s for %s:\n%s\nApprove with: /hcp approve %s", id, d.Fix.Target, d.Fix.Diff, id)}
+			}
+		}
+		return chatops.Reply{Text: "No noProxy fix is proposed for this cluster."}
+	case chatops.Approve:
+		h.mu.Lock()
+		fix := h.proposals[cmd.ActionID]
+		delete(h.proposals, cmd.ActionID)
+		h.mu.Unlock()
+		if fix == nil {
+			return chatops.Reply{Text: "No pending proposal " + cmd.ActionID}
+		}
+		if err := h.apply(ctx, fix); err != nil {
+			return chatops.Reply{Text: "Fix failed: " + err.Error()}
+		}
+		go func() { _ = h.w.HealProxied(context.WithoutCancel(ctx), h.out) }()
+		return chatops.Reply{Text: fmt.Sprintf("Applied: noProxy of %s is now %q", fix.Target, fix.After)}
+	}
+	return chatops.Reply{Text: fmt.Sprintf("`%s` is not available in the demo yet.", r.Command.Name())}
+}
+
+func (h *demoHandler) HandleAction(context.Context, chatops.ActionRequest) chatops.Reply {
+	return chatops.Reply{Text: "Buttons are for Slack; type the command instead."}
+}
+
+// apply writes the fix's noProxy if the HostedCluster still has the value
+// the fix was computed from (resourceVersion precondition via Update).
+func (h *demoHandler) apply(ctx context.Context, fix *diagnose.Fix) error {
+	parts := strings.Split(fix.Target, "/")
+	if len(parts) != 3 || parts[0] != "HostedCluster" {
+		return fmt.Errorf("unsupported target %q", fix.Target)
+	}
+	ri := h.w.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(parts[1])
+	u, err := ri.Get(ctx, parts[2], metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	cur, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy")
+	if cur != fix.Before {
+		return fmt.Errorf("noProxy changed since the proposal (now %q); propose again", cur)
+	}
+	if err := unstructured.SetNestedField(u.Object, fix.After, "spec", "configuration", "proxy", "noProxy"); err != nil {
+		return err
+	}
+	_, err = ri.Update(ctx, u, metav1.UpdateOptions{})
+	return err
+}
+
+// script plays the whole scenario and checks each step.
+func (h *demoHandler) script(ctx context.Context, timeout time.Duration) error {
+	k := diagnose.Key{Source: demoSource, Cluster: eventRef(chatops.ClusterRef{Namespace: demo.Namespace, Name: "proxied"})}
+	var inc bot.Incident
+	if !waitUntil(ctx, timeout, func() bool {
+		for _, i := range h.bot.Incidents() {
+			if i.Cluster == k && i.Open() && len(i.Diagnoses) > 0 && i.Diagnoses[0].Rule == "proxy-tunnel" && i.Diagnoses[0].Fix != nil {
+				inc = i
+				return true
+			}
+		}
+		return false
+	}) {
+		return errors.New("script: the proxy-tunnel incident of clusters/proxied was not diagnosed")
+	}
+	fix := inc.Diagnoses[0].Fix
+	fmt.Fprintf(h.out, "✔ diagnosed %s: %s\n", inc.Key, inc.Diagnoses[0].Title)
+	if !strings.Contains(","+fix.After+",", ",kubernetes,") {
+		return fmt.Errorf("script: the proposed noProxy %q lacks kubernetes", fix.After)
+	}
+	if err := h.apply(ctx, fix); err != nil {
+		return fmt.Errorf("script: apply fix: %w", err)
+	}
+	fmt.Fprintf(h.out, "✔ fix applied: noProxy %q → %q\n", fix.Before, fix.After)
+	if err := h.w.HealProxied(ctx, h.out); err != nil {
+		return err
+	}
+	if !waitUntil(ctx, timeout, func() bool {
+		for _, i := range h.bot.Incidents() {
+			if i.Key == inc.Key && !i.Open() {
+				return true
+			}
+		}
+		return false
+	}) {
+		return errors.New("script: the incident was not resolved after the fix")
+	}
+	for _, i := range h.bot.Incidents() {
+		if i.Cluster.Cluster.Name == "healthy" {
+			return fmt.Errorf("script: the healthy cluster has an incident: %s", i.Key)
+		}
+	}
+	fmt.Fprintf(h.out, "✔ incident %s resolved\n", inc.Key)
+	return nil
+}
+
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if cond() {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return cond()
+}
+
+func newActionID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "act-" + hex.EncodeToString(b)
+}
+
+func eventRef(r chatops.ClusterRef) event.ClusterRef {
+	return event.ClusterRef{Namespace: r.Namespace, Name: r.Name}
+}
