@@ -60,7 +60,8 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 	defer logFile.Close()
 	log, _ := logging.New(logFile, "info", "json")
 	logging.RouteKlog(log)
-	out := c.stdout
+	// The console notifier, the script and the console prompt all print.
+	out := &lockedWriter{w: c.stdout}
 
 	w, err := demo.Start(ctx, *dir, out, os.Stderr)
 	if err != nil {
@@ -312,4 +313,16 @@ func newActionID() string {
 
 func eventRef(r chatops.ClusterRef) event.ClusterRef {
 	return event.ClusterRef{Namespace: r.Namespace, Name: r.Name}
+}
+
+// lockedWriter serialises writes from several goroutines, whole lines at a time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
