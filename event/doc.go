@@ -80,13 +80,13 @@
 // The ID is the first 32 hex digits of a sha256 over what identifies the
 // fact: the source, the hosted cluster, the type, the object's UID (or,
 // without a UID, its kind, namespace, name and whether it is hosted), the
-// transition key and the snapshot run. It does not depend on the observation
-// time, the agent instance or the payload. Precisely, the hash input is the
-// strings
+// transition key. It does not depend on the observation time, the agent
+// instance, the snapshot run or the payload. Precisely, the hash input is
+// the strings
 //
 //	"hcpbot/event/id/v1", source, cluster namespace, cluster name, type,
 //	"uid", uid  |  "ref", "hosted"|"management", kind, namespace, name,
-//	transition key, snapshot run
+//	transition key, "" (formerly the snapshot run; kept so IDs stay stable)
 //
 // each preceded by its byte length as an unsigned varint, absent values
 // being empty strings.
@@ -102,13 +102,13 @@
 // computes the same key; and it must change whenever the fact changes, or
 // the new fact is dropped as a duplicate. Use:
 //
-//	hostedcluster, nodepool, virtlauncher, ocpproxy
-//	                the object's metadata.resourceVersion
-//	proxychange     the resourceVersion of the object carrying the new spec
+//	hostedcluster, nodepool, virtlauncher, ocpproxy, apiserverproxy
+//	                "rv:" + the object's metadata.resourceVersion
+//	proxychange     "rv:" + the resourceVersion of the object carrying the new spec
 //	node            TransitionAt("Ready=<status>", lastTransitionTime)
-//	crashloop       "<container>/<restartCount>", or "<container>/<restartCount>/cleared"
-//	apiserverproxy  "<mode>/<pod resourceVersion>", plus "/connect-failure" once one is seen
-//	reachability    TransitionAt("reachable"|"unreachable", since)
+//	crashloop       "crashloop:<container>:<signature>:<restartCount>", or
+//	                "cleared:<pod uid>:<restarts>" when it runs again
+//	reachability    TransitionAt("reachable=<bool>:<hash of the reason>", since)
 //	snapshotdone    the run ID ([NewSnapshotDone] does this)
 //	any deletion    "deleted" (the UID already makes it unique)
 //

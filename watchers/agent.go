@@ -360,7 +360,7 @@ func (a *Agent) syncHostedCluster(ctx context.Context, k key, quiet bool) error 
 	a.proxies[k] = cur
 	a.mu.Unlock()
 	if !quiet && seen && !equalProxy(old, cur) {
-		a.emit(ctx, &ref, obj, proxyChangeFact(event.ProxyTargetHostedCluster, old, cur))
+		a.emit(ctx, &ref, obj, proxyChangeFact(event.ProxyTargetHostedCluster, old, cur, u.GetResourceVersion()))
 	}
 	if quiet {
 		a.record(k, f.state)
@@ -541,7 +541,7 @@ func (a *Agent) syncOpenShiftProxy(ctx context.Context, k key) error {
 	a.proxies[k] = p.Spec
 	a.mu.Unlock()
 	if seen && !equalProxy(old, p.Spec) {
-		a.emit(ctx, nil, obj, proxyChangeFact(event.ProxyTargetOpenShift, old, p.Spec))
+		a.emit(ctx, nil, obj, proxyChangeFact(event.ProxyTargetOpenShift, old, p.Spec, u.GetResourceVersion()))
 	}
 	a.emitIfChanged(ctx, k, nil, obj, openShiftProxyFact(p))
 	return nil
@@ -628,7 +628,25 @@ func (a *Agent) emit(ctx context.Context, ref *event.ClusterRef, obj event.Objec
 		a.log.Error().Err(err).Str("kind", obj.Kind).Str("object", obj.Namespace+"/"+obj.Name).Msg("cannot build event")
 		return false
 	}
-	if err := a.pub.Publish(ctx, e); err != nil {
+	return a.publish(ctx, e, false)
+}
+
+// WaitingPublisher is a Publisher that can also wait for room instead of
+// dropping. Snapshots use it: a snapshot that dropped its own events would
+// ask for another snapshot, forever.
+type WaitingPublisher interface {
+	Publisher
+	PublishWait(ctx context.Context, e event.Event) error
+}
+
+func (a *Agent) publish(ctx context.Context, e event.Event, wait bool) bool {
+	var err error
+	if wp, ok := a.pub.(WaitingPublisher); ok && wait {
+		err = wp.PublishWait(ctx, e)
+	} else {
+		err = a.pub.Publish(ctx, e)
+	}
+	if err != nil {
 		if !errors.Is(err, ErrBufferFull) {
 			a.log.Warn().Err(err).Str("type", string(e.Type)).Msg("publish failed")
 		}

@@ -25,7 +25,10 @@ type fact struct {
 	problem bool
 }
 
-// fingerprint is a stable key for payloads whose every field is the fact.
+// fingerprint summarises a payload for the in-memory state comparison only.
+// It never goes into an event ID: it covers unredacted proxy URLs, and a
+// state that comes back would reuse an old ID and be dropped as a duplicate.
+// IDs use the object's resourceVersion instead (rvKey).
 func fingerprint(p any) string {
 	b, _ := json.Marshal(p)
 	sum := sha256.Sum256(b)
@@ -44,7 +47,7 @@ func hostedClusterFact(hc *hypershift.HostedCluster) fact {
 	// The bot needs every cluster's proxy and networks to diagnose, so a
 	// HostedCluster is always restated in a snapshot.
 	_ = problem
-	return fact{payload: p, key: fp, state: fp, problem: true}
+	return fact{payload: p, key: rvKey(hc.ResourceVersion), state: fp, problem: true}
 }
 
 func hostedClusterState(hc *hypershift.HostedCluster) event.HostedClusterState {
@@ -94,10 +97,9 @@ func proxySpec(s hypershift.ProxySpec) event.ProxySpec {
 // proxyChangeFact is published when the agent sees a proxy spec differ from
 // the one it saw before; the key names both ends, so every agent that saw
 // the same edit derives the same ID.
-func proxyChangeFact(target event.ProxyTarget, old, cur hypershift.ProxySpec) fact {
+func proxyChangeFact(target event.ProxyTarget, old, cur hypershift.ProxySpec, resourceVersion string) fact {
 	p := event.ProxyChange{Target: target, Old: proxySpec(old), New: proxySpec(cur)}
-	fp := fingerprint([2]event.ProxySpec{p.Old, p.New})
-	return fact{payload: p, key: fp, state: fp}
+	return fact{payload: p, key: rvKey(resourceVersion), state: fingerprint([2]event.ProxySpec{p.Old, p.New})}
 }
 
 func nodePoolFact(np *hypershift.NodePool) fact {
@@ -124,7 +126,7 @@ func nodePoolFact(np *hypershift.NodePool) fact {
 			problem = true
 		}
 	}
-	return fact{payload: p, key: fingerprint(p), state: state.String(), problem: problem}
+	return fact{payload: p, key: rvKey(np.ResourceVersion), state: state.String(), problem: problem}
 }
 
 func nodeFact(n *corev1.Node) fact {
@@ -206,7 +208,7 @@ func apiServerProxyFact(pod *corev1.Pod) fact {
 		}
 	}
 	state := string(p.Mode) + ":" + boolStr(p.ConnectFailure)
-	return fact{payload: p, key: fingerprint(p), state: state, problem: p.Mode == event.ProxyModeTunnel}
+	return fact{payload: p, key: rvKey(pod.ResourceVersion), state: state, problem: p.Mode == event.ProxyModeTunnel}
 }
 
 func terminatedMessage(s corev1.ContainerState) string {
@@ -222,8 +224,7 @@ func virtLauncherFact(pod *corev1.Pod) fact {
 		PodIP: pod.Status.PodIP, Phase: string(pod.Status.Phase),
 		InfraID: pod.Labels[hypershift.LabelInfraID], NodePool: pod.Labels[hypershift.LabelNodePoolName],
 	}
-	fp := fingerprint(p)
-	return fact{payload: p, key: fp, state: fp, problem: pod.Status.Phase != corev1.PodRunning}
+	return fact{payload: p, key: rvKey(pod.ResourceVersion), state: fingerprint(p), problem: pod.Status.Phase != corev1.PodRunning}
 }
 
 func openShiftProxyFact(p *hypershift.Proxy) fact {
@@ -231,9 +232,13 @@ func openShiftProxyFact(p *hypershift.Proxy) fact {
 		Spec:   proxySpec(p.Spec),
 		Status: event.ProxyStatus{HTTPProxy: p.Status.HTTPProxy, HTTPSProxy: p.Status.HTTPSProxy, NoProxy: p.Status.NoProxy},
 	}
-	fp := fingerprint(payload)
-	return fact{payload: payload, key: fp, state: fp, problem: true}
+	return fact{payload: payload, key: rvKey(p.ResourceVersion), state: fingerprint(payload), problem: true}
 }
+
+// rvKey is the transition key of facts read from a whole object: every
+// agent reading the same version of the object derives the same ID, and a
+// state that returns later comes with a new resourceVersion, so it is news.
+func rvKey(resourceVersion string) string { return "rv:" + resourceVersion }
 
 func boolStr(b bool) string {
 	if b {

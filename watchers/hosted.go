@@ -169,9 +169,11 @@ func (a *Agent) syncSecret(ctx context.Context, ref event.ClusterRef) error {
 	if err != nil {
 		// A kubeconfig that does not parse will not start parsing by
 		// itself: report it and wait for the Secret to change.
+		// The parse error can quote the Secret's content: never log or
+		// publish it.
 		a.metrics.syncErrors.WithLabelValues("kubeconfig_invalid").Inc()
-		a.log.Error().Err(err).Str("cluster", ref.String()).Msg("admin kubeconfig unusable")
-		a.setReachable(ctx, hc, "", false, "admin kubeconfig unusable: "+err.Error())
+		a.log.Error().Str("cluster", ref.String()).Str("secret", hc.secretName).Msg("admin kubeconfig unusable: not a valid kubeconfig")
+		a.setReachable(ctx, hc, "", false, fmt.Sprintf("admin kubeconfig unusable: Secret %s/%s does not hold a valid kubeconfig", ref.Namespace, hc.secretName))
 		return nil
 	}
 	hc.mu.Lock()
@@ -317,8 +319,12 @@ func (a *Agent) setReachable(ctx context.Context, hc *hostedCluster, endpoint st
 	}
 	p := event.Reachability{Endpoint: endpoint, Reachable: reachable, Error: errText, Since: since}
 	state := "reachable=" + boolStr(reachable)
+	// The reason is part of the key: "Secret missing" then "kubeconfig
+	// invalid" within one second are two facts, not one.
+	sum := sha256.Sum256([]byte(errText))
+	key := event.TransitionAt(state+":"+hex.EncodeToString(sum[:6]), since)
 	obj := event.ObjectRef{Kind: "HostedCluster", Namespace: hc.ref.Namespace, Name: hc.ref.Name}
-	a.emit(ctx, &hc.ref, obj, fact{payload: p, key: event.TransitionAt(state, since), state: state, problem: !reachable})
+	a.emit(ctx, &hc.ref, obj, fact{payload: p, key: key, state: state, problem: !reachable})
 }
 
 // endpointOf is the host:port the kubeconfig points at (reported as data).

@@ -63,6 +63,17 @@ func (p *JetStreamPublisher) Publish(_ context.Context, e event.Event) error {
 	}
 }
 
+// PublishWait enqueues e, waiting for room while the buffer is full.
+func (p *JetStreamPublisher) PublishWait(ctx context.Context, e event.Event) error {
+	select {
+	case p.buf <- e:
+		p.metrics.bufferDepth.Set(float64(len(p.buf)))
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Run publishes buffered events until ctx ends.
 func (p *JetStreamPublisher) Run(ctx context.Context) {
 	for {

@@ -34,7 +34,12 @@ func (a *Agent) snapshot(ctx context.Context) {
 			return
 		}
 		sc.problems = append(sc.problems, obj)
-		if a.emit(ctx, ref, obj, f, opt) {
+		e, err := event.New(a.cfg.Source, ref, obj, f.payload, f.key, a.now(), opt)
+		if err != nil {
+			a.metrics.publishErrors.WithLabelValues("invalid").Inc()
+			return
+		}
+		if a.publish(ctx, e, true) {
 			sc.count++
 		}
 	}
@@ -118,10 +123,7 @@ func (a *Agent) snapshot(ctx context.Context) {
 	for _, sc := range scopes {
 		done, err := event.NewSnapshotDone(a.cfg.Source, run, sc.ref,
 			event.SnapshotDone{Started: started, Count: sc.count, Types: sc.types, Problems: sc.problems}, a.now())
-		if err == nil {
-			err = a.pub.Publish(ctx, done)
-		}
-		if err != nil {
+		if err != nil || !a.publish(ctx, done, true) {
 			a.log.Warn().Err(err).Msg("snapshot scope not closed")
 		}
 		total += sc.count
@@ -156,13 +158,16 @@ func (a *Agent) connectForSnapshot(ctx context.Context, hc *hostedCluster) {
 }
 
 // waitHostedSynced waits until the cluster's informers synced, or the
-// deadline.
+// deadline; a cluster without a usable kubeconfig is skipped at once.
 func (a *Agent) waitHostedSynced(ctx context.Context, hc *hostedCluster, deadline time.Time) *hostedConn {
 	for {
 		hc.mu.Lock()
 		conn := hc.conn
 		hc.mu.Unlock()
-		if conn != nil && conn.hasSynced() {
+		if conn == nil {
+			return nil
+		}
+		if conn.hasSynced() {
 			return conn
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
