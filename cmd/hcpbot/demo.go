@@ -124,6 +124,10 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 	if *script {
 		return h.script(ctx, *timeout)
 	}
+	// Show the diagnosis before the prompt, so the first command finds it.
+	if _, err := h.waitDiagnosed(ctx, *timeout); err != nil {
+		fmt.Fprintln(out, "▶", err)
+	}
 	fmt.Fprintln(out, "▶ type /hcp help — try: /hcp incidents, /hcp diagnose clusters/proxied, /hcp fix noproxy clusters/proxied, /hcp approve <id>; quit to leave")
 	return (&chatops.Console{In: c.stdin, Out: out, Handler: h, Prompt: "hcp> "}).Run(ctx)
 }
@@ -248,8 +252,8 @@ func (h *demoHandler) apply(ctx context.Context, fix *diagnose.Fix) error {
 	return err
 }
 
-// script plays the whole scenario and checks each step.
-func (h *demoHandler) script(ctx context.Context, timeout time.Duration) error {
+// waitDiagnosed waits for the proxy-tunnel incident of clusters/proxied.
+func (h *demoHandler) waitDiagnosed(ctx context.Context, timeout time.Duration) (bot.Incident, error) {
 	k := diagnose.Key{Source: demoSource, Cluster: eventRef(chatops.ClusterRef{Namespace: demo.Namespace, Name: "proxied"})}
 	var inc bot.Incident
 	if !waitUntil(ctx, timeout, func() bool {
@@ -261,7 +265,16 @@ func (h *demoHandler) script(ctx context.Context, timeout time.Duration) error {
 		}
 		return false
 	}) {
-		return errors.New("script: the proxy-tunnel incident of clusters/proxied was not diagnosed")
+		return inc, errors.New("the proxy-tunnel incident of clusters/proxied was not diagnosed")
+	}
+	return inc, nil
+}
+
+// script plays the whole scenario and checks each step.
+func (h *demoHandler) script(ctx context.Context, timeout time.Duration) error {
+	inc, err := h.waitDiagnosed(ctx, timeout)
+	if err != nil {
+		return fmt.Errorf("script: %w", err)
 	}
 	fix := inc.Diagnoses[0].Fix
 	fmt.Fprintf(h.out, "✔ diagnosed %s: %s\n", inc.Key, inc.Diagnoses[0].Title)

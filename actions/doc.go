@@ -1,0 +1,29 @@
+// Package actions executes the cluster changes hcpbot proposes, once a
+// person has approved them (the approval flow lives elsewhere):
+//
+//   - PatchNoProxy appends missing entries to a HostedCluster's
+//     spec.configuration.proxy.noProxy (or OpenShift's Proxy/cluster);
+//   - Expose publishes a hosted Service through NodePorts on a KubeVirt
+//     hosted cluster (a NodePort Service in the hosted cluster, and one in
+//     the control-plane namespace that forwards to the virt-launcher pods);
+//   - Rollback undoes either, using the Undo data a Result carries.
+//
+// Every change is guarded: a proposal is computed from a value the user saw,
+// so when the cluster no longer holds that value the executor writes nothing
+// and returns ErrConflict, and the caller re-proposes. Writes are checked by
+// a server-side dry run first and then made with optimistic concurrency on
+// the resourceVersion that was read, so a concurrent edit is never
+// overwritten. Re-running an action is safe: the noProxy patch reports
+// "unchanged" and an exposure finds its own Services by the action id label.
+//
+// Requests and Results are plain JSON-encodable values because they travel
+// over NATS between the agent that proposes and the one that executes.
+//
+// Privileges: in the management cluster the executor needs only what
+// configs/rbac/agent-actions.yaml grants. In a hosted cluster it acts with
+// the admin kubeconfig HyperShift stores, which is far more than creating
+// and deleting one Service needs; HostedRESTConfig therefore refuses
+// kubeconfigs that would run plugins or read local files, and Expose and
+// Rollback only ever delete Services carrying their own action id label.
+// Cluster data (node addresses, Service specs) is reported, never dialled.
+package actions

@@ -1,0 +1,128 @@
+package actions
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hcpbot/hcpbot/hypershift"
+)
+
+// HostedClientFunc returns a client for a hosted cluster.
+type HostedClientFunc func(ctx context.Context, hc *hypershift.HostedCluster) (kubernetes.Interface, error)
+
+// Executor runs approved actions with the bot's management-cluster
+// identity. It holds no state between calls and is safe for concurrent use.
+type Executor struct {
+	// Dynamic reads and writes HostedClusters (and Proxy/cluster).
+	Dynamic dynamic.Interface
+	// Kube reads kubeconfig Secrets and Nodes, and manages the Services
+	// of exposures in control-plane namespaces.
+	Kube kubernetes.Interface
+	// Hosted reaches a hosted cluster; nil means HostedClient with Kube.
+	Hosted HostedClientFunc
+}
+
+// Execute validates req and runs it.
+func (x *Executor) Execute(ctx context.Context, req Request) (*Result, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	switch req.Type {
+	case TypeNoProxyPatch:
+		return x.PatchNoProxy(ctx, req)
+	case TypeExposeNodePort:
+		return x.Expose(ctx, req)
+	default: // TypeRollback; Validate admits nothing else
+		return x.Rollback(ctx, req.Rollback.Undo)
+	}
+}
+
+func (x *Executor) hostedClient(ctx context.Context, hc *hypershift.HostedCluster) (kubernetes.Interface, error) {
+	if x.Hosted != nil {
+		return x.Hosted(ctx, hc)
+	}
+	return HostedClient(ctx, x.Kube, hc)
+}
+
+func (x *Executor) getHostedCluster(ctx context.Context, ref ClusterRef) (*hypershift.HostedCluster, error) {
+	u, err := x.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get HostedCluster %s: %w", ref, err)
+	}
+	return hypershift.FromUnstructured[hypershift.HostedCluster](u)
+}
+
+// HostedClient builds a client for a hosted cluster from its admin
+// kubeconfig Secret (status.kubeconfig.name, key "kubeconfig", in the
+// HostedCluster's namespace).
+func HostedClient(ctx context.Context, mgmt kubernetes.Interface, hc *hypershift.HostedCluster) (kubernetes.Interface, error) {
+	cfg, err := HostedRESTConfig(ctx, mgmt, hc)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrKubeconfig, err)
+	}
+	return kc, nil
+}
+
+// HostedRESTConfig is HostedClient's configuration, for callers that wrap
+// the transport (metrics, tests).
+//
+// The kubeconfig comes from a Secret that anyone able to write Secrets in
+// the HostedCluster's namespace controls, so it is held to what HyperShift
+// writes: inline credentials only. Exec and auth-provider plugins would run
+// programs on the bot's host, and file references (token or certificate
+// files) could send the bot's own credentials to the server named there.
+func HostedRESTConfig(ctx context.Context, mgmt kubernetes.Interface, hc *hypershift.HostedCluster) (*rest.Config, error) {
+	if hc.Status.Kubeconfig == nil || hc.Status.Kubeconfig.Name == "" {
+		return nil, fmt.Errorf("%w: HostedCluster %s/%s has no status.kubeconfig yet", ErrKubeconfig, hc.Namespace, hc.Name)
+	}
+	name := hc.Status.Kubeconfig.Name
+	secret, err := mgmt.CoreV1().Secrets(hc.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: Secret %s/%s not found", ErrKubeconfig, hc.Namespace, name)
+		}
+		return nil, fmt.Errorf("get kubeconfig Secret %s/%s: %w", hc.Namespace, name, err)
+	}
+	data := secret.Data[hypershift.KubeconfigKey]
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: Secret %s/%s has no key %q", ErrKubeconfig, hc.Namespace, name, hypershift.KubeconfigKey)
+	}
+	raw, err := clientcmd.Load(data)
+	if err != nil {
+		// The parse error can quote the Secret's content: keep it out.
+		return nil, fmt.Errorf("%w: Secret %s/%s: not a kubeconfig", ErrKubeconfig, hc.Namespace, name)
+	}
+	ctxName := raw.CurrentContext
+	kctx := raw.Contexts[ctxName]
+	if kctx == nil {
+		return nil, fmt.Errorf("%w: Secret %s/%s: no current context", ErrKubeconfig, hc.Namespace, name)
+	}
+	if ai := raw.AuthInfos[kctx.AuthInfo]; ai != nil {
+		switch {
+		case ai.Exec != nil || ai.AuthProvider != nil:
+			return nil, fmt.Errorf("%w: Secret %s/%s: exec and auth-provider credentials are refused", ErrKubeconfig, hc.Namespace, name)
+		case ai.TokenFile != "" || ai.ClientCertificate != "" || ai.ClientKey != "":
+			return nil, fmt.Errorf("%w: Secret %s/%s: credential file references are refused", ErrKubeconfig, hc.Namespace, name)
+		}
+	}
+	if cl := raw.Clusters[kctx.Cluster]; cl != nil && cl.CertificateAuthority != "" {
+		return nil, fmt.Errorf("%w: Secret %s/%s: certificate-authority file references are refused", ErrKubeconfig, hc.Namespace, name)
+	}
+	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, ctxName, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%w: Secret %s/%s: %w", ErrKubeconfig, hc.Namespace, name, err)
+	}
+	cfg.UserAgent = "hcpbot-actions"
+	return cfg, nil
+}

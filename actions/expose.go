@@ -1,0 +1,415 @@
+package actions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/hcpbot/hcpbot/hypershift"
+)
+
+// Labels and annotations on every object an action creates.
+const (
+	LabelManagedBy        = "app.kubernetes.io/managed-by"
+	ManagedBy             = "hcpbot"
+	LabelActionID         = "hcpbot.io/action-id"
+	AnnotationRequestedBy = "hcpbot.io/requested-by"
+	AnnotationCluster     = "hcpbot.io/cluster"
+	AnnotationSource      = "hcpbot.io/source-service"
+)
+
+// maxEndpointNodes bounds the endpoint list: a few addresses are enough to
+// reach the app, a 200-node management cluster would flood the chat.
+const maxEndpointNodes = 5
+
+// cleanupTimeout bounds the deletion of a half-made exposure; it runs even
+// when the caller's context is already cancelled.
+const cleanupTimeout = 30 * time.Second
+
+// HostedServiceName is the name of the NodePort Service Expose creates in
+// the hosted cluster for the Service svc.
+func HostedServiceName(svc string) string { return trimName(svc, "-hcpbot-np") }
+
+// ManagementServiceName is the name of the NodePort Service Expose creates
+// in the control-plane namespace: one per action, since several hosted
+// Services of one cluster share that namespace.
+func ManagementServiceName(actionID string) string { return "hcpbot-np-" + actionID }
+
+func trimName(base, suffix string) string {
+	if len(base)+len(suffix) > 63 {
+		base = strings.TrimRight(base[:63-len(suffix)], "-")
+	}
+	return base + suffix
+}
+
+func actionSelector(id string) string {
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelActionID: id}).String()
+}
+
+// Expose publishes a hosted Service through NodePorts (seed 004): a NodePort
+// Service in the hosted cluster selecting the app's pods, and a NodePort
+// Service in the control-plane namespace selecting the cluster's
+// virt-launcher pods, forwarding each node port to the same number on the
+// VMs. Only KubeVirt clusters qualify (ErrNotKubeVirt). When the management
+// cluster already allocates one of the node ports, the hosted Service is
+// deleted again and a *PortCollisionError returned. Re-running the same
+// action id returns the Services it created.
+func (x *Executor) Expose(ctx context.Context, req Request) (*Result, error) {
+	if req.Type != TypeExposeNodePort {
+		return nil, fmt.Errorf("%w: Expose got a %q request", ErrInvalid, req.Type)
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	p := req.Expose
+	hc, err := x.getHostedCluster(ctx, req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	if hc.Spec.Platform.Type != hypershift.PlatformKubeVirt {
+		return nil, fmt.Errorf("%w: HostedCluster %s runs on platform %q; NodePort exposure forwards to KubeVirt virt-launcher pods in the management cluster, which only the KubeVirt platform has", ErrNotKubeVirt, req.Cluster, hc.Spec.Platform.Type)
+	}
+	if hc.Spec.InfraID == "" {
+		return nil, fmt.Errorf("%w: HostedCluster %s has no spec.infraID, so its virt-launcher pods cannot be selected", ErrNotKubeVirt, req.Cluster)
+	}
+	hosted, err := x.hostedClient(ctx, hc)
+	if err != nil {
+		return nil, err
+	}
+	cpNS := hypershift.ControlPlaneNamespace(hc.Namespace, hc.Name)
+	sel := actionSelector(req.ID)
+
+	hostedSvcs, err := hosted.CoreV1().Services(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list hosted Services of action %s: %w", req.ID, err)
+	}
+	mgmtSvcs, err := x.Kube.CoreV1().Services(cpNS).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list management Services of action %s: %w", req.ID, err)
+	}
+	if len(hostedSvcs.Items) > 1 || len(mgmtSvcs.Items) > 1 {
+		return nil, fmt.Errorf("%w: action %s owns %d hosted and %d management Services, expected one each; roll it back", ErrConflict, req.ID, len(hostedSvcs.Items), len(mgmtSvcs.Items))
+	}
+	if len(hostedSvcs.Items) == 0 && len(mgmtSvcs.Items) == 1 {
+		return nil, fmt.Errorf("%w: action %s left management Service %s/%s without its hosted Service; roll it back first", ErrConflict, req.ID, cpNS, mgmtSvcs.Items[0].Name)
+	}
+
+	var hostedSvc *corev1.Service
+	createdHosted := false
+	if len(hostedSvcs.Items) == 1 {
+		// An earlier run of this action got at least this far.
+		hostedSvc = &hostedSvcs.Items[0]
+	} else {
+		hostedSvc, err = x.createHostedService(ctx, hosted, req, hc)
+		if err != nil {
+			return nil, err
+		}
+		createdHosted = true
+	}
+	res := &Result{ActionID: req.ID, Type: req.Type, Ports: exposedPorts(hostedSvc)}
+	res.Undo = &Undo{ActionID: req.ID, Type: TypeExposeNodePort, Cluster: req.Cluster, Expose: &ExposeUndo{HostedNamespace: p.Namespace}}
+	hostedRef := ObjectRef{Cluster: ClusterHosted, Kind: "Service", Namespace: hostedSvc.Namespace, Name: hostedSvc.Name}
+
+	var mgmtSvc *corev1.Service
+	if len(mgmtSvcs.Items) == 1 {
+		mgmtSvc = &mgmtSvcs.Items[0]
+		if !portsMatch(hostedSvc, mgmtSvc) {
+			return nil, fmt.Errorf("%w: Services of action %s no longer agree on node ports; roll it back", ErrConflict, req.ID)
+		}
+		res.Outcome = OutcomeUnchanged
+	} else {
+		mgmtSvc, err = x.Kube.CoreV1().Services(cpNS).Create(ctx, managementService(req, hc, cpNS, hostedSvc), metav1.CreateOptions{FieldManager: fieldManager})
+		if err != nil {
+			// Do not leave a hosted node port open that nothing forwards to.
+			if derr := deleteService(ctx, hosted, hostedSvc); derr != nil {
+				err = errors.Join(err, fmt.Errorf("cleanup of hosted Service %s/%s: %w", hostedSvc.Namespace, hostedSvc.Name, derr))
+			}
+			return nil, managementCreateError(err, hostedSvc)
+		}
+		res.Outcome = OutcomeApplied
+		res.Created = append(res.Created, ObjectRef{Cluster: ClusterManagement, Kind: "Service", Namespace: mgmtSvc.Namespace, Name: mgmtSvc.Name})
+	}
+	if createdHosted {
+		res.Created = append([]ObjectRef{hostedRef}, res.Created...)
+		res.Outcome = OutcomeApplied
+	}
+
+	ips, err := x.managementNodeIPs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, ip := range ips {
+		for _, port := range res.Ports {
+			res.Endpoints = append(res.Endpoints, net.JoinHostPort(ip, strconv.Itoa(int(port.NodePort))))
+		}
+	}
+	res.Summary = exposeSummary(req, hostedSvc, mgmtSvc, res, len(ips))
+	return res, nil
+}
+
+func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.Interface, req Request, hc *hypershift.HostedCluster) (*corev1.Service, error) {
+	p := req.Expose
+	app, err := hosted.CoreV1().Services(p.Namespace).Get(ctx, p.Service, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: hosted Service %s/%s not found", ErrInvalid, p.Namespace, p.Service)
+		}
+		return nil, fmt.Errorf("get hosted Service %s/%s: %w", p.Namespace, p.Service, err)
+	}
+	if len(app.Spec.Selector) == 0 {
+		// Without a selector the Service's endpoints are managed by hand;
+		// a copy would select nothing.
+		return nil, fmt.Errorf("%w: hosted Service %s/%s has no selector", ErrInvalid, p.Namespace, p.Service)
+	}
+	ports, err := selectPorts(app, p.Ports)
+	if err != nil {
+		return nil, err
+	}
+	svc := &corev1.Service{
+		ObjectMeta: objectMeta(req, p.Namespace, HostedServiceName(p.Service)),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeNodePort,
+			Selector: app.Spec.Selector,
+			Ports:    ports,
+		},
+	}
+	svc.Annotations[AnnotationSource] = p.Namespace + "/" + p.Service
+	created, err := hosted.CoreV1().Services(p.Namespace).Create(ctx, svc, metav1.CreateOptions{FieldManager: fieldManager})
+	switch {
+	case err == nil:
+		return created, nil
+	case apierrors.IsAlreadyExists(err):
+		return nil, fmt.Errorf("%w: hosted Service %s/%s exists and does not belong to action %s", ErrConflict, p.Namespace, svc.Name, req.ID)
+	case apierrors.IsInvalid(err):
+		return nil, fmt.Errorf("%w: hosted cluster: %w", ErrRejected, err)
+	}
+	return nil, fmt.Errorf("create hosted Service %s/%s: %w", p.Namespace, svc.Name, err)
+}
+
+// selectPorts copies the wanted ports of app, asking for the requested
+// node ports and leaving the rest to the API server.
+func selectPorts(app *corev1.Service, want []ExposePort) ([]corev1.ServicePort, error) {
+	var out []corev1.ServicePort
+	if len(want) == 0 {
+		for _, sp := range app.Spec.Ports {
+			out = append(out, nodePortOf(sp, 0))
+		}
+		return out, nil
+	}
+	for _, w := range want {
+		i := slices.IndexFunc(app.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Port == w.Port })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: hosted Service %s/%s has no port %d", ErrInvalid, app.Namespace, app.Name, w.Port)
+		}
+		out = append(out, nodePortOf(app.Spec.Ports[i], w.NodePort))
+	}
+	return out, nil
+}
+
+func nodePortOf(sp corev1.ServicePort, nodePort int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: sp.Name, Protocol: sp.Protocol, Port: sp.Port, TargetPort: sp.TargetPort, NodePort: nodePort}
+}
+
+func objectMeta(req Request, namespace, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Namespace: namespace,
+		Name:      name,
+		Labels:    map[string]string{LabelManagedBy: ManagedBy, LabelActionID: req.ID},
+		Annotations: map[string]string{
+			AnnotationRequestedBy: req.RequestedBy,
+			AnnotationCluster:     req.Cluster.String(),
+		},
+	}
+}
+
+// managementService forwards node port N of the management nodes to port N
+// of the virt-launcher pods, where the hosted NodePort Service listens.
+func managementService(req Request, hc *hypershift.HostedCluster, cpNS string, hosted *corev1.Service) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: objectMeta(req, cpNS, ManagementServiceName(req.ID)),
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeNodePort,
+			Selector: map[string]string{
+				hypershift.LabelClusterName: hc.Spec.InfraID,
+				hypershift.LabelKubeVirt:    hypershift.VirtLauncher,
+			},
+		},
+	}
+	svc.Annotations[AnnotationSource] = hosted.Namespace + "/" + hosted.Name
+	for _, hp := range hosted.Spec.Ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
+			Name: hp.Name, Protocol: hp.Protocol,
+			Port: hp.NodePort, TargetPort: intstr.FromInt32(hp.NodePort), NodePort: hp.NodePort,
+		})
+	}
+	return svc
+}
+
+// portsMatch: every hosted node port is forwarded unchanged.
+func portsMatch(hosted, mgmt *corev1.Service) bool {
+	if len(hosted.Spec.Ports) != len(mgmt.Spec.Ports) {
+		return false
+	}
+	for i, hp := range hosted.Spec.Ports {
+		mp := mgmt.Spec.Ports[i]
+		if hp.NodePort == 0 || mp.NodePort != hp.NodePort || mp.TargetPort.IntValue() != int(hp.NodePort) {
+			return false
+		}
+	}
+	return true
+}
+
+func exposedPorts(svc *corev1.Service) []ExposedPort {
+	out := make([]ExposedPort, 0, len(svc.Spec.Ports))
+	for _, sp := range svc.Spec.Ports {
+		out = append(out, ExposedPort{Name: sp.Name, Protocol: string(sp.Protocol), Port: sp.Port, NodePort: sp.NodePort})
+	}
+	return out
+}
+
+// nodePortField matches the field of a node-port allocation failure, e.g.
+// spec.ports[1].nodePort (pkg/registry/core/service/storage/alloc.go).
+var nodePortField = regexp.MustCompile(`^spec\.ports\[(\d+)\]\.nodePort$`)
+
+// managementCreateError turns the API server's "provided port is already
+// allocated" into a *PortCollisionError naming the port.
+func managementCreateError(err error, hosted *corev1.Service) error {
+	var status apierrors.APIStatus
+	if apierrors.IsInvalid(err) && errors.As(err, &status) && status.Status().Details != nil {
+		for _, c := range status.Status().Details.Causes {
+			m := nodePortField.FindStringSubmatch(c.Field)
+			if m == nil || !strings.Contains(c.Message, "provided port is already allocated") {
+				continue
+			}
+			i, _ := strconv.Atoi(m[1])
+			if i < len(hosted.Spec.Ports) {
+				return &PortCollisionError{NodePort: hosted.Spec.Ports[i].NodePort, Err: err}
+			}
+		}
+	}
+	if apierrors.IsInvalid(err) {
+		return fmt.Errorf("%w: management cluster: %w", ErrRejected, err)
+	}
+	if apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%w: management Service %s exists without the action's labels: %w", ErrConflict, hosted.Name, err)
+	}
+	return fmt.Errorf("create management Service: %w", err)
+}
+
+// deleteService deletes svc if it is still the object that was read (UID
+// precondition), never a same-named replacement.
+func deleteService(ctx context.Context, kc kubernetes.Interface, svc *corev1.Service) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	uid := types.UID(svc.UID)
+	err := kc.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (x *Executor) managementNodeIPs(ctx context.Context) ([]string, error) {
+	nodes, err := x.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list management Nodes: %w", err)
+	}
+	var ips []string
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address) != nil {
+				ips = append(ips, a.Address)
+				break
+			}
+		}
+		if len(ips) == maxEndpointNodes {
+			break
+		}
+	}
+	return ips, nil
+}
+
+func exposeSummary(req Request, hosted, mgmt *corev1.Service, res *Result, nodes int) string {
+	var b strings.Builder
+	if res.Outcome == OutcomeUnchanged {
+		fmt.Fprintf(&b, "Action %s had already exposed ", req.ID)
+	} else {
+		b.WriteString("Exposed ")
+	}
+	fmt.Fprintf(&b, "hosted Service %s/%s of %s: NodePort Service %s in the hosted cluster, forwarded by %s/%s in the management cluster; node ports",
+		req.Expose.Namespace, req.Expose.Service, req.Cluster, hosted.Name, mgmt.Namespace, mgmt.Name)
+	for _, p := range res.Ports {
+		fmt.Fprintf(&b, " %d→%d/%s", p.Port, p.NodePort, p.Protocol)
+	}
+	b.WriteString(".")
+	switch {
+	case nodes == 0:
+		b.WriteString(" The management cluster reports no Node with an InternalIP, so no endpoint address can be given.")
+	case len(res.Endpoints) > 0:
+		fmt.Fprintf(&b, " Reachable on any management node at that port, e.g. %s.", res.Endpoints[0])
+	}
+	return b.String()
+}
+
+func (x *Executor) rollbackExpose(ctx context.Context, undo Undo) (*Result, error) {
+	hc, err := x.getHostedCluster(ctx, undo.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{ActionID: undo.ActionID, Type: TypeRollback, Outcome: OutcomeUnchanged}
+	// Management first: that closes the port reachable from outside, and
+	// it still happens when the hosted cluster cannot be reached.
+	cpNS := hypershift.ControlPlaneNamespace(hc.Namespace, hc.Name)
+	if err := deleteOwned(ctx, x.Kube, ClusterManagement, cpNS, undo.ActionID, res); err != nil {
+		return res, err
+	}
+	hosted, err := x.hostedClient(ctx, hc)
+	if err != nil {
+		return res, err
+	}
+	if err := deleteOwned(ctx, hosted, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res); err != nil {
+		return res, err
+	}
+	if len(res.Deleted) == 0 {
+		res.Summary = fmt.Sprintf("Action %s has no Services left; nothing to delete.", undo.ActionID)
+		return res, nil
+	}
+	res.Outcome = OutcomeRolledBack
+	names := make([]string, 0, len(res.Deleted))
+	for _, d := range res.Deleted {
+		names = append(names, d.String())
+	}
+	res.Summary = fmt.Sprintf("Removed the exposure of action %s: deleted %s.", undo.ActionID, strings.Join(names, ", "))
+	return res, nil
+}
+
+// deleteOwned deletes the Services in namespace labelled as made by hcpbot
+// for action id, and records them in res.
+func deleteOwned(ctx context.Context, kc kubernetes.Interface, cluster, namespace, id string, res *Result) error {
+	list, err := kc.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(id)})
+	if err != nil {
+		return fmt.Errorf("list %s Services of action %s: %w", cluster, id, err)
+	}
+	for i := range list.Items {
+		svc := &list.Items[i]
+		if err := deleteService(ctx, kc, svc); err != nil {
+			return fmt.Errorf("delete %s Service %s/%s: %w", cluster, svc.Namespace, svc.Name, err)
+		}
+		res.Deleted = append(res.Deleted, ObjectRef{Cluster: cluster, Kind: "Service", Namespace: svc.Namespace, Name: svc.Name})
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package actions_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// recorder notes the API calls a client makes, as "verb resource" (with
+// " dry-run" for dry runs), in the spirit of sample-controller's fake
+// client action lists, but against a real API server.
+type recorder struct {
+	mu      sync.Mutex
+	actions []string
+	// after runs once a call has returned; tests use it to interleave a
+	// concurrent edit at an exact point.
+	after func(action string)
+}
+
+func (r *recorder) RoundTrip(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		a := describe(req)
+		if a == "" {
+			return resp, err
+		}
+		r.mu.Lock()
+		r.actions = append(r.actions, a)
+		after := r.after
+		r.mu.Unlock()
+		if after != nil && err == nil {
+			after(a)
+		}
+		return resp, err
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// describe turns /apis/g/v/namespaces/ns/things/name into "get things".
+func describe(req *http.Request) string {
+	seg := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	switch {
+	case len(seg) >= 3 && seg[0] == "api":
+		seg = seg[2:]
+	case len(seg) >= 4 && seg[0] == "apis":
+		seg = seg[3:]
+	default:
+		return "" // discovery and the like
+	}
+	if len(seg) >= 3 && seg[0] == "namespaces" {
+		seg = seg[2:]
+	}
+	named := len(seg) >= 2
+	verb := map[string]string{http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete"}[req.Method]
+	if req.Method == http.MethodGet {
+		verb = "list"
+		if named {
+			verb = "get"
+		}
+	}
+	a := verb + " " + seg[0]
+	if req.URL.Query().Get("dryRun") != "" {
+		a += " dry-run"
+	}
+	return a
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.actions
+	r.actions = nil
+	return out
+}
+
+func (r *recorder) expect(t *testing.T, what string, want ...string) {
+	t.Helper()
+	if got := r.take(); !slices.Equal(got, want) {
+		t.Errorf("%s: API calls\n got %q\nwant %q", what, got, want)
+	}
+}
+
+// executor returns an Executor whose management and hosted calls are
+// recorded separately.
+func executor(t *testing.T) (*actions.Executor, *recorder, *recorder) {
+	t.Helper()
+	mgmt, hosted := &recorder{}, &recorder{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(mgmt.RoundTrip)
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &actions.Executor{Dynamic: dc, Kube: kc}
+	x.Hosted = func(ctx context.Context, hc *hypershift.HostedCluster) (kubernetes.Interface, error) {
+		cfg, err := actions.HostedRESTConfig(ctx, kc, hc)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Wrap(hosted.RoundTrip)
+		return kubernetes.NewForConfig(cfg)
+	}
+	return x, mgmt, hosted
+}
