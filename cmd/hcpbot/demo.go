@@ -14,16 +14,14 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
-	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/demo"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/watchers"
@@ -229,27 +227,24 @@ func (h *demoHandler) HandleAction(context.Context, chatops.ActionRequest) chato
 	return chatops.Reply{Text: "Buttons are for Slack; type the command instead."}
 }
 
-// apply writes the fix's noProxy if the HostedCluster still has the value
-// the fix was computed from (resourceVersion precondition via Update).
+// apply runs the fix through the agent's executor (dry run, then a write
+// conditional on the noProxy the fix was computed from).
 func (h *demoHandler) apply(ctx context.Context, fix *diagnose.Fix) error {
 	parts := strings.Split(fix.Target, "/")
 	if len(parts) != 3 || parts[0] != "HostedCluster" {
 		return fmt.Errorf("unsupported target %q", fix.Target)
 	}
-	ri := h.w.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(parts[1])
-	u, err := ri.Get(ctx, parts[2], metav1.GetOptions{})
+	x := &actions.Executor{Dynamic: h.w.Dynamic, Kube: h.w.Kube}
+	res, err := x.Execute(ctx, actions.Request{
+		ID: newActionID(), Type: actions.TypeNoProxyPatch, RequestedBy: chatops.DefaultConsoleUser,
+		Cluster: actions.ClusterRef{Namespace: parts[1], Name: parts[2]},
+		NoProxy: &actions.NoProxyParams{Expected: fix.Before, Add: fix.Add},
+	})
 	if err != nil {
 		return err
 	}
-	cur, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy")
-	if cur != fix.Before {
-		return fmt.Errorf("noProxy changed since the proposal (now %q); propose again", cur)
-	}
-	if err := unstructured.SetNestedField(u.Object, fix.After, "spec", "configuration", "proxy", "noProxy"); err != nil {
-		return err
-	}
-	_, err = ri.Update(ctx, u, metav1.UpdateOptions{})
-	return err
+	h.log.Info().Str("outcome", string(res.Outcome)).Str("summary", res.Summary).Msg("fix executed")
+	return nil
 }
 
 // waitDiagnosed waits for the proxy-tunnel incident of clusters/proxied.
