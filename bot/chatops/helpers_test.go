@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -81,23 +82,8 @@ func (h *fakeHandler) actions() []ActionRequest {
 
 func (h *fakeHandler) called() int { return len(h.calls) }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is shared by the goroutines under test and the test.
+type syncBuffer = syncbuf.Buffer
 
 // env is one bot replica on loopback, with the Slack recorder its
 // response_urls point at.

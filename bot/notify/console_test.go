@@ -2,30 +2,14 @@ package notify
 
 import (
 	"bytes"
-	"sync"
 	"testing"
 
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 	"github.com/slack-go/slack"
 )
 
-// syncBuffer is a bytes.Buffer safe for the console's writer goroutine and
-// the test reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is shared by the goroutines under test and the test.
+type syncBuffer = syncbuf.Buffer
 
 func TestConsoleRendersReadableText(t *testing.T) {
 	var out syncBuffer
