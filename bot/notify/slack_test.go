@@ -182,8 +182,10 @@ func TestStormOfThirtyKeysInOneChannel(t *testing.T) {
 		t.Errorf("429s = %d, want at most 3", rec.RateLimited())
 	}
 	// v2 was queued before the roots went out: it is what they show first,
-	// so wave 1 needed no update at all; wave 2 needs one per key.
-	if len(updates) > keys+rec.RateLimited() {
+	// so wave 1 needed no update at all; wave 2 needs one per key. On a
+	// loaded machine a root can go out before its v2 is queued, costing one
+	// more update: coalescing is about not paying one update per upsert.
+	if len(updates) > keys+keys/5+rec.RateLimited() {
 		t.Errorf("chat.update calls = %d, want about %d", len(updates), keys)
 	}
 	if firstReply < 0 || firstReply < 3 {

@@ -130,9 +130,10 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 	return (&chatops.Console{In: c.stdin, Out: out, Handler: h, Prompt: "hcp> "}).Run(ctx)
 }
 
-// demoHandler answers the console's commands from the bot's state. Fixes
-// are applied straight from the demo here; the approval flow with its
-// audit trail and the agent's actions replace this in the actions package.
+// demoHandler is the demo's console: bot.Commands answers from the bot's
+// state; fixes are proposed and approved here in memory and run through the
+// agent's executor. (The shared approval flow with its policy and audit
+// trail replaces this outside the demo.)
 type demoHandler struct {
 	w   *demo.World
 	bot *bot.Bot
@@ -143,88 +144,51 @@ type demoHandler struct {
 	proposals map[string]*diagnose.Fix
 }
 
-func key(ref chatops.ClusterRef) diagnose.Key {
-	return diagnose.Key{Source: demoSource, Cluster: eventRef(ref)}
-}
+func (h *demoHandler) commands() *bot.Commands { return &bot.Commands{Bot: h.bot, Actions: h} }
 
 func (h *demoHandler) HandleCommand(ctx context.Context, r chatops.Request) chatops.Reply {
-	switch cmd := r.Command.(type) {
-	case chatops.Incidents:
-		var b strings.Builder
-		for _, inc := range h.bot.Incidents() {
-			state := "OPEN"
-			if !inc.Open() {
-				state = "resolved"
-			}
-			title := ""
-			if len(inc.Diagnoses) > 0 {
-				title = inc.Diagnoses[0].Title
-			}
-			fmt.Fprintf(&b, "%s  %-8s %s — %s\n", inc.Key, state, inc.Cluster, title)
-		}
-		if b.Len() == 0 {
-			return chatops.Reply{Text: "No incidents."}
-		}
-		return chatops.Reply{Text: b.String()}
-	case chatops.Status:
-		var b strings.Builder
-		for _, k := range h.bot.Clusters() {
-			if cmd.Cluster != nil && k != key(*cmd.Cluster) {
-				continue
-			}
-			diags, _ := h.bot.Diagnose(k)
-			state := "healthy"
-			if len(diags) > 0 {
-				state = diags[0].Title
-			}
-			fmt.Fprintf(&b, "%s: %s\n", k, state)
-		}
-		return chatops.Reply{Text: b.String()}
-	case chatops.Diagnose:
-		diags, ok := h.bot.Diagnose(key(cmd.Cluster))
-		if !ok {
-			return chatops.Reply{Text: "Unknown cluster " + cmd.Cluster.Namespace + "/" + cmd.Cluster.Name}
-		}
-		if len(diags) == 0 {
-			return chatops.Reply{Text: "No problem found."}
-		}
-		d := diags[0]
-		text := fmt.Sprintf("%s\n%s\nConfidence: %s (%s)", d.Title, d.RootCause, d.Confidence.Level, d.Confidence.Why)
-		if d.Fix != nil {
-			text += "\nProposed fix:\n" + d.Fix.Diff
-		}
-		return chatops.Reply{Text: text}
-	case chatops.FixNoProxy:
-		diags, _ := h.bot.Diagnose(key(cmd.Cluster))
-		for _, d := range diags {
-			if d.Fix != nil && d.Fix.Kind == "noproxy" {
-				id := newActionID()
-				h.mu.Lock()
-				h.proposals[id] = d.Fix
-				h.mu.Unlock()
-				return chatops.Reply{Text: fmt.Sprintf("Proposal %s for %s:\n%s\nApprove with: /hcp approve %s", id, d.Fix.Target, d.Fix.Diff, id)}
-			}
-		}
-		return chatops.Reply{Text: "No noProxy fix is proposed for this cluster."}
-	case chatops.Approve:
-		h.mu.Lock()
-		fix := h.proposals[cmd.ActionID]
-		delete(h.proposals, cmd.ActionID)
-		h.mu.Unlock()
-		if fix == nil {
-			return chatops.Reply{Text: "No pending proposal " + cmd.ActionID}
-		}
-		if err := h.apply(ctx, fix); err != nil {
-			return chatops.Reply{Text: "Fix failed: " + err.Error()}
-		}
-		go func() { _ = h.w.HealProxied(context.WithoutCancel(ctx), h.out) }()
-		return chatops.Reply{Text: fmt.Sprintf("Applied: noProxy of %s is now %q", fix.Target, fix.After)}
-	}
-	return chatops.Reply{Text: fmt.Sprintf("`%s` is not available in the demo yet.", r.Command.Name())}
+	return h.commands().HandleCommand(ctx, r)
 }
 
-func (h *demoHandler) HandleAction(context.Context, chatops.ActionRequest) chatops.Reply {
-	return chatops.Reply{Text: "Buttons are for Slack; type the command instead."}
+func (h *demoHandler) HandleAction(ctx context.Context, r chatops.ActionRequest) chatops.Reply {
+	return h.commands().HandleAction(ctx, r)
+}
+
+// ProposeNoProxy implements bot.Actions.
+func (h *demoHandler) ProposeNoProxy(_ context.Context, _ diagnose.Key, fix *diagnose.Fix, _ []string, _ string) chatops.Reply {
+	id := newActionID()
+	h.mu.Lock()
+	h.proposals[id] = fix
+	h.mu.Unlock()
+	return chatops.Reply{Text: fmt.Sprintf("Proposal %s for %s:\n%s\nApprove with: /hcp approve %s", id, fix.Target, fix.Diff, id)}
+}
+
+// Approve implements bot.Actions.
+func (h *demoHandler) Approve(ctx context.Context, id, _ string) chatops.Reply {
+	h.mu.Lock()
+	fix := h.proposals[id]
+	delete(h.proposals, id)
+	h.mu.Unlock()
+	if fix == nil {
+		return chatops.Reply{Text: "No pending proposal " + id}
+	}
+	if err := h.apply(ctx, fix); err != nil {
+		return chatops.Reply{Text: "Fix failed: " + err.Error()}
+	}
+	go func() { _ = h.w.HealProxied(context.WithoutCancel(ctx), h.out) }()
+	return chatops.Reply{Text: fmt.Sprintf("Applied: noProxy of %s is now %q", fix.Target, fix.After)}
+}
+
+// Reject implements bot.Actions.
+func (h *demoHandler) Reject(_ context.Context, id, _, _ string) chatops.Reply {
+	h.mu.Lock()
+	_, ok := h.proposals[id]
+	delete(h.proposals, id)
+	h.mu.Unlock()
+	if !ok {
+		return chatops.Reply{Text: "No pending proposal " + id}
+	}
+	return chatops.Reply{Text: "Rejected " + id}
 }
 
 // apply runs the fix through the agent's executor (dry run, then a write

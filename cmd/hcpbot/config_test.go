@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hcpbot/hcpbot/configs"
+)
+
+// configRun is run with an environment, for the proxy and secret checks.
+func configRun(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }}
+	code = c.main(context.Background(), args)
+	return code, out.String(), errOut.String()
+}
+
+func configFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "hcpbot.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigCheckExample(t *testing.T) {
+	p := configFile(t, configs.Example)
+	code, out, errOut := run(t, "config", "check", "--config", p)
+	if code != 0 || !strings.HasPrefix(out, "ok: "+p+"\n") || errOut != "" {
+		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"nats: embedded server, store /var/lib/hcpbot/nats",
+		"agent: source mgmt-1, kubeconfig in-cluster, listen :8080",
+		"bot: listen :8081, 2 route(s), default channel C0123456789",
+		"slack: https://slack.com/api/, bot token from env SLACK_BOT_TOKEN",
+		`digest daily: "0 8 * * 1-5" (Europe/Berlin) → C0123456789`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestConfigCheckProblems(t *testing.T) {
+	const tok = "xoxb-1111-2222-SECRETSECRET"
+	p := configFile(t, "nats:\n  streamReplicas: 2\nagent:\n  source: MGMT\n  bogus: 1\nbot:\n  defaultChannel: C0123456789\nslack:\n  botTokenEnv: "+tok+"\n  signingSecretEnv: S\n")
+	code, out, errOut := run(t, "config", "check", "--config", p)
+	if code != 1 {
+		t.Fatalf("code %d, want 1\n%s%s", code, out, errOut)
+	}
+	want := []string{
+		p + ":2: nats.streamReplicas: 2: must be 1, 3 or 5",
+		p + ":4: agent.source: \"MGMT\" is not a management cluster name",
+		p + ":5: agent.bogus: unknown key",
+		p + ":9: slack.botTokenEnv: this value looks like a Slack token",
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%s", len(lines), len(want), out)
+	}
+	for i := range want {
+		if !strings.HasPrefix(lines[i], want[i]) {
+			t.Errorf("line %d = %q, want prefix %q", i, lines[i], want[i])
+		}
+	}
+	if !strings.Contains(errOut, "4 problem(s)") {
+		t.Errorf("stderr: %q", errOut)
+	}
+	if strings.Contains(out+errOut, "SECRETSECRET") {
+		t.Errorf("output echoes the token:\n%s%s", out, errOut)
+	}
+}
+
+func TestConfigCheckJSON(t *testing.T) {
+	var rep configReport
+	p := configFile(t, "agent:\n  source: mgmt-1\n  listen: \"8080\"\n")
+	code, out, _ := run(t, "config", "check", "--json", "--config", p)
+	if code != 1 {
+		t.Fatalf("code %d", code)
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.OK || len(rep.Problems) != 1 || rep.Problems[0].Line != 3 || rep.Problems[0].Field != "agent.listen" || rep.File != p {
+		t.Errorf("%+v", rep)
+	}
+
+	p = configFile(t, configs.Example)
+	code, out, _ = run(t, "config", "check", "--config", p, "--json")
+	rep = configReport{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("code %d %v\n%s", code, err, out)
+	}
+	if !rep.OK || len(rep.Problems) != 0 || len(rep.Summary) < 5 || rep.Warnings == nil {
+		t.Errorf("%+v", rep)
+	}
+	// Arrays are [] rather than null, so consumers need no special case.
+	if !strings.Contains(out, `"problems": []`) || !strings.Contains(out, `"warnings": []`) {
+		t.Errorf("empty lists not [] in:\n%s", out)
+	}
+}
+
+func TestConfigCheckUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"config"}, 2, "missing subcommand"},
+		{[]string{"config", "lint"}, 2, `unknown subcommand "lint"`},
+		{[]string{"config", "check"}, 2, "--config is required"},
+		{[]string{"config", "check", "--config", "a.yaml", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"config", "check", "--config", filepath.Join(t.TempDir(), "missing.yaml")}, 1, "no such file"},
+		{[]string{"config", "--help"}, 0, ""},
+	} {
+		code, _, errOut := run(t, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.msg) {
+			t.Errorf("%v: code %d, stderr %q; want %d, %q", tc.args, code, errOut, tc.code, tc.msg)
+		}
+	}
+	// HCPBOT_CONFIG stands in for --config.
+	p := configFile(t, "agent:\n  source: mgmt-1\n")
+	if code, out, _ := configRun(t, map[string]string{"HCPBOT_CONFIG": p}, "config", "check"); code != 0 || !strings.HasPrefix(out, "ok: ") {
+		t.Errorf("HCPBOT_CONFIG: code %d %s", code, out)
+	}
+}
+
+func TestConfigCheckProxyWarning(t *testing.T) {
+	inCluster := configFile(t, "agent:\n  source: mgmt-1\n")
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	writeKubeconfig := func(extra string) {
+		t.Helper()
+		kc := "apiVersion: v1\nkind: Config\ncurrent-context: mgmt\ncontexts:\n- name: mgmt\n  context: {cluster: mgmt, user: admin}\nclusters:\n- name: mgmt\n  cluster:\n    server: https://api.mgmt.example:6443\n" + extra + "users:\n- name: admin\n  user: {token: not-read}\n"
+		if err := os.WriteFile(kubeconfig, []byte(kc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeKubeconfig("")
+	withKubeconfig := configFile(t, "agent:\n  source: mgmt-1\n  kubeconfig: "+kubeconfig+"\n")
+	proxy := "http://user:pa55@proxy.corp.example:3128"
+
+	for _, tc := range []struct {
+		name   string
+		config string
+		env    map[string]string
+		want   []string // substrings of stderr; none means no warning
+	}{
+		{"no proxy configured", inCluster, map[string]string{"KUBERNETES_SERVICE_HOST": "172.31.0.1"}, nil},
+		{"in-cluster, only .svc exempt: the IP goes through the proxy", inCluster,
+			map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": ".svc", "KUBERNETES_SERVICE_HOST": "172.31.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+			[]string{"warning: agent: Kubernetes API traffic to https://172.31.0.1:443, the in-cluster API address (KUBERNETES_SERVICE_HOST), would go through the proxy http://***@proxy.corp.example:3128 from HTTPS_PROXY: NO_PROXY does not exempt 172.31.0.1"}},
+		{"in-cluster, service CIDR and .svc exempt", inCluster,
+			map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": ".svc,172.31.0.0/16", "KUBERNETES_SERVICE_HOST": "172.31.0.1"}, nil},
+		{"in-cluster, nothing exempt, no pod env", inCluster,
+			map[string]string{"https_proxy": proxy},
+			[]string{"https://kubernetes.default.svc, the in-cluster API name, would go through the proxy http://***@proxy.corp.example:3128 from https_proxy: NO_PROXY is not set"}},
+		{"upper-case NO_PROXY wins over lower-case, as in net/http", inCluster,
+			map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": "example.org", "no_proxy": ".svc"},
+			[]string{"kubernetes.default.svc", "NO_PROXY does not exempt kubernetes.default.svc"}},
+		{"kubeconfig server not exempt", withKubeconfig,
+			map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": "localhost"},
+			[]string{"https://api.mgmt.example:6443, the API server of " + kubeconfig + ", would go through the proxy"}},
+		{"kubeconfig server exempt by domain", withKubeconfig,
+			map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": ".example"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := configRun(t, tc.env, "config", "check", "--config", tc.config)
+			if code != 0 || !strings.HasPrefix(out, "ok: ") {
+				t.Fatalf("code %d\n%s%s", code, out, errOut)
+			}
+			if len(tc.want) == 0 && errOut != "" {
+				t.Errorf("unexpected warning: %s", errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errOut)
+				}
+			}
+			if strings.Contains(errOut, "pa55") {
+				t.Errorf("proxy password printed: %s", errOut)
+			}
+		})
+	}
+
+	t.Run("kubeconfig with its own proxy-url", func(t *testing.T) {
+		writeKubeconfig("    proxy-url: http://other-proxy:3128\n")
+		code, _, errOut := configRun(t, map[string]string{"HTTPS_PROXY": proxy}, "config", "check", "--config", withKubeconfig)
+		if code != 0 || errOut != "" {
+			t.Errorf("code %d, stderr %q", code, errOut)
+		}
+	})
+	t.Run("unreadable kubeconfig", func(t *testing.T) {
+		p := configFile(t, "agent:\n  source: mgmt-1\n  kubeconfig: /nonexistent/kubeconfig\n")
+		code, _, errOut := configRun(t, map[string]string{"HTTPS_PROXY": proxy}, "config", "check", "--config", p)
+		if code != 0 || !strings.Contains(errOut, "warning: agent.kubeconfig: open /nonexistent/kubeconfig") {
+			t.Errorf("code %d, stderr %q", code, errOut)
+		}
+	})
+	t.Run("--json carries the warnings", func(t *testing.T) {
+		code, out, _ := configRun(t, map[string]string{"HTTPS_PROXY": proxy}, "config", "check", "--json", "--config", inCluster)
+		var rep configReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || len(rep.Warnings) != 1 {
+			t.Errorf("code %d %v %+v", code, err, rep)
+		}
+	})
+}
+
+func TestConfigCheckSecrets(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "bot-token")
+	p := configFile(t, "bot:\n  defaultChannel: C0123456789\nslack:\n  botTokenFile: "+tokenFile+"\n  signingSecretEnv: SLACK_SIGNING_SECRET\n")
+
+	// Without --secrets nothing is resolved: CI can check a file without
+	// the production environment.
+	if code, out, _ := run(t, "config", "check", "--config", p); code != 0 {
+		t.Fatalf("code %d\n%s", code, out)
+	}
+	code, out, errOut := run(t, "config", "check", "--secrets", "--config", p)
+	if code != 1 ||
+		!strings.Contains(out, "slack.botTokenFile: open "+tokenFile) ||
+		!strings.Contains(out, "environment variable SLACK_SIGNING_SECRET (slack.signingSecretEnv) is not set or empty") {
+		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if err := os.WriteFile(tokenFile, []byte("xoxb-1-2-BOTSECRET\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = configRun(t, map[string]string{"SLACK_SIGNING_SECRET": "SIGNINGSECRET0123"}, "config", "check", "--secrets", "--config", p)
+	if code != 0 || !strings.HasPrefix(out, "ok: ") {
+		t.Fatalf("code %d\n%s%s", code, out, errOut)
+	}
+	if strings.Contains(out+errOut, "BOTSECRET") || strings.Contains(out+errOut, "SIGNINGSECRET0123") {
+		t.Errorf("secret printed:\n%s%s", out, errOut)
+	}
+}

@@ -1,0 +1,312 @@
+package configs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/labels"
+	yaml "sigs.k8s.io/yaml/goyaml.v3"
+)
+
+// Config is one hcpbot configuration file, validated, with defaults
+// applied. A section that is absent from the file is nil (Agent, Bot,
+// Slack, Approvals) or empty (Digests): the process does not run that part.
+type Config struct {
+	// File is the name the configuration was read from, for messages.
+	File string
+
+	NATS      NATS
+	Agent     *Agent
+	Bot       *Bot
+	Slack     *Slack
+	Approvals *Approvals
+	Digests   []Digest
+	Log       Log
+}
+
+// NATS says how agent and bot reach NATS JetStream.
+type NATS struct {
+	// URLs of the NATS servers (nats://, tls://, ws://, wss:// or
+	// host:port), without credentials. Default: none, which starts an
+	// embedded server with JetStream on disk.
+	URLs []string
+	// StoreDir is the embedded server's JetStream store (absolute path;
+	// only with an empty URLs). Default: empty, which means the user's
+	// cache folder + /hcpbot/nats, as the agent's --nats-store-dir.
+	StoreDir string
+	// Creds is the NATS .creds file (JWT + NKey seed), as credsFile (a
+	// path the NATS client reads) or credsEnv (a variable holding the
+	// file's content). Only with URLs. Default: none (no authentication).
+	Creds SecretRef
+	// CAFile verifies the servers' TLS certificates (only with URLs).
+	// Default: the system roots.
+	CAFile string
+	// StreamReplicas of the events stream: 1, 3 or 5 (JetStream's
+	// quorum sizes). Default 1; more needs a NATS cluster (URLs).
+	StreamReplicas int
+	// EventsMaxAge is how long events stay in the stream. Default 72h.
+	EventsMaxAge time.Duration
+	// DuplicateWindow is JetStream's deduplication window, in which a
+	// restated fact (same Nats-Msg-Id) is dropped. Default 15m; at most
+	// EventsMaxAge.
+	DuplicateWindow time.Duration
+}
+
+// Agent configures `hcpbot agent` for one management cluster.
+type Agent struct {
+	// Source is the management cluster's name in events and subjects,
+	// a DNS-1123 label. Required.
+	Source string
+	// Kubeconfig of the management cluster. Default: empty, in-cluster
+	// (then $KUBECONFIG and ~/.kube/config, as the --kubeconfig flag).
+	Kubeconfig string
+	// Listen is the address of /healthz, /readyz and /metrics. Default ":8080".
+	Listen         string
+	LeaderElection LeaderElection
+	// BufferEvents is how many events are held in memory while NATS is
+	// unreachable; beyond that a resync restates. Default 10000.
+	BufferEvents int
+	// HostedProbeInterval is how often each hosted API server is probed
+	// for reachability. Default 15s.
+	HostedProbeInterval time.Duration
+}
+
+// LeaderElection makes only one agent replica watch and publish.
+type LeaderElection struct {
+	// Enabled: compete for a Lease. Default true.
+	Enabled bool
+	// Namespace of the Lease. Default: empty, which means $POD_NAMESPACE,
+	// else "default" (as the --lease-namespace flag).
+	Namespace string
+	// LeaseName. Default "hcpbot-agent".
+	LeaseName string
+	// LeaseDuration, RenewDeadline and RetryPeriod as in client-go's
+	// leader election. Defaults 15s, 10s, 2s; LeaseDuration must exceed
+	// RenewDeadline, which must exceed 1.2 × RetryPeriod.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Bot configures `hcpbot bot`: correlation, incident messages, routing.
+type Bot struct {
+	// Listen is the address of the bot's HTTP server (health, metrics
+	// and, without Socket Mode, Slack's requests). Default ":8081".
+	Listen string
+	// GroupWait is how long the first event of an incident waits for
+	// related events before the first message. Default 5s; 0 posts at once.
+	GroupWait time.Duration
+	// GroupInterval is the shortest time between two updates of one
+	// incident's message. Default 1m.
+	GroupInterval time.Duration
+	// ResolveTimeout is how long an incident must stay clear before it
+	// is marked resolved. Default 5m.
+	ResolveTimeout time.Duration
+	Storm          Storm
+	// Routes send incidents to channels; the first matching route wins.
+	Routes []Route
+	// DefaultChannel gets every incident no route matches. Required.
+	DefaultChannel string
+}
+
+// Storm: when more than Threshold incidents open within Window, the bot
+// posts one summary instead of one message each (Slack allows about one
+// message per second per channel).
+type Storm struct {
+	Threshold int           // default 20, at least 2
+	Window    time.Duration // default 30s
+}
+
+// Route sends the incidents it matches to Channel. At least one of Match
+// and Selector is set; when both are, both must match.
+type Route struct {
+	Match RouteMatch
+	// Selector is a Kubernetes label selector ("env=prod,tier!=dev")
+	// over the hosted cluster's labels.
+	Selector string
+	Channel  string
+
+	selector labels.Selector // parsed Selector; nil when empty
+}
+
+// RouteMatch compares event fields for equality; empty fields match anything.
+type RouteMatch struct {
+	Source    string // management cluster (event source)
+	Namespace string // hosted cluster's namespace
+	Cluster   string // hosted cluster's name
+	Type      string // event type (hostedcluster, crashloop, ...)
+}
+
+// Slack configures the Slack app.
+type Slack struct {
+	// APIURL is the Web API base, ending in "/". Default
+	// "https://slack.com/api/".
+	APIURL string
+	// BotToken (xoxb-…): botTokenEnv or botTokenFile. Required.
+	BotToken SecretRef
+	// SigningSecret verifies Slack's HTTP requests: signingSecretEnv or
+	// signingSecretFile. Required unless SocketMode.
+	SigningSecret SecretRef
+	// AppToken (xapp-…) opens the Socket Mode connection: appTokenEnv or
+	// appTokenFile. Required with SocketMode, refused without.
+	AppToken SecretRef
+	// SocketMode receives interactions over a WebSocket the bot opens,
+	// instead of HTTP requests from Slack. Default false.
+	SocketMode bool
+}
+
+// Approvals says who may approve fixes.
+type Approvals struct {
+	// Approvers are Slack user IDs (U…/W…).
+	Approvers []string
+	// ApproverGroups are Slack user group IDs (S…); their members approve.
+	ApproverGroups []string
+	// FourEyes requires the approver to differ from who requested the
+	// fix. Default true.
+	FourEyes bool
+	// ProposalTTL is how long a proposed fix can be approved. Default 1h.
+	ProposalTTL time.Duration
+}
+
+// Digest is a scheduled summary posted to a channel.
+type Digest struct {
+	// Name identifies the digest (DNS-1123 label, unique).
+	Name string
+	// Schedule is a cron spec (5 fields, or 6 with seconds first, or a
+	// descriptor such as @daily). Required.
+	Schedule string
+	// Timezone is an IANA zone the schedule is read in. Default "UTC".
+	Timezone string
+	// Channel receives the digest. Required.
+	Channel string
+
+	schedule cron.Schedule
+	location *time.Location
+}
+
+// Next returns the first run of the digest after t.
+func (d Digest) Next(t time.Time) time.Time {
+	return d.schedule.Next(t.In(d.location))
+}
+
+// Location is the digest's time zone.
+func (d Digest) Location() *time.Location { return d.location }
+
+// Log configures the process log.
+type Log struct {
+	Level  string // debug, info, warn or error; default info
+	Format string // json or console; default json
+}
+
+// Defaults, one place so documentation, example.yaml and code agree.
+const (
+	DefaultStreamReplicas      = 1
+	DefaultEventsMaxAge        = 72 * time.Hour
+	DefaultDuplicateWindow     = 15 * time.Minute
+	DefaultAgentListen         = ":8080"
+	DefaultLeaseName           = "hcpbot-agent"
+	DefaultLeaseDuration       = 15 * time.Second
+	DefaultRenewDeadline       = 10 * time.Second
+	DefaultRetryPeriod         = 2 * time.Second
+	DefaultBufferEvents        = 10000
+	DefaultHostedProbeInterval = 15 * time.Second
+	DefaultBotListen           = ":8081"
+	DefaultGroupWait           = 5 * time.Second
+	DefaultGroupInterval       = time.Minute
+	DefaultResolveTimeout      = 5 * time.Minute
+	DefaultStormThreshold      = 20
+	DefaultStormWindow         = 30 * time.Second
+	DefaultSlackAPIURL         = "https://slack.com/api/"
+	DefaultProposalTTL         = time.Hour
+	DefaultTimezone            = "UTC"
+	DefaultLogLevel            = "info"
+	DefaultLogFormat           = "json"
+)
+
+// maxConfigSize bounds what Load reads: a configuration is a few KiB, and
+// a mistaken path (a log file, a device) should fail fast.
+const maxConfigSize = 1 << 20
+
+// Load reads and parses the configuration file at path.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > maxConfigSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes: not a configuration file", path, maxConfigSize)
+	}
+	return Parse(data, path)
+}
+
+// Parse parses and validates a configuration; name is used in messages.
+// On any problem it returns an *Error listing all of them (and no Config);
+// otherwise the Config with defaults applied.
+func Parse(data []byte, name string) (*Config, error) {
+	d := &decoder{file: name, secret: map[*yaml.Node]int{}, lines: map[string]*yaml.Node{}}
+	root, err := parseYAML(data)
+	if err != nil {
+		return nil, &Error{Problems: []Problem{yamlProblem(name, err)}}
+	}
+	if root == nil {
+		return nil, &Error{Problems: []Problem{{File: name, Message: "empty configuration: at least one of agent and bot is needed"}}}
+	}
+	d.scanSecrets(root, "")
+	c := &Config{File: name}
+	d.root(root, c)
+	d.check(c)
+	if len(d.problems) > 0 {
+		sortProblems(d.problems)
+		return nil, &Error{Problems: d.problems}
+	}
+	c.applyDefaults(func(path string) bool { _, ok := d.lines[path]; return ok })
+	return c, nil
+}
+
+// parseYAML returns the single document's top node (nil for an empty
+// file). Several documents are refused: the later ones would be silently
+// ignored by a single-document reader.
+func parseYAML(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, fmt.Errorf("line %d: a second YAML document (---): a configuration is one document", extra.Line)
+	} else if !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	return doc.Content[0], nil
+}
+
+// yamlProblem turns a YAML syntax error ("yaml: line 3: ...") into a
+// Problem with the line pulled out, so it reads like every other problem.
+func yamlProblem(file string, err error) Problem {
+	msg := err.Error()
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return Problem{File: file, Line: line, Message: "invalid YAML: " + m[2]}
+	}
+	return Problem{File: file, Message: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+}
+
+var yamlLineRE = regexp.MustCompile(`(?s)^(?:yaml: )?line (\d+): (.*)$`)

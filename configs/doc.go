@@ -1,0 +1,24 @@
+// Package configs reads and validates hcpbot's configuration file.
+//
+// The file is YAML with the top-level sections nats, agent, bot, slack,
+// approvals, digests and log; example.yaml ([Example]) shows and documents
+// every field and its default. Parsing is strict: unknown keys, values of
+// the wrong type or shape, and combinations the processes would refuse at
+// start (replicas on the embedded server, a renew deadline longer than the
+// lease, ...) are problems. [Parse] and [Load] collect every problem in one
+// pass and return them together as an [*Error], each [Problem] naming the
+// file, the line and the field:
+//
+//	hcpbot.yaml:12: approvals.approvers[1]: "bob" is not a Slack user ID (U…/W…; ...)
+//
+// Defaults are applied only after a configuration is found valid, so the
+// checks judge what the operator wrote.
+//
+// Credentials never appear in the file: every secret is referenced by an
+// environment variable name (…Env) or a file path (…File), and any value
+// shaped like a Slack token or NATS credentials is rejected without being
+// echoed. [Config.Secrets] resolves the references; its errors name the
+// variable or file, never the value.
+//
+// Deployment manifests live next to this package (configs/rbac, ...).
+package configs

@@ -1,0 +1,927 @@
+package configs
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	yaml "sigs.k8s.io/yaml/goyaml.v3"
+
+	"github.com/hcpbot/hcpbot/event"
+)
+
+// Slack ID shapes. IDs, not names: names change and are ambiguous, IDs do
+// not. Channels: C public, G private (legacy), D direct message. Users: U,
+// or W on Enterprise Grid. User groups: S.
+var (
+	channelIDRE = regexp.MustCompile(`^[CGD][A-Z0-9]{8,}$`)
+	userIDRE    = regexp.MustCompile(`^[UW][A-Z0-9]{8,}$`)
+	groupIDRE   = regexp.MustCompile(`^S[A-Z0-9]{8,}$`)
+	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// cronParser accepts 5 fields, 6 with leading seconds, and @descriptors;
+// the same parser must be used by the scheduler, so it is exported through
+// Digest.Next rather than re-created there.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// SecretRef points at a secret: the name of an environment variable
+// holding it, or a file containing it. At most one is set.
+type SecretRef struct {
+	Env  string
+	File string
+}
+
+// IsSet reports whether the secret is configured.
+func (r SecretRef) IsSet() bool { return r.Env != "" || r.File != "" }
+
+// String says where the secret comes from, never what it is.
+func (r SecretRef) String() string {
+	switch {
+	case r.Env != "":
+		return "env " + r.Env
+	case r.File != "":
+		return "file " + r.File
+	}
+	return "unset"
+}
+
+func (d *decoder) root(n *yaml.Node, c *Config) {
+	d.mapping(n, "", []field{
+		{"nats", func(v *yaml.Node, p string) { d.nats(v, p, &c.NATS) }},
+		{"agent", func(v *yaml.Node, p string) {
+			c.Agent = &Agent{}
+			if !d.agent(v, p, c.Agent) {
+				c.Agent = nil // not a mapping: reported; no follow-on "x is required"
+			}
+		}},
+		{"bot", func(v *yaml.Node, p string) {
+			c.Bot = &Bot{}
+			if !d.bot(v, p, c.Bot) {
+				c.Bot = nil // not a mapping: reported; no follow-on "x is required"
+			}
+		}},
+		{"slack", func(v *yaml.Node, p string) {
+			c.Slack = &Slack{}
+			if !d.slack(v, p, c.Slack) {
+				c.Slack = nil // not a mapping: reported; no follow-on "x is required"
+			}
+		}},
+		{"approvals", func(v *yaml.Node, p string) {
+			c.Approvals = &Approvals{}
+			if !d.approvals(v, p, c.Approvals) {
+				c.Approvals = nil // not a mapping: reported; no follow-on "x is required"
+			}
+		}},
+		{"digests", func(v *yaml.Node, p string) {
+			d.sequence(v, p, func(v *yaml.Node, p string) {
+				var dg Digest
+				d.digest(v, p, &dg)
+				c.Digests = append(c.Digests, dg)
+			})
+		}},
+		{"log", func(v *yaml.Node, p string) { d.log(v, p, &c.Log) }},
+	}, nil)
+}
+
+func (d *decoder) nats(n *yaml.Node, path string, c *NATS) {
+	d.mapping(n, path, []field{
+		{"urls", func(v *yaml.Node, p string) {
+			d.strings(v, p, func(v *yaml.Node, p, s string) {
+				if d.natsURL(v, p, s) {
+					c.URLs = append(c.URLs, s)
+				}
+			})
+		}},
+		{"storeDir", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.absPath(v, p, s) {
+				c.StoreDir = s
+			}
+		}},
+		{"credsFile", d.secretFile(&c.Creds.File)},
+		{"credsEnv", d.secretEnv(&c.Creds.Env)},
+		{"caFile", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.path(v, p, s) {
+				c.CAFile = s
+			}
+		}},
+		{"streamReplicas", func(v *yaml.Node, p string) {
+			if i, ok := d.integer(v, p); ok {
+				if i != 1 && i != 3 && i != 5 {
+					// JetStream's Raft needs a majority: 2 or 4 replicas
+					// tolerate no more failures than 1 or 3 and cost more.
+					d.problem(v, p, "%d: must be 1, 3 or 5 (JetStream replicas are a Raft quorum; even sizes add cost without tolerating more failures)", i)
+					return
+				}
+				c.StreamReplicas = i
+			}
+		}},
+		{"eventsMaxAge", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Minute); ok {
+				c.EventsMaxAge = t
+			}
+		}},
+		{"duplicateWindow", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Second); ok {
+				c.DuplicateWindow = t
+			}
+		}},
+	}, map[string]string{
+		"token":    "use credsFile or credsEnv (a NATS .creds file)",
+		"password": "use credsFile or credsEnv (a NATS .creds file)",
+		"user":     "use credsFile or credsEnv (a NATS .creds file)",
+		"nkey":     "use credsFile or credsEnv (a NATS .creds file)",
+		"creds":    "use credsFile (a path) or credsEnv (an environment variable holding the .creds content)",
+	})
+}
+
+func (d *decoder) agent(n *yaml.Node, path string, a *Agent) bool {
+	return d.mapping(n, path, []field{
+		{"source", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.dnsLabel(v, p, s, "a management cluster name") {
+				a.Source = s
+			}
+		}},
+		{"kubeconfig", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && (s == "" || d.path(v, p, s)) {
+				a.Kubeconfig = s
+			}
+		}},
+		{"listen", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.listen(v, p, s) {
+				a.Listen = s
+			}
+		}},
+		{"leaderElection", func(v *yaml.Node, p string) { d.leaderElection(v, p, &a.LeaderElection) }},
+		{"bufferEvents", func(v *yaml.Node, p string) {
+			if i, ok := d.integer(v, p); ok {
+				if i < 1 || i > 1_000_000 {
+					d.problem(v, p, "%d: must be between 1 and 1000000 (events are held in memory)", i)
+					return
+				}
+				a.BufferEvents = i
+			}
+		}},
+		{"hostedProbeInterval", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Second); ok {
+				a.HostedProbeInterval = t
+			}
+		}},
+	}, nil)
+}
+
+func (d *decoder) leaderElection(n *yaml.Node, path string, le *LeaderElection) {
+	d.mapping(n, path, []field{
+		{"enabled", func(v *yaml.Node, p string) {
+			if b, ok := d.boolean(v, p); ok {
+				le.Enabled = b
+			}
+		}},
+		{"namespace", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.dnsLabel(v, p, s, "a namespace") {
+				le.Namespace = s
+			}
+		}},
+		{"leaseName", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.dnsSubdomain(v, p, s, "a Lease name") {
+				le.LeaseName = s
+			}
+		}},
+		{"leaseDuration", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Second); ok {
+				le.LeaseDuration = t
+			}
+		}},
+		{"renewDeadline", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Second); ok {
+				le.RenewDeadline = t
+			}
+		}},
+		{"retryPeriod", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, 100*time.Millisecond); ok {
+				le.RetryPeriod = t
+			}
+		}},
+	}, nil)
+}
+
+func (d *decoder) bot(n *yaml.Node, path string, b *Bot) bool {
+	return d.mapping(n, path, []field{
+		{"listen", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.listen(v, p, s) {
+				b.Listen = s
+			}
+		}},
+		{"groupWait", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, 0); ok {
+				b.GroupWait = t
+			}
+		}},
+		{"groupInterval", func(v *yaml.Node, p string) {
+			// Below a few seconds the bot would edit messages faster than
+			// chat.update's rate limit (Tier 3, ~50/min) allows.
+			if t, ok := d.duration(v, p, 5*time.Second); ok {
+				b.GroupInterval = t
+			}
+		}},
+		{"resolveTimeout", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Second); ok {
+				b.ResolveTimeout = t
+			}
+		}},
+		{"storm", func(v *yaml.Node, p string) {
+			d.mapping(v, p, []field{
+				{"threshold", func(v *yaml.Node, p string) {
+					if i, ok := d.integer(v, p); ok {
+						if i < 2 {
+							d.problem(v, p, "%d: must be at least 2", i)
+							return
+						}
+						b.Storm.Threshold = i
+					}
+				}},
+				{"window", func(v *yaml.Node, p string) {
+					if t, ok := d.duration(v, p, time.Second); ok {
+						b.Storm.Window = t
+					}
+				}},
+			}, nil)
+		}},
+		{"routes", func(v *yaml.Node, p string) {
+			d.sequence(v, p, func(v *yaml.Node, p string) {
+				var r Route
+				d.route(v, p, &r)
+				b.Routes = append(b.Routes, r)
+			})
+		}},
+		{"defaultChannel", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.channel(v, p, s) {
+				b.DefaultChannel = s
+			}
+		}},
+	}, nil)
+}
+
+func (d *decoder) route(n *yaml.Node, path string, r *Route) {
+	ok := d.mapping(n, path, []field{
+		{"match", func(v *yaml.Node, p string) {
+			d.mapping(v, p, []field{
+				{"source", func(v *yaml.Node, p string) {
+					if s, ok := d.str(v, p); ok && d.dnsLabel(v, p, s, "a management cluster name") {
+						r.Match.Source = s
+					}
+				}},
+				{"namespace", func(v *yaml.Node, p string) {
+					if s, ok := d.str(v, p); ok && d.dnsLabel(v, p, s, "a namespace") {
+						r.Match.Namespace = s
+					}
+				}},
+				{"cluster", func(v *yaml.Node, p string) {
+					if s, ok := d.str(v, p); ok && d.dnsSubdomain(v, p, s, "a hosted cluster name") {
+						r.Match.Cluster = s
+					}
+				}},
+				{"type", func(v *yaml.Node, p string) {
+					if s, ok := d.str(v, p); ok {
+						if !event.Type(s).Known() {
+							names := make([]string, 0, 10)
+							for _, t := range event.Types() {
+								names = append(names, string(t))
+							}
+							d.problem(v, p, "%q is not an event type (known: %s)", s, strings.Join(names, ", "))
+							return
+						}
+						r.Match.Type = s
+					}
+				}},
+			}, nil)
+		}},
+		{"selector", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok {
+				if strings.TrimSpace(s) == "" {
+					d.problem(v, p, "is empty, which would match every cluster: remove it or write a selector")
+					return
+				}
+				sel, err := labels.Parse(s)
+				if err != nil {
+					d.problem(v, p, "%q is not a label selector: %v", s, err)
+					return
+				}
+				r.Selector, r.selector = s, sel
+			}
+		}},
+		{"channel", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.channel(v, p, s) {
+				r.Channel = s
+			}
+		}},
+	}, nil)
+	if !ok {
+		return
+	}
+	if _, set := d.lines[path+".channel"]; !set {
+		d.problem(n, path, "channel is required")
+	}
+	_, hasMatch := d.lines[path+".match"]
+	_, hasSel := d.lines[path+".selector"]
+	if hasMatch && r.Match == (RouteMatch{}) && !d.anyUnder(path+".match.") {
+		d.problem(d.at(path+".match"), path+".match", "is empty, which would match every incident: name a source, namespace, cluster or type")
+	}
+	if !hasMatch && !hasSel {
+		// A route without a condition would swallow every incident and
+		// make later routes and defaultChannel dead: say so.
+		d.problem(n, path, "needs match or selector (a route matching everything is what bot.defaultChannel is for)")
+	}
+}
+
+func (d *decoder) slack(n *yaml.Node, path string, s *Slack) bool {
+	return d.mapping(n, path, []field{
+		{"apiURL", func(v *yaml.Node, p string) {
+			if u, ok := d.str(v, p); ok && d.apiURL(v, p, u) {
+				s.APIURL = u
+			}
+		}},
+		{"botTokenEnv", d.secretEnv(&s.BotToken.Env)},
+		{"botTokenFile", d.secretFile(&s.BotToken.File)},
+		{"signingSecretEnv", d.secretEnv(&s.SigningSecret.Env)},
+		{"signingSecretFile", d.secretFile(&s.SigningSecret.File)},
+		{"appTokenEnv", d.secretEnv(&s.AppToken.Env)},
+		{"appTokenFile", d.secretFile(&s.AppToken.File)},
+		{"socketMode", func(v *yaml.Node, p string) {
+			if b, ok := d.boolean(v, p); ok {
+				s.SocketMode = b
+			}
+		}},
+	}, map[string]string{
+		"botToken":      "use botTokenEnv (an environment variable) or botTokenFile (a file)",
+		"appToken":      "use appTokenEnv (an environment variable) or appTokenFile (a file)",
+		"signingSecret": "use signingSecretEnv (an environment variable) or signingSecretFile (a file)",
+		"token":         "use botTokenEnv (an environment variable) or botTokenFile (a file)",
+	})
+}
+
+func (d *decoder) approvals(n *yaml.Node, path string, a *Approvals) bool {
+	return d.mapping(n, path, []field{
+		{"approvers", func(v *yaml.Node, p string) {
+			seen := map[string]int{}
+			d.strings(v, p, func(v *yaml.Node, p, s string) {
+				switch {
+				case groupIDRE.MatchString(s):
+					d.problem(v, p, "%q is a user group ID: put it in approvals.approverGroups", s)
+				case !userIDRE.MatchString(s):
+					d.problem(v, p, "%q is not a Slack user ID (U…/W…; names and @handles change, IDs do not: Slack profile → ⋮ → Copy member ID)", s)
+				case seen[s] > 0:
+					d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
+				default:
+					seen[s] = v.Line
+					a.Approvers = append(a.Approvers, s)
+				}
+			})
+		}},
+		{"approverGroups", func(v *yaml.Node, p string) {
+			seen := map[string]int{}
+			d.strings(v, p, func(v *yaml.Node, p, s string) {
+				switch {
+				case userIDRE.MatchString(s):
+					d.problem(v, p, "%q is a user ID: put it in approvals.approvers", s)
+				case !groupIDRE.MatchString(s):
+					d.problem(v, p, "%q is not a Slack user group ID (S…)", s)
+				case seen[s] > 0:
+					d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
+				default:
+					seen[s] = v.Line
+					a.ApproverGroups = append(a.ApproverGroups, s)
+				}
+			})
+		}},
+		{"fourEyes", func(v *yaml.Node, p string) {
+			if b, ok := d.boolean(v, p); ok {
+				a.FourEyes = b
+			}
+		}},
+		{"proposalTTL", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Minute); ok {
+				if t > 7*24*time.Hour {
+					// A week-old proposal was made against a cluster
+					// state nobody remembers; make people propose again.
+					d.problem(v, p, "%s: must be at most 168h", t)
+					return
+				}
+				a.ProposalTTL = t
+			}
+		}},
+	}, nil)
+}
+
+func (d *decoder) digest(n *yaml.Node, path string, dg *Digest) {
+	ok := d.mapping(n, path, []field{
+		{"name", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.dnsLabel(v, p, s, "a digest name") {
+				dg.Name = s
+			}
+		}},
+		{"schedule", func(v *yaml.Node, p string) {
+			s, ok := d.str(v, p)
+			if !ok {
+				return
+			}
+			if strings.HasPrefix(s, "TZ=") || strings.HasPrefix(s, "CRON_TZ=") {
+				// Two places for the zone would disagree sooner or later.
+				d.problem(v, p, "%q: set the time zone with the timezone field, not a TZ= prefix", s)
+				return
+			}
+			sched, err := cronParser.Parse(s)
+			if err != nil {
+				d.problem(v, p, "%q is not a cron schedule (minute hour day-of-month month day-of-week, optionally seconds first, or @daily/@hourly/@every 1h): %v", s, err)
+				return
+			}
+			dg.Schedule, dg.schedule = s, sched
+		}},
+		{"timezone", func(v *yaml.Node, p string) {
+			s, ok := d.str(v, p)
+			if !ok {
+				return
+			}
+			if s == "" || s == "Local" {
+				// Both mean "whatever the host is set to", which differs
+				// between a laptop and a container.
+				d.problem(v, p, "%q: name an IANA time zone such as Europe/Berlin or UTC", s)
+				return
+			}
+			loc, err := time.LoadLocation(s)
+			if err != nil {
+				d.problem(v, p, "%q is not a known time zone (IANA names such as Europe/Berlin, America/New_York, UTC)", s)
+				return
+			}
+			dg.Timezone, dg.location = s, loc
+		}},
+		{"channel", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.channel(v, p, s) {
+				dg.Channel = s
+			}
+		}},
+	}, nil)
+	if !ok {
+		return
+	}
+	for _, req := range []string{"name", "schedule", "channel"} {
+		if _, set := d.lines[path+"."+req]; !set {
+			d.problem(n, path+"."+req, "is required")
+		}
+	}
+}
+
+func (d *decoder) log(n *yaml.Node, path string, l *Log) {
+	d.mapping(n, path, []field{
+		{"level", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok {
+				switch s {
+				case "debug", "info", "warn", "error":
+					l.Level = s
+				default:
+					d.problem(v, p, "%q: want debug, info, warn or error", s)
+				}
+			}
+		}},
+		{"format", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok {
+				switch s {
+				case "json", "console":
+					l.Format = s
+				default:
+					d.problem(v, p, "%q: want json or console", s)
+				}
+			}
+		}},
+	}, nil)
+}
+
+// problemUnder reports whether a problem was already found at or below
+// prefix, so a check that counts valid entries stays quiet when some were
+// invalid.
+func (d *decoder) problemUnder(prefix string) bool {
+	for _, p := range d.problems {
+		if strings.HasPrefix(p.Field, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// anyUnder reports whether any field below prefix was written (valid or
+// not), so an invalid field is not also reported as missing.
+func (d *decoder) anyUnder(prefix string) bool {
+	for p := range d.lines {
+		if strings.HasPrefix(p, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- value checks; each reports its own problem and returns ok ----
+
+func (d *decoder) secretEnv(dst *string) func(v *yaml.Node, p string) {
+	return func(v *yaml.Node, p string) {
+		s, ok := d.str(v, p)
+		if !ok {
+			return
+		}
+		if !envNameRE.MatchString(s) {
+			// Do not quote it: a value that is not a variable name may be
+			// the secret itself, pasted into the wrong field.
+			d.problem(v, p, "must be the NAME of an environment variable (letters, digits, _), not the secret itself")
+			return
+		}
+		*dst = s
+	}
+}
+
+func (d *decoder) secretFile(dst *string) func(v *yaml.Node, p string) {
+	return func(v *yaml.Node, p string) {
+		if s, ok := d.str(v, p); ok && d.path(v, p, s) {
+			*dst = s
+		}
+	}
+}
+
+func (d *decoder) path(v *yaml.Node, p, s string) bool {
+	if strings.TrimSpace(s) == "" || strings.ContainsAny(s, "\x00\n") {
+		d.problem(v, p, "must be a file path")
+		return false
+	}
+	return true
+}
+
+func (d *decoder) absPath(v *yaml.Node, p, s string) bool {
+	if !d.path(v, p, s) {
+		return false
+	}
+	if !filepath.IsAbs(s) {
+		// Relative to what? The working directory differs between a
+		// container, a systemd unit and a shell.
+		d.problem(v, p, "%q: must be an absolute path", s)
+		return false
+	}
+	return true
+}
+
+func (d *decoder) dnsLabel(v *yaml.Node, p, s, what string) bool {
+	// Our own wording: apimachinery's messages are long and explain the
+	// regular expression rather than the fix.
+	if len(validation.IsDNS1123Label(s)) > 0 {
+		d.problem(v, p, "%q is not %s: a DNS-1123 label is lower-case letters, digits and '-', starts and ends with a letter or digit, at most 63 characters", s, what)
+		return false
+	}
+	return true
+}
+
+func (d *decoder) dnsSubdomain(v *yaml.Node, p, s, what string) bool {
+	if len(validation.IsDNS1123Subdomain(s)) > 0 {
+		d.problem(v, p, "%q is not %s: a DNS-1123 subdomain is dot-separated DNS-1123 labels (lower-case letters, digits, '-'), at most 253 characters", s, what)
+		return false
+	}
+	return true
+}
+
+func (d *decoder) channel(v *yaml.Node, p, s string) bool {
+	if channelIDRE.MatchString(s) {
+		return true
+	}
+	hint := ""
+	switch {
+	case strings.HasPrefix(s, "#") || strings.ToLower(s) == s:
+		hint = ": channel names are not accepted, use the ID (channel details → bottom of the About tab)"
+	case userIDRE.MatchString(s):
+		hint = ": that is a user ID"
+	}
+	d.problem(v, p, "%q is not a Slack channel ID (C…, G… or D…)%s", s, hint)
+	return false
+}
+
+// listen checks a listen address: host:port with a numeric port in
+// 1..65535. Port 0 (random) is refused because probes and scrapers need
+// a fixed port; service names (":http") because they depend on
+// /etc/services inside the image.
+func (d *decoder) listen(v *yaml.Node, p, s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		d.problem(v, p, "%q is not a listen address (host:port, e.g. \":8080\" or \"127.0.0.1:8080\")", s)
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		d.problem(v, p, "%q: port must be a number from 1 to 65535", s)
+		return false
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil && len(validation.IsDNS1123Subdomain(host)) > 0 {
+			d.problem(v, p, "%q: host must be empty (all interfaces), an IP address or a host name", s)
+			return false
+		}
+	}
+	return true
+}
+
+func (d *decoder) natsURL(v *yaml.Node, p, s string) bool {
+	if strings.ContainsAny(s, ", ") {
+		d.problem(v, p, "%q: one URL per list entry", s)
+		return false
+	}
+	raw := s
+	if !strings.Contains(s, "://") {
+		raw = "nats://" + s // host:port, as the NATS client accepts
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		d.problem(v, p, "is not a NATS URL (nats://host:4222, tls://host:4222, ws(s)://host or host:port)")
+		return false
+	}
+	if u.User != nil {
+		d.problem(v, p, "credentials must not be written in URLs: remove user/password/token and use nats.credsFile or nats.credsEnv")
+		return false
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		d.problem(v, p, "%q: scheme must be nats, tls, ws or wss", s)
+		return false
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		d.problem(v, p, "%q: a NATS URL has no path or query", s)
+		return false
+	}
+	return true
+}
+
+func (d *decoder) apiURL(v *yaml.Node, p, s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		d.problem(v, p, "is not an http(s) URL")
+		return false
+	}
+	if u.User != nil || u.RawQuery != "" {
+		d.problem(v, p, "must not carry credentials or a query")
+		return false
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		// slack-go appends method names ("chat.postMessage") to the base.
+		d.problem(v, p, "%q: must end with \"/\" (e.g. https://slack.com/api/)", s)
+		return false
+	}
+	return true
+}
+
+// ---- cross-field checks, after the walk ----
+
+func (d *decoder) check(c *Config) {
+	set := func(p string) bool { _, ok := d.lines[p]; return ok }
+
+	if c.Agent == nil && c.Bot == nil && !set("agent") && !set("bot") {
+		d.problem(nil, "", "neither agent nor bot is configured: add at least one of the two sections")
+	}
+
+	// NATS: what the embedded server can and cannot do.
+	n := c.NATS
+	if len(n.URLs) == 0 && !set("nats.urls[0]") {
+		if n.StreamReplicas > 1 {
+			d.problem(d.at("nats.streamReplicas"), "nats.streamReplicas", "%d replicas need a NATS cluster: the embedded server (nats.urls empty) is one node", n.StreamReplicas)
+		}
+		if n.Creds.IsSet() {
+			d.problem(d.at(credsField(n.Creds)), credsField(n.Creds), "credentials are for external servers: the embedded server (nats.urls empty) has no authentication")
+		}
+		if n.CAFile != "" {
+			d.problem(d.at("nats.caFile"), "nats.caFile", "only used with nats.urls: the embedded server listens on loopback without TLS")
+		}
+	} else if n.StoreDir != "" {
+		d.problem(d.at("nats.storeDir"), "nats.storeDir", "only used by the embedded server, but nats.urls is set: remove one of the two")
+	}
+	if set("nats.credsFile") && set("nats.credsEnv") {
+		d.problem(d.at("nats.credsEnv"), "nats.credsEnv", "set credsFile or credsEnv, not both")
+	}
+	maxAge := orDuration(n.EventsMaxAge, DefaultEventsMaxAge)
+	if dup := orDuration(n.DuplicateWindow, DefaultDuplicateWindow); dup > maxAge {
+		d.problem(d.at("nats.duplicateWindow"), "nats.duplicateWindow", "%s is longer than nats.eventsMaxAge (%s): JetStream requires the window to fit in the retention", dup, maxAge)
+	}
+
+	if a := c.Agent; a != nil {
+		if !set("agent.source") && a.Source == "" {
+			d.problem(d.at("agent"), "agent.source", "is required: the name of this management cluster (DNS-1123 label)")
+		}
+		le := a.LeaderElection
+		ld := orDuration(le.LeaseDuration, DefaultLeaseDuration)
+		rd := orDuration(le.RenewDeadline, DefaultRenewDeadline)
+		rp := orDuration(le.RetryPeriod, DefaultRetryPeriod)
+		// client-go's leader election refuses these combinations at start
+		// (leaderelection.NewLeaderElector); catch them here instead.
+		if ld <= rd {
+			d.problem(d.at("agent.leaderElection.renewDeadline"), "agent.leaderElection.renewDeadline", "%s must be shorter than leaseDuration (%s)", rd, ld)
+		}
+		if float64(rd) <= 1.2*float64(rp) {
+			d.problem(d.at("agent.leaderElection.retryPeriod"), "agent.leaderElection.retryPeriod", "%s: renewDeadline (%s) must exceed 1.2 × retryPeriod", rp, rd)
+		}
+	}
+
+	if c.Bot != nil {
+		if c.Slack == nil {
+			d.problem(d.at("bot"), "slack", "is required with bot: the bot posts to Slack")
+		}
+		if !set("bot.defaultChannel") {
+			d.problem(d.at("bot"), "bot.defaultChannel", "is required: the channel for incidents no route matches")
+		}
+		if c.Agent != nil {
+			al := orString(c.Agent.Listen, DefaultAgentListen)
+			bl := orString(c.Bot.Listen, DefaultBotListen)
+			if listenClash(al, bl) {
+				// `hcpbot all` runs both in one process.
+				d.problem(d.at("bot.listen"), "bot.listen", "%q collides with agent.listen %q (hcpbot all serves both from one process)", bl, al)
+			}
+		}
+	} else {
+		for _, s := range []string{"slack", "approvals", "digests"} {
+			if set(s) {
+				d.problem(d.at(s), s, "is used by the bot only, but there is no bot section")
+			}
+		}
+	}
+
+	if s := c.Slack; s != nil {
+		d.oneOf("slack", "botToken", true, "the bot's token (xoxb-…)")
+		d.oneOf("slack", "signingSecret", !s.SocketMode, "verifies Slack's HTTP requests; not needed with socketMode: true")
+		if s.SocketMode {
+			d.oneOf("slack", "appToken", true, "the app-level token (xapp-…) Socket Mode connects with")
+		} else if s.AppToken.IsSet() {
+			f := "slack.appTokenEnv"
+			if s.AppToken.File != "" {
+				f = "slack.appTokenFile"
+			}
+			d.problem(d.at(f), f, "is only used with socketMode: true")
+		}
+	}
+
+	if a := c.Approvals; a != nil {
+		if len(a.Approvers) == 0 && len(a.ApproverGroups) == 0 && !set("approvals.approvers[0]") && !set("approvals.approverGroups[0]") {
+			d.problem(d.at("approvals"), "approvals", "no approvers and no approverGroups: nobody could approve a fix (remove the section to disable approvals)")
+		}
+		fourEyes := !set("approvals.fourEyes") || a.FourEyes
+		if fourEyes && len(a.ApproverGroups) == 0 && len(a.Approvers) == 1 && !d.problemUnder("approvals.approver") {
+			d.problem(d.at("approvals.approvers"), "approvals.approvers", "four-eyes approval (fourEyes, default true) needs at least two approvers or a group: with one, nobody can approve that person's own request")
+		}
+	}
+
+	names := map[string]int{}
+	for i, dg := range c.Digests {
+		if dg.Name == "" {
+			continue
+		}
+		p := fmt.Sprintf("digests[%d].name", i)
+		if first, dup := names[dg.Name]; dup {
+			d.problem(d.at(p), p, "%q is already the name of digests[%d]: names must be unique", dg.Name, first)
+			continue
+		}
+		names[dg.Name] = i
+	}
+}
+
+// oneOf checks a secret written as <name>Env or <name>File: exactly one
+// when required, at most one otherwise.
+func (d *decoder) oneOf(section, name string, required bool, why string) {
+	env, file := section+"."+name+"Env", section+"."+name+"File"
+	_, hasEnv := d.lines[env]
+	_, hasFile := d.lines[file]
+	switch {
+	case hasEnv && hasFile:
+		d.problem(d.at(file), file, "set %sEnv or %sFile, not both", name, name)
+	case required && !hasEnv && !hasFile:
+		d.problem(d.at(section), env, "%sEnv or %sFile is required: %s", name, name, why)
+	}
+}
+
+func credsField(r SecretRef) string {
+	if r.File != "" {
+		return "nats.credsFile"
+	}
+	return "nats.credsEnv"
+}
+
+// listenClash reports whether two listen addresses would bind the same
+// port: same port and the same host, or either on all interfaces.
+func listenClash(a, b string) bool {
+	ah, ap, err1 := net.SplitHostPort(a)
+	bh, bp, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || ap != bp {
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ah == bh || wild(ah) || wild(bh)
+}
+
+func orDuration(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func orString(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// applyDefaults fills what the file left out; set reports whether a YAML
+// path was written. It runs only on a valid configuration, so the
+// validation above judged what the operator wrote, not what we filled in.
+func (c *Config) applyDefaults(set func(path string) bool) {
+	if !set("nats.streamReplicas") {
+		c.NATS.StreamReplicas = DefaultStreamReplicas
+	}
+	if !set("nats.eventsMaxAge") {
+		c.NATS.EventsMaxAge = DefaultEventsMaxAge
+	}
+	if !set("nats.duplicateWindow") {
+		c.NATS.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if a := c.Agent; a != nil {
+		a.Listen = orString(a.Listen, DefaultAgentListen)
+		le := &a.LeaderElection
+		if !set("agent.leaderElection.enabled") {
+			le.Enabled = true
+		}
+		le.LeaseName = orString(le.LeaseName, DefaultLeaseName)
+		le.LeaseDuration = orDuration(le.LeaseDuration, DefaultLeaseDuration)
+		le.RenewDeadline = orDuration(le.RenewDeadline, DefaultRenewDeadline)
+		le.RetryPeriod = orDuration(le.RetryPeriod, DefaultRetryPeriod)
+		if !set("agent.bufferEvents") {
+			a.BufferEvents = DefaultBufferEvents
+		}
+		a.HostedProbeInterval = orDuration(a.HostedProbeInterval, DefaultHostedProbeInterval)
+	}
+	if b := c.Bot; b != nil {
+		b.Listen = orString(b.Listen, DefaultBotListen)
+		if !set("bot.groupWait") {
+			b.GroupWait = DefaultGroupWait // 0s written explicitly means "post at once"
+		}
+		b.GroupInterval = orDuration(b.GroupInterval, DefaultGroupInterval)
+		b.ResolveTimeout = orDuration(b.ResolveTimeout, DefaultResolveTimeout)
+		if b.Storm.Threshold == 0 {
+			b.Storm.Threshold = DefaultStormThreshold
+		}
+		b.Storm.Window = orDuration(b.Storm.Window, DefaultStormWindow)
+	}
+	if s := c.Slack; s != nil {
+		s.APIURL = orString(s.APIURL, DefaultSlackAPIURL)
+	}
+	if a := c.Approvals; a != nil {
+		if !set("approvals.fourEyes") {
+			a.FourEyes = true
+		}
+		a.ProposalTTL = orDuration(a.ProposalTTL, DefaultProposalTTL)
+	}
+	for i := range c.Digests {
+		dg := &c.Digests[i]
+		if dg.Timezone == "" {
+			dg.Timezone, dg.location = DefaultTimezone, time.UTC
+		}
+	}
+	c.Log.Level = orString(c.Log.Level, DefaultLogLevel)
+	c.Log.Format = orString(c.Log.Format, DefaultLogFormat)
+}
+
+// Channel returns where an incident goes: the channel of the first route
+// that matches, else DefaultChannel. clusterLabels are the hosted
+// cluster's labels (nil when unknown: a selector route then matches only
+// if its selector matches an empty set).
+func (b *Bot) Channel(source, namespace, cluster, eventType string, clusterLabels map[string]string) string {
+	for _, r := range b.Routes {
+		if r.Matches(source, namespace, cluster, eventType, clusterLabels) {
+			return r.Channel
+		}
+	}
+	return b.DefaultChannel
+}
+
+// Matches reports whether the route applies to an incident.
+func (r Route) Matches(source, namespace, cluster, eventType string, clusterLabels map[string]string) bool {
+	m := r.Match
+	if m.Source != "" && m.Source != source ||
+		m.Namespace != "" && m.Namespace != namespace ||
+		m.Cluster != "" && m.Cluster != cluster ||
+		m.Type != "" && m.Type != eventType {
+		return false
+	}
+	if r.selector != nil && !r.selector.Matches(labels.Set(clusterLabels)) {
+		return false
+	}
+	return true
+}
