@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
 	"github.com/hcpbot/hcpbot/watchers"
@@ -48,6 +49,8 @@ type agentFlags struct {
 	bufferEvents   int
 	logLevel       string
 	logFormat      string
+	probeInterval  time.Duration
+	lease          watchers.LeaderConfig
 }
 
 func runAgent(ctx context.Context, c *cli, args []string) error {
@@ -80,7 +83,7 @@ func runAgent(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	logging.RouteKlog(log)
+	c.klog(log)
 	return agentMain(ctx, f, log)
 }
 
@@ -93,7 +96,25 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 	}
 	log = log.With().Str("component", "agent").Logger()
 	log.Info().Str("version", version.String()).Str("source", f.source).Msg("starting")
+	conn, err := connectNATS(ctx, f.natsURLs, f.natsStore, f.natsCreds, "hcpbot-agent-"+f.identity, log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(f.streamReplicas, 0, 0)); err != nil {
+		return err
+	}
+	return agentRun(ctx, f, conn, log)
+}
 
+// agentRun runs the agent on an open NATS connection until ctx ends.
+func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Logger) error {
+	if f.identity == "" {
+		f.identity, _ = os.Hostname()
+	}
+	if f.leaseNamespace == "" {
+		f.leaseNamespace = "default"
+	}
 	cfg, err := kubeConfig(f.kubeconfig)
 	if err != nil {
 		return err
@@ -107,21 +128,11 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := watchers.NewMetrics(reg)
-
-	conn, err := connectNATS(ctx, f.natsURLs, f.natsStore, f.natsCreds, "hcpbot-agent-"+f.identity, log)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(f.streamReplicas, 0, 0)); err != nil {
-		return err
-	}
 	pub := watchers.NewJetStreamPublisher(conn.JS, f.bufferEvents, metrics, log)
-	agent, err := watchers.New(watchers.Config{Source: f.source, Identity: f.identity}, kube, dyn, pub, metrics, log)
+	agent, err := watchers.New(watchers.Config{Source: f.source, Identity: f.identity, ProbeInterval: f.probeInterval}, kube, dyn, pub, metrics, log)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
@@ -133,7 +144,7 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 			return errors.New("NATS not connected")
 		}
 		return nil
-	}, log)
+	}, log, nil)
 	if err != nil {
 		return err
 	}
@@ -147,7 +158,9 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 		}
 	}
 	if f.leaderElect {
-		err = watchers.RunElected(ctx, kube, watchers.LeaderConfig{Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.identity}, metrics, log, run)
+		lc := f.lease
+		lc.Namespace, lc.Name, lc.Identity = f.leaseNamespace, f.leaseName, f.identity
+		err = watchers.RunElected(ctx, kube, lc, metrics, log, run)
 	} else {
 		run(ctx)
 	}
@@ -199,8 +212,11 @@ func connectNATS(ctx context.Context, urls, storeDir, creds, name string, log ze
 }
 
 // serveOps serves /healthz, /readyz and /metrics until ctx ends.
-func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, ready func() error, log zerolog.Logger) (*http.Server, error) {
+func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, ready func() error, log zerolog.Logger, extra map[string]http.Handler) (*http.Server, error) {
 	mux := http.NewServeMux()
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {
@@ -228,4 +244,15 @@ func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, ready 
 	}()
 	log.Info().Str("addr", l.Addr().String()).Msg("serving /healthz, /readyz, /metrics")
 	return srv, nil
+}
+
+// agentFlagsFromConfig maps the config file's agent section onto the agent.
+func agentFlagsFromConfig(cfg *configs.Config) agentFlags {
+	a := cfg.Agent
+	return agentFlags{
+		kubeconfig: a.Kubeconfig, source: a.Source, listen: a.Listen,
+		leaderElect: a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
+		identity: os.Getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval,
+		lease: watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
+	}
 }

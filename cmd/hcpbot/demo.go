@@ -57,7 +57,7 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 	}
 	defer logFile.Close()
 	log, _ := logging.New(logFile, "info", "json")
-	logging.RouteKlog(log)
+	c.klog(log)
 	// The console notifier, the script and the console prompt all print.
 	out := &lockedWriter{w: c.stdout}
 

@@ -14,6 +14,10 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/internal/logging"
 )
 
 // cli carries what a subcommand may touch, so tests run commands in-process
@@ -23,6 +27,10 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// routeKlog sends the Kubernetes libraries' klog output to the logger.
+	// klog is process-global, so only the real main sets it; in-process
+	// tests leave it nil.
+	routeKlog func(zerolog.Logger)
 }
 
 // command is one subcommand. Subcommands register themselves in commands()
@@ -57,7 +65,7 @@ var extraCommands []command
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, routeKlog: logging.RouteKlog}
 	os.Exit(c.main(ctx, os.Args[1:]))
 }
 
@@ -104,6 +112,13 @@ func (c *cli) help(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'hcpbot <command> --help' for the flags of a command.")
+}
+
+// klog routes klog to log when the process allows it (see cli.routeKlog).
+func (c *cli) klog(log zerolog.Logger) {
+	if c.routeKlog != nil {
+		c.routeKlog(log)
+	}
 }
 
 // flagSet returns a FlagSet that writes its usage to the command's stderr and

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
+)
+
+// `hcpbot all --config F`: agent and bot from one config file, the seed
+// incident posted to Slack, and a signed /hcp command answered.
+func TestAllCommand(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	hosted := env.HostedCluster(t, scenario.BehindProxy(ns, "allcmd"))
+	nodes, err := scenario.Nodes(ctx, hosted.Kube, "allcmd-np", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := env.CP.Management.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.RunServer(t)
+	rec := slackrec.New(t)
+	agentAddr, botAddr := freeAddr(t), freeAddr(t)
+	const channel = "C0ALLCMD01"
+	cfg := fmt.Sprintf(`nats:
+  urls: [%q]
+agent:
+  source: mgmt-all
+  kubeconfig: %s
+  listen: %q
+  leaderElection: {namespace: %s}
+bot:
+  listen: %q
+  groupWait: 0s
+  defaultChannel: %s
+slack:
+  apiURL: %q
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+log: {level: info, format: json}
+`, srv.ClientURL(), kubeconfig, agentAddr, ns, botAddr, channel, rec.APIURL())
+	path := filepath.Join(dir, "hcpbot.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "test-signing-secret"
+	vars := map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-test", "TEST_SLACK_SIGNING_SECRET": secret, "POD_NAME": "all-0"}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	var logs syncbuf.Buffer
+	done := make(chan int)
+	go func() {
+		c := &cli{stdin: strings.NewReader(""), stdout: &logs, stderr: &logs, getenv: func(k string) string { return vars[k] }}
+		done <- c.main(runCtx, []string{"all", "--config", path})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("hcpbot all exited %d:\n%s", code, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("hcpbot all did not stop")
+		}
+		if strings.Contains(logs.String(), secret) || strings.Contains(logs.String(), "xoxb-0000-test") {
+			t.Error("a secret reached the logs")
+		}
+	}()
+
+	if err := scenario.SetNodeReady(ctx, hosted.Kube, nodes[0], corev1.ConditionFalse, "KubeletNotReady", "x"); err != nil {
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range r.Messages(channel) {
+			if strings.Contains(m.Text, ns+"/allcmd") {
+				return true
+			}
+		}
+		return false
+	})
+
+	// A signed slash command, as Slack sends it, answered by the bot.
+	var body string
+	testenv.Eventually(t, 20*time.Second, "/hcp status answered", func() bool {
+		req, err := slackrec.CommandRequest(ctx, "http://"+botAddr+"/slack/commands", secret,
+			slack.SlashCommand{Command: "/hcp", Text: "status " + ns + "/allcmd", UserID: "U0ALLCMD01", UserName: "sam", ChannelID: channel, ResponseURL: rec.ResponseURL(channel)}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == 200 && strings.Contains(body, "allcmd")
+	})
+	if !strings.Contains(body, "tunnelled") && !strings.Contains(body, "NotReady") {
+		t.Errorf("status reply does not describe the problem: %s", body)
+	}
+	// The same request replayed is refused.
+	req, _ := slackrec.CommandRequest(ctx, "http://"+botAddr+"/slack/commands", secret,
+		slack.SlashCommand{Command: "/hcp", Text: "incidents", UserID: "U0ALLCMD01", ChannelID: channel, ResponseURL: rec.ResponseURL(channel)}, time.Now())
+	body2, _ := io.ReadAll(req.Body)
+	for i, want := range []int{200, 401} {
+		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, req.URL.String(), strings.NewReader(string(body2)))
+		r.Header = req.Header.Clone()
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("request %d: status %d, want %d", i+1, resp.StatusCode, want)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
+
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/internal/logging"
+	"github.com/hcpbot/hcpbot/internal/version"
+)
+
+func init() {
+	extraCommands = append(extraCommands,
+		command{name: "bot", summary: "consume events, post incidents to Slack, answer /hcp (needs --config)", run: runBot},
+		command{name: "all", summary: "agent and bot in one process (needs --config with both sections)", run: runAll})
+}
+
+func runBot(ctx context.Context, c *cli, args []string) error {
+	return runFromConfig(ctx, c, "bot", args)
+}
+func runAll(ctx context.Context, c *cli, args []string) error {
+	return runFromConfig(ctx, c, "all", args)
+}
+
+// runFromConfig starts the bot, or agent and bot, from one config file.
+func runFromConfig(ctx context.Context, c *cli, name string, args []string) error {
+	fs := c.flagSet(name, "--config FILE")
+	path := fs.String("config", c.getenv("HCPBOT_CONFIG"), "config file (env HCPBOT_CONFIG); see configs/example.yaml")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return usageErrorf("--config is required")
+	}
+	cfg, err := configs.Load(*path)
+	if err != nil {
+		return err
+	}
+	if cfg.Bot == nil {
+		return fmt.Errorf("%s: no bot section", *path)
+	}
+	if name == "all" && cfg.Agent == nil {
+		return fmt.Errorf("%s: no agent section (hcpbot all runs both)", *path)
+	}
+	sec, err := cfg.Secrets(c.getenv, os.ReadFile)
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(c.stderr, cfg.Log.Level, cfg.Log.Format)
+	if err != nil {
+		return err
+	}
+	c.klog(log)
+	log.Info().Str("version", version.String()).Str("mode", name).Msg("starting")
+
+	if cfg.NATS.Creds.Env != "" {
+		return errors.New("nats.credsEnv is not supported yet: use nats.credsFile")
+	}
+	conn, err := connectNATS(ctx, joinURLs(cfg.NATS.URLs), cfg.NATS.StoreDir, cfg.NATS.Creds.File, "hcpbot-"+name, log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(cfg.NATS.StreamReplicas, cfg.NATS.EventsMaxAge, cfg.NATS.DuplicateWindow)); err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	if name == "all" {
+		f := agentFlagsFromConfig(cfg)
+		wg.Go(func() {
+			if err := agentRun(ctx, f, conn, log); err != nil {
+				log.Error().Err(err).Msg("agent stopped")
+			}
+		})
+	}
+	err = botRun(ctx, c, cfg, sec, conn, log)
+	wg.Wait()
+	return err
+}
+
+func joinURLs(urls []string) string {
+	out := ""
+	for i, u := range urls {
+		if i > 0 {
+			out += ","
+		}
+		out += u
+	}
+	return out
+}
+
+// botRun runs the bot until ctx ends: the pipeline, the notifier, the
+// Slack endpoints (or Socket Mode) and the ops endpoints.
+func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, conn *bus.Conn, log zerolog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	log = log.With().Str("component", "bot").Logger()
+
+	var notifier notify.Notifier = notify.NewConsole(c.stdout)
+	if sec.SlackBotToken != "" {
+		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{Replicas: cfg.NATS.StreamReplicas})
+		if err != nil {
+			return err
+		}
+		n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil), Store: store, Registerer: reg, Log: log})
+		if err != nil {
+			return err
+		}
+		notifier = n
+	}
+	b := bot.New(bot.Config{Channel: cfg.Bot.DefaultChannel}, conn.JS, notifier, reg, log)
+	commands := &bot.Commands{Bot: b}
+
+	extra := map[string]http.Handler{}
+	if sec.SlackSigningSecret != "" {
+		kv, err := chatops.EnsureReplayBucket(ctx, conn.JS, cfg.NATS.StreamReplicas)
+		if err != nil {
+			return err
+		}
+		guard, err := chatops.NewKVReplayGuard(ctx, kv)
+		if err != nil {
+			return err
+		}
+		responder, err := chatops.NewResponder(responseURLPrefix(cfg.Slack.APIURL), &http.Client{Timeout: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		srv, err := chatops.NewServer(sec.SlackSigningSecret, commands, chatops.WithReplayGuard(guard), chatops.WithRegisterer(reg),
+			chatops.WithLogger(log), chatops.WithResponder(responder))
+		if err != nil {
+			return err
+		}
+		extra[chatops.CommandsPath] = srv
+		extra[chatops.ActionsPath] = srv
+		defer srv.Shutdown(context.WithoutCancel(ctx))
+	}
+	ops, err := serveOps(ctx, cfg.Bot.Listen, reg, func() error {
+		if !conn.NC.IsConnected() {
+			return errors.New("NATS not connected")
+		}
+		return nil
+	}, log, extra)
+	if err != nil {
+		return err
+	}
+	defer ops.Close()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = notifier.Run(ctx) })
+	if cfg.Slack != nil && cfg.Slack.SocketMode && sec.SlackAppToken != "" {
+		api := slack.New(sec.SlackBotToken, slack.OptionAppLevelToken(sec.SlackAppToken), slack.OptionAPIURL(cfg.Slack.APIURL))
+		wg.Go(func() {
+			if err := chatops.RunSocketMode(ctx, socketmode.New(api), commands, log, chatops.WithRegisterer(reg)); err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Msg("socket mode stopped")
+			}
+		})
+	}
+	err = b.Run(ctx)
+	wg.Wait()
+	return err
+}
+
+// responseURLPrefix is where the bot may POST delayed replies: Slack's hooks
+// host, or — with a Slack-compatible API at another address — that host,
+// since its response_urls point there. Anything else in a payload is refused.
+func responseURLPrefix(apiURL string) string {
+	u, err := url.Parse(apiURL)
+	if err != nil || u.Host == "" || u.Host == "slack.com" {
+		return chatops.DefaultResponseURLPrefix
+	}
+	return u.Scheme + "://" + u.Host + "/"
+}
