@@ -42,10 +42,17 @@ demo: build
 	@assets=$$(bash hack/testenv/build.sh) && HCPBOT_TESTENV_ASSETS=$$assets $(BIN) demo
 
 bench:
-	@echo "make bench: not implemented yet (see issue: benchmarks)"; exit 1
+	@echo "make bench: the benchmark harness is not built yet (issue: benchmarks)"; exit 1
 
+## fuzz: run every fuzz target for FUZZTIME each (corpora live in testdata/fuzz).
+FUZZTIME ?= 30s
+FUZZ_TARGETS = ./event:FuzzDecode ./noproxy:FuzzParse ./noproxy:FuzzDecide ./noproxy:FuzzMerge ./noproxy:FuzzLint \
+	./redact:FuzzRedactNoPassword ./bot/chatops:FuzzParse ./configs:FuzzParse
 fuzz:
-	@echo "make fuzz: not implemented yet"; exit 1
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 chaos:
 	@echo "make chaos: not implemented yet"; exit 1
