@@ -159,7 +159,7 @@ func (b *Bot) evaluate(ctx context.Context, k diagnose.Key, observed time.Time) 
 	case len(diags) == 0:
 		inc.Resolved = now
 	case inc == nil || !inc.Open():
-		inc = &Incident{Key: incidentKey(k, diags, observed), Cluster: k, Opened: observed}
+		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed}
 		b.incidents[k] = inc
 	}
 	if len(diags) > 0 {
@@ -194,7 +194,7 @@ func (b *Bot) updateOpen() {
 // incidentKey is derived from the cluster and the time of the event that
 // opened the incident, so replaying the stream after a restart finds the
 // same key (and bot/notify the same Slack message).
-func incidentKey(k diagnose.Key, _ []diagnose.Diagnosis, opened time.Time) string {
+func incidentKey(k diagnose.Key, opened time.Time) string {
 	sum := sha256.Sum256([]byte(k.String() + "@" + opened.UTC().Format(time.RFC3339Nano)))
 	return "inc-" + hex.EncodeToString(sum[:6])
 }

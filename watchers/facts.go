@@ -37,17 +37,10 @@ func fingerprint(p any) string {
 
 func hostedClusterFact(hc *hypershift.HostedCluster) fact {
 	p := hostedClusterState(hc)
-	fp := fingerprint(p)
-	problem := false
-	for _, c := range p.Conditions {
-		if (c.Type == "Available" && c.Status != event.ConditionTrue) || (c.Type == "Degraded" && c.Status == event.ConditionTrue) {
-			problem = true
-		}
-	}
 	// The bot needs every cluster's proxy and networks to diagnose, so a
-	// HostedCluster is always restated in a snapshot.
-	_ = problem
-	return fact{payload: p, key: rvKey(hc.ResourceVersion), state: fp, problem: true}
+	// HostedCluster always counts as a problem: it is restated in every
+	// snapshot (and a consumer treats one missing from it as deleted).
+	return fact{payload: p, key: rvKey(hc.ResourceVersion), state: fingerprint(p), problem: true}
 }
 
 func hostedClusterState(hc *hypershift.HostedCluster) event.HostedClusterState {
