@@ -2,44 +2,19 @@ package bus
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hcpbot/hcpbot/internal/testenv/testlog"
 	"github.com/rs/zerolog"
 )
 
 const testWait = 20 * time.Second
 
-// testLogger writes warnings and worse to t.Log until the test ends;
-// server and client goroutines may outlive it by a moment.
+// testLogger writes warnings and worse to t.Log until the test ends.
 func testLogger(t *testing.T) zerolog.Logger {
 	t.Helper()
-	w := &tbWriter{tb: t}
-	t.Cleanup(w.stop)
-	return zerolog.New(w).Level(zerolog.WarnLevel).With().Timestamp().Logger()
-}
-
-type tbWriter struct {
-	mu      sync.Mutex
-	tb      testing.TB
-	stopped bool
-}
-
-func (w *tbWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.stopped {
-		w.tb.Log(strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (w *tbWriter) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopped = true
+	return testlog.New(t, zerolog.WarnLevel)
 }
 
 func testContext(t *testing.T) context.Context {

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/internal/testenv/testlog"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 )
@@ -34,30 +34,7 @@ func Logger(tb testing.TB) zerolog.Logger {
 			lvl = l
 		}
 	}
-	w := &tbWriter{tb: tb}
-	tb.Cleanup(w.stop)
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
-}
-
-type tbWriter struct {
-	mu      sync.Mutex
-	tb      testing.TB
-	stopped bool
-}
-
-func (w *tbWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.stopped {
-		w.tb.Log(strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (w *tbWriter) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopped = true
+	return testlog.New(tb, lvl)
 }
 
 // RunServer starts a standalone JetStream server on a random loopback port
