@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/internal/logging"
@@ -152,10 +153,24 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
+	// Approved actions are executed by the replica that watches: inside
+	// the leader's run, so that one replica at a time acts and stops
+	// acting (and finishes what it started) before losing the lease.
+	executor := &actions.Executor{Dynamic: dyn, Kube: kube}
 	run := func(ctx context.Context) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var served sync.WaitGroup
+		served.Go(func() {
+			if err := actions.Serve(ctx, conn.NC, f.source, executor, log); err != nil {
+				log.Error().Err(err).Msg("not serving action requests")
+			}
+		})
 		if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("agent stopped")
 		}
+		cancel()
+		served.Wait()
 	}
 	if f.leaderElect {
 		lc := f.lease

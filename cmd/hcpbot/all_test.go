@@ -2,18 +2,24 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/slack-go/slack"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -56,6 +62,9 @@ slack:
   apiURL: %q
   botTokenEnv: TEST_SLACK_BOT_TOKEN
   signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+approvals:
+  approvers: [U0ALLCMD01, U0ALLCMD02]
+  fourEyes: false
 log: {level: info, format: json}
 `, srv.ClientURL(), kubeconfig, agentAddr, ns, botAddr, channel, rec.APIURL())
 	path := filepath.Join(dir, "hcpbot.yaml")
@@ -135,4 +144,98 @@ log: {level: info, format: json}
 			t.Errorf("request %d: status %d, want %d", i+1, resp.StatusCode, want)
 		}
 	}
+
+	// The fix, proposed and approved in chat, executed by the agent on
+	// the real API server.
+	hcp := slashCommander{t: t, url: "http://" + botAddr + "/slack/commands", secret: secret, channel: channel, rec: rec}
+	var id string
+	testenv.Eventually(t, 30*time.Second, "noProxy fix proposed", func() bool {
+		reply := hcp.run(ctx, "fix noproxy "+ns+"/allcmd", "U0ALLCMD01", func(s string) bool {
+			return actionIDPattern.MatchString(s) || strings.Contains(s, "No noProxy fix") || strings.Contains(s, "Unknown cluster")
+		})
+		id = actionIDPattern.FindString(reply)
+		return id != ""
+	})
+	final := func(s string) bool { return strings.Contains(s, id) }
+	if reply := hcp.run(ctx, "approve "+id, "U0STRANGER", final); !strings.Contains(reply, "not allowed") {
+		t.Errorf("non-approver's approve: %q", reply)
+	}
+	if reply := hcp.run(ctx, "approve "+id, "U0ALLCMD02", final); !strings.Contains(reply, "and applied") || !strings.Contains(reply, "<@U0ALLCMD02>") {
+		t.Fatalf("approve: %q\n%s", reply, logs.String())
+	}
+	u, err := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(ns).Get(ctx, "allcmd", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy")
+	entries := strings.Split(got, ",")
+	for _, want := range append([]string{"kubernetes"}, hypershift.CIDRs(hosted.Object.Spec.Networking.ServiceNetwork)...) {
+		if !slices.Contains(entries, want) {
+			t.Errorf("noProxy %q lacks %q", got, want)
+		}
+	}
+	if !strings.HasPrefix(got, scenario.SeedNoProxy+",") {
+		t.Errorf("noProxy %q does not keep the earlier entries %q", got, scenario.SeedNoProxy)
+	}
+	if reply := hcp.run(ctx, "approve "+id, "U0ALLCMD01", final); !strings.Contains(reply, "already decided") {
+		t.Errorf("second approve: %q", reply)
+	}
+	if u, err = env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(ns).Get(ctx, "allcmd", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if after, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy"); after != got {
+		t.Errorf("noProxy changed by a refused approval: %q → %q", got, after)
+	}
+}
+
+var actionIDPattern = regexp.MustCompile(`act-[a-z2-7]{16}`)
+
+// slashCommander sends signed /hcp commands. A reply comes back in the
+// HTTP response, or — when the bot took longer than Slack's acknowledgement
+// deadline — is posted to the command's response_url.
+type slashCommander struct {
+	t       *testing.T
+	url     string
+	secret  string
+	channel string
+	rec     *slackrec.Recorder
+	n       int
+}
+
+// run sends text as user and returns the reply that done accepts: the
+// HTTP body's text or, failing that, a post to the response_url.
+func (c *slashCommander) run(ctx context.Context, text, user string, done func(string) bool) string {
+	c.t.Helper()
+	c.n++
+	// A response_url of its own for every command: its posts are told
+	// apart by their pseudo channel.
+	rch := fmt.Sprintf("R%s%d", c.channel, c.n)
+	req, err := slackrec.CommandRequest(ctx, c.url, c.secret,
+		slack.SlashCommand{Command: "/hcp", Text: text, UserID: user, ChannelID: c.channel, ResponseURL: c.rec.ResponseURL(rch)}, time.Now())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct{ Text string }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+		c.t.Fatalf("/hcp %s: status %d, decode: %v", text, resp.StatusCode, err)
+	}
+	if done(body.Text) {
+		return body.Text
+	}
+	var late string
+	c.rec.WaitFor(c.t, 2*time.Minute, func(r *slackrec.Recorder) bool {
+		for _, call := range r.CallsTo(slackrec.MethodResponseURL) {
+			if call.Channel == rch && done(call.Form.Get("text")) {
+				late = call.Form.Get("text")
+				return true
+			}
+		}
+		return false
+	})
+	return late
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/slack-go/slack/socketmode"
 
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
@@ -127,6 +129,13 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	}
 	b := bot.New(bot.Config{Channel: cfg.Bot.DefaultChannel}, conn.JS, notifier, reg, log)
 	commands := &bot.Commands{Bot: b}
+	if cfg.Approvals != nil {
+		acts, err := newApprovals(ctx, cfg, sec, conn)
+		if err != nil {
+			return err
+		}
+		commands.Actions = acts
+	}
 
 	extra := map[string]http.Handler{}
 	if sec.SlackSigningSecret != "" {
@@ -175,6 +184,33 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	err = b.Run(ctx)
 	wg.Wait()
 	return err
+}
+
+// newApprovals opens the audit trail and the proposal store with the
+// configured policy. Without this, commands that change clusters answer
+// that they are unavailable.
+func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, conn *bus.Conn) (*bot.Approvals, error) {
+	replicas := max(cfg.NATS.StreamReplicas, 1)
+	log, err := audit.Open(ctx, conn.JS, audit.WithReplicas(replicas))
+	if err != nil {
+		return nil, err
+	}
+	a := cfg.Approvals
+	opts := []approval.StoreOption{approval.WithReplicas(replicas)}
+	if len(a.ApproverGroups) > 0 {
+		// Group membership is read from Slack at each approval.
+		if sec.SlackBotToken == "" || cfg.Slack == nil {
+			return nil, errors.New("approvals.approverGroups need the Slack bot token to read group members")
+		}
+		opts = append(opts, approval.WithGroups(bot.SlackGroups{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil)}))
+	}
+	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{
+		Approvers: a.Approvers, ApproverGroups: a.ApproverGroups, FourEyes: a.FourEyes, TTL: a.ProposalTTL,
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &bot.Approvals{Store: store, Audit: log, NC: conn.NC}, nil
 }
 
 // responseURLPrefix is where the bot may POST delayed replies: Slack's hooks

@@ -1,0 +1,266 @@
+package bot_test
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+)
+
+const (
+	requester = "UREQ0001"
+	approver1 = "UAPP0001"
+	approver2 = "UAPP0002"
+	stranger  = "USTR0001"
+)
+
+var actionID = regexp.MustCompile(`act-[a-z2-7]{16}`)
+
+// fakeAgent answers action requests for source with answer, counting them.
+type fakeAgent struct {
+	calls  atomic.Int32
+	mu     sync.Mutex
+	last   actions.Request
+	answer func(req actions.Request) actions.Reply
+}
+
+type approvalsEnv struct {
+	approvals *bot.Approvals
+	store     *approval.Store
+	log       *audit.Log
+	agent     *fakeAgent
+}
+
+func newApprovals(t *testing.T, source string) *approvalsEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
+	defer cancel()
+	srv := natstest.RunServer(t)
+	connect := func(name string) *bus.Conn {
+		c, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}, Name: name}, natstest.Logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	botConn, agentConn := connect("bot"), connect("agent")
+	log, err := audit.Open(ctx, botConn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := approval.NewStore(ctx, botConn.JS, log, approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa := &fakeAgent{answer: func(req actions.Request) actions.Reply {
+		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "added " + strings.Join(req.NoProxy.Add, ", "), Diff: "+ kubernetes"}}
+	}}
+	subject, err := event.ActionRequestSubject(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = agentConn.NC.QueueSubscribe(subject, actions.QueueGroup, func(msg *nats.Msg) {
+		fa.calls.Add(1)
+		var req actions.Request
+		if err := json.Unmarshal(msg.Data, &req); err != nil {
+			t.Errorf("agent: decode: %v", err)
+		}
+		fa.mu.Lock()
+		fa.last = req
+		answer := fa.answer
+		fa.mu.Unlock()
+		// Slow enough that concurrent approvals overlap the dispatch.
+		time.Sleep(100 * time.Millisecond)
+		data, _ := json.Marshal(answer(req))
+		_ = msg.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agentConn.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &approvalsEnv{
+		approvals: &bot.Approvals{Store: store, Audit: log, NC: botConn.NC, Timeout: 10 * time.Second},
+		store:     store, log: log, agent: fa,
+	}
+}
+
+func key(source string) diagnose.Key {
+	return diagnose.Key{Source: source, Cluster: event.ClusterRef{Namespace: "clusters", Name: "c1"}}
+}
+
+func fix() *diagnose.Fix {
+	return &diagnose.Fix{
+		Kind: "noproxy", Target: "HostedCluster/clusters/c1",
+		Before: ".cluster.local,10.0.0.0/8", Add: []string{"kubernetes", "172.31.0.0/16"},
+	}
+}
+
+// propose returns the id the proposal reply names.
+func (e *approvalsEnv) propose(t *testing.T, source string, add ...string) (string, chatops.Reply) {
+	t.Helper()
+	r := e.approvals.ProposeNoProxy(context.Background(), key(source), fix(), add, requester)
+	id := actionID.FindString(r.Text)
+	if id == "" {
+		t.Fatalf("no action id in the proposal reply: %s", r.Text)
+	}
+	return id, r
+}
+
+// A proposal carries the fix and the user's extra entries, names its
+// source and says how to approve; of two concurrent approvals exactly one
+// dispatches, after the refusals of the requester (four-eyes) and of a
+// stranger.
+func TestApprovalsProposeApprove(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	ctx := context.Background()
+	id, r := e.propose(t, "mgmt-1", "example.com", "kubernetes", "10.0.0.0/8")
+	for _, want := range []string{"<@" + requester + ">", "/hcp approve " + id, "+ noProxy: .cluster.local,10.0.0.0/8,kubernetes,172.31.0.0/16,example.com", "clusters/c1"} {
+		if !strings.Contains(r.Text, want) {
+			t.Errorf("proposal reply lacks %q:\n%s", want, r.Text)
+		}
+	}
+	if !r.InChannel {
+		t.Error("the proposal is not shown to the channel, where approvers see it")
+	}
+	p, err := e.store.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Source != "mgmt-1" || p.RequestedBy != requester || p.Request.NoProxy.Expected != fix().Before ||
+		!slices.Equal(p.Request.NoProxy.Add, []string{"kubernetes", "172.31.0.0/16", "example.com"}) ||
+		p.Request.Cluster != (actions.ClusterRef{Namespace: "clusters", Name: "c1"}) {
+		t.Fatalf("stored proposal: %+v", p)
+	}
+
+	for user, want := range map[string]string{requester: "Four-eyes", stranger: "not allowed"} {
+		if r := e.approvals.Approve(ctx, id, user); !strings.Contains(r.Text, want) {
+			t.Errorf("approve by %s: %q, want %q", user, r.Text, want)
+		}
+	}
+	if n := e.agent.calls.Load(); n != 0 {
+		t.Fatalf("refused approvals dispatched %d times", n)
+	}
+
+	replies := make([]chatops.Reply, 2)
+	var wg sync.WaitGroup
+	for i, user := range []string{approver1, approver2} {
+		wg.Go(func() { replies[i] = e.approvals.Approve(ctx, id, user) })
+	}
+	wg.Wait()
+	if n := e.agent.calls.Load(); n != 1 {
+		t.Fatalf("two concurrent approvals dispatched %d times, want 1", n)
+	}
+	var applied, decided int
+	for _, r := range replies {
+		switch {
+		case strings.Contains(r.Text, "and applied"):
+			applied++
+		case strings.Contains(r.Text, "already decided"):
+			decided++
+		}
+	}
+	if applied != 1 || decided != 1 {
+		t.Errorf("replies: %q and %q; want one applied and one already decided", replies[0].Text, replies[1].Text)
+	}
+	e.agent.mu.Lock()
+	sent := e.agent.last
+	e.agent.mu.Unlock()
+	if sent.ID != id || sent.RequestedBy != requester || !slices.Equal(sent.NoProxy.Add, p.Request.NoProxy.Add) {
+		t.Errorf("agent got %+v, want the proposal's request", sent)
+	}
+	if p, _ := e.store.Get(ctx, id); p.State != approval.StateExecuted || p.Result == nil || p.Result.Outcome != actions.OutcomeApplied {
+		t.Errorf("proposal after approval: %+v", p)
+	}
+	if r := e.approvals.Approve(ctx, id, approver1); !strings.Contains(r.Text, "already decided") {
+		t.Errorf("late approve: %q", r.Text)
+	}
+	if r := e.approvals.Approve(ctx, "act-aaaaaaaaaaaaaaaa", approver1); !strings.Contains(r.Text, "no proposal") {
+		t.Errorf("unknown id: %q", r.Text)
+	}
+	if n := e.agent.calls.Load(); n != 1 {
+		t.Errorf("dispatched %d times in all, want 1", n)
+	}
+	recs, err := e.log.Recent(ctx, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[audit.Kind]int{}
+	for _, r := range recs {
+		kinds[r.Kind]++
+	}
+	if kinds[audit.KindProposed] != 1 || kinds[audit.KindApproved] != 1 || kinds[audit.KindExecuted] != 1 || kinds[audit.KindRefused] < 3 {
+		t.Errorf("audit kinds: %v", kinds)
+	}
+}
+
+// The agent's error codes come back as sentences: a conflict asks for a
+// new proposal; a missing agent says the outcome is unknown.
+func TestApprovalsFailures(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	ctx := context.Background()
+	e.agent.mu.Lock()
+	e.agent.answer = func(actions.Request) actions.Reply {
+		return actions.Reply{Code: actions.CodeConflict, Error: "conflict: HostedCluster clusters/c1 noProxy is now x"}
+	}
+	e.agent.mu.Unlock()
+	id, _ := e.propose(t, "mgmt-1")
+	r := e.approvals.Approve(ctx, id, approver1)
+	if !strings.Contains(r.Text, "the HostedCluster changed since the proposal; propose again with `/hcp fix noproxy clusters/c1`") {
+		t.Errorf("conflict reply: %q", r.Text)
+	}
+	if p, _ := e.store.Get(ctx, id); p.State != approval.StateFailed {
+		t.Errorf("state after conflict: %s", p.State)
+	}
+
+	id, _ = e.propose(t, "mgmt-nobody")
+	r = e.approvals.Approve(ctx, id, approver1)
+	if !strings.Contains(r.Text, "did not answer") {
+		t.Errorf("no agent: %q", r.Text)
+	}
+
+	// An extra entry the executor would refuse is never proposed.
+	r = e.approvals.ProposeNoProxy(ctx, key("mgmt-1"), fix(), []string{"*"}, requester)
+	if !strings.Contains(r.Text, "Cannot propose") || actionID.MatchString(r.Text) {
+		t.Errorf("wildcard proposal: %q", r.Text)
+	}
+}
+
+// The requester may withdraw a proposal; a stranger may not; once
+// rejected it cannot be approved.
+func TestApprovalsReject(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	ctx := context.Background()
+	id, _ := e.propose(t, "mgmt-1")
+	if r := e.approvals.Reject(ctx, id, "no", stranger); !strings.Contains(r.Text, "not allowed") {
+		t.Errorf("stranger reject: %q", r.Text)
+	}
+	if r := e.approvals.Reject(ctx, id, "wrong cluster, see http://u:hunter2@proxy:3128", requester); !strings.Contains(r.Text, "rejected by") || strings.Contains(r.Text, "hunter2") {
+		t.Errorf("reject: %q", r.Text)
+	}
+	if r := e.approvals.Approve(ctx, id, approver1); !strings.Contains(r.Text, "already decided: it is rejected") {
+		t.Errorf("approve after reject: %q", r.Text)
+	}
+	if n := e.agent.calls.Load(); n != 0 {
+		t.Errorf("dispatched %d times", n)
+	}
+}
