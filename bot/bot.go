@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -253,4 +254,71 @@ func (b *Bot) Clusters() []diagnose.Key {
 		}
 	}
 	return out
+}
+
+// ClusterState is a copy of what the bot knows of one hosted cluster, for
+// readers outside the event loop (digests, noproxy checks).
+type ClusterState struct {
+	Key diagnose.Key
+	// HostedCluster is the newest HostedClusterState; Known is false until
+	// one was seen. Proxy URLs are redacted by package event.
+	HostedCluster event.HostedClusterState
+	Known         bool
+	Diagnoses     []diagnose.Diagnosis
+	// Incident is the open incident of the cluster, nil when none.
+	Incident *Incident
+}
+
+// ClusterStates returns every live hosted cluster the bot knows, sorted by
+// key. The states are copies: slices are cloned so the event loop may go on.
+func (b *Bot) ClusterStates() []ClusterState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []ClusterState
+	for _, k := range b.model.Keys() {
+		c := b.model.Cluster(k)
+		if k.Management() || c == nil || c.Gone() {
+			continue
+		}
+		s := ClusterState{Key: k, Diagnoses: diagnose.Diagnose(c, b.cfg.Now())}
+		if hc, ok := c.HostedCluster(); ok {
+			s.HostedCluster, s.Known = cloneHC(hc), true
+		}
+		if inc := b.incidents[k]; inc != nil && inc.Open() {
+			cp := *inc
+			s.Incident = &cp
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// HostedCluster returns a copy of a hosted cluster's newest state.
+func (b *Bot) HostedCluster(k diagnose.Key) (event.HostedClusterState, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.model.Cluster(k)
+	if c == nil {
+		return event.HostedClusterState{}, false
+	}
+	hc, ok := c.HostedCluster()
+	return cloneHC(hc), ok
+}
+
+// cloneHC copies the slices the model shares with its readers.
+func cloneHC(hc event.HostedClusterState) event.HostedClusterState {
+	hc.ClusterNetwork = slices.Clone(hc.ClusterNetwork)
+	hc.ServiceNetwork = slices.Clone(hc.ServiceNetwork)
+	hc.MachineNetwork = slices.Clone(hc.MachineNetwork)
+	hc.Conditions = slices.Clone(hc.Conditions)
+	hc.Proxy.ReadinessEndpoints = slices.Clone(hc.Proxy.ReadinessEndpoints)
+	if hc.ControlPlaneEndpoint != nil {
+		ep := *hc.ControlPlaneEndpoint
+		hc.ControlPlaneEndpoint = &ep
+	}
+	if hc.APIServer != nil {
+		ep := *hc.APIServer
+		hc.APIServer = &ep
+	}
+	return hc
 }

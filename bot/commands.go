@@ -3,11 +3,15 @@ package bot
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/noproxy"
+	"github.com/hcpbot/hcpbot/redact"
 )
 
 // Actions carries out the commands that change clusters (fix, approve,
@@ -28,6 +32,15 @@ type Commands struct {
 	// Actions is nil while no approval flow is configured: commands that
 	// change clusters then answer that they are unavailable.
 	Actions Actions
+	// Digester posts the digest on demand; nil when no digest is
+	// configured.
+	Digester Digester
+}
+
+// Digester posts the configured digests now; digest.Runner implements it.
+type Digester interface {
+	// DigestNow returns a line saying what was posted where.
+	DigestNow(ctx context.Context) (string, error)
 }
 
 var _ chatops.Handler = (*Commands)(nil)
@@ -70,6 +83,21 @@ func (c *Commands) HandleCommand(ctx context.Context, r chatops.Request) chatops
 			return unavailable(cmd)
 		}
 		return c.Actions.Reject(ctx, cmd.ActionID, cmd.Reason, r.UserID)
+	case chatops.DigestNow:
+		if c.Digester == nil {
+			return unavailable(cmd)
+		}
+		text, err := c.Digester.DigestNow(ctx)
+		if err != nil {
+			return chatops.Reply{Text: chatops.EscapeText("The digest could not be posted: " + err.Error())}
+		}
+		return chatops.Reply{Text: text}
+	case chatops.NoProxyCheck:
+		k, reply, ok := c.resolve(cmd.Cluster)
+		if !ok {
+			return reply
+		}
+		return c.noProxyCheck(k, cmd.Host, cmd.Port)
 	}
 	return unavailable(r.Command)
 }
@@ -177,4 +205,55 @@ func (c *Commands) diagnose(k diagnose.Key) chatops.Reply {
 
 func chatopsRef(k diagnose.Key) chatops.ClusterRef {
 	return chatops.ClusterRef{Mgmt: k.Source, Namespace: k.Cluster.Namespace, Name: k.Cluster.Name}
+}
+
+// noProxyCheck answers, from the cluster's live noProxy, whether each client
+// family sends https:// and http:// requests to host:port through the
+// proxy. Proxy URLs are shown as event stored them (credentials masked).
+func (c *Commands) noProxyCheck(k diagnose.Key, host string, port int32) chatops.Reply {
+	hc, ok := c.Bot.HostedCluster(k)
+	if !ok {
+		return chatops.Reply{Text: fmt.Sprintf("No HostedCluster state for %s yet.", k)}
+	}
+	p := hc.Proxy
+	var b strings.Builder
+	target := host
+	if port != 0 {
+		target = net.JoinHostPort(host, portOr(port, 0))
+	}
+	fmt.Fprintf(&b, "*%s* → `%s`, noProxy `%s`\n", k, target, redact.RedactText(p.NoProxy))
+	for _, s := range []struct {
+		scheme, proxy string
+		port          int32
+	}{{"https", p.HTTPSProxy, 443}, {"http", p.HTTPProxy, 80}} {
+		u := s.scheme + "://" + net.JoinHostPort(host, portOr(port, s.port))
+		if s.proxy == "" {
+			fmt.Fprintf(&b, "• `%s`: no %s proxy configured, every client goes direct\n", u, s.scheme)
+			continue
+		}
+		fmt.Fprintf(&b, "• `%s` (proxy `%s`):\n", u, redact.RedactURL(s.proxy))
+		for _, cl := range noproxy.Clients() {
+			v, err := noproxy.Explain(cl, p.NoProxy, u)
+			if err != nil {
+				fmt.Fprintf(&b, "    %s: cannot tell (%v)\n", cl, err)
+				continue
+			}
+			line := fmt.Sprintf("    %s: *%s*", cl, v.Decision)
+			if v.Entry != "" {
+				line += fmt.Sprintf(" (entry `%s`)", v.Entry)
+			}
+			if v.Why != "" {
+				line += " — " + v.Why
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	return chatops.Reply{Text: chatops.EscapeText(redact.RedactText(b.String()))}
+}
+
+func portOr(port, def int32) string {
+	if port == 0 {
+		port = def
+	}
+	return strconv.Itoa(int(port))
 }

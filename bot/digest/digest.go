@@ -1,0 +1,253 @@
+package digest
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/noproxy"
+)
+
+// Cluster is the input about one hosted cluster.
+type Cluster struct {
+	Key           diagnose.Key
+	HostedCluster event.HostedClusterState
+	Diagnoses     []diagnose.Diagnosis
+	// Incident is the key of the open incident, "" when none; IncidentTitle
+	// its first diagnosis.
+	Incident      string
+	IncidentTitle string
+	// Silenced lists active silences ("until …: reason"); none exist yet.
+	Silenced []string
+}
+
+// Exposure is a NodePort opened on a hosted cluster by the bot.
+type Exposure struct {
+	Key       diagnose.Key
+	Service   string // namespace/name
+	NodePort  int32
+	CreatedBy string // Slack user id
+	CreatedAt time.Time
+}
+
+// Input is what Build needs; every part may be empty.
+type Input struct {
+	Clusters  []Cluster
+	Exposures []Exposure
+	// Actions are audit records; Build keeps those after Previous.At.
+	Actions []audit.Record
+	// Previous is the finding set of the previous digest, nil for the
+	// first one.
+	Previous *Snapshot
+}
+
+// Snapshot is the part of a digest the next one compares with.
+type Snapshot struct {
+	At       time.Time `json:"at"`
+	Findings []string  `json:"findings"` // FindingID, sorted
+}
+
+// Finding is a lint finding of one cluster.
+type Finding struct {
+	noproxy.Finding
+	New bool // not in the previous digest
+}
+
+// ClusterReport is the digest of one hosted cluster.
+type ClusterReport struct {
+	Key      diagnose.Key
+	Proxy    bool // a proxy is configured
+	Findings []Finding
+	// Fixed are findings of the previous digest that are gone (code and
+	// entry joined by a space).
+	Fixed          []string
+	PoolsUnhealthy []string // nodepool/<ns>/<name> named by diagnoses
+	Incident       string
+	IncidentTitle  string
+	Silenced       []string
+	Exposures      []Exposure
+	Actions        []audit.Record
+}
+
+// Compliant reports whether the cluster has no critical or warning finding.
+func (r ClusterReport) Compliant() bool {
+	for _, f := range r.Findings {
+		if f.Severity != noproxy.SeverityInfo {
+			return false
+		}
+	}
+	return true
+}
+
+// Source groups the clusters of one management cluster.
+type Source struct {
+	Name     string
+	Clusters []ClusterReport
+}
+
+// Digest is one built digest.
+type Digest struct {
+	At      time.Time
+	Sources []Source
+	// Counts of findings by severity over all clusters.
+	Counts map[noproxy.Severity]int
+	// New and Fixed count the trend against the previous digest; First
+	// is true when there was none.
+	New, Fixed int
+	First      bool
+	Since      time.Time // the previous digest, zero when First
+	// Actions executed since the previous digest that name no cluster
+	// the bot knows.
+	OtherActions []audit.Record
+}
+
+// NonCompliant returns the clusters with critical or warning findings.
+func (d Digest) NonCompliant() []ClusterReport {
+	var out []ClusterReport
+	for _, s := range d.Sources {
+		for _, c := range s.Clusters {
+			if !c.Compliant() {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// Snapshot returns what the next digest compares with.
+func (d Digest) Snapshot() Snapshot {
+	s := Snapshot{At: d.At, Findings: []string{}}
+	for _, src := range d.Sources {
+		for _, c := range src.Clusters {
+			for _, f := range c.Findings {
+				s.Findings = append(s.Findings, FindingID(c.Key, f.Finding))
+			}
+		}
+	}
+	slices.Sort(s.Findings)
+	return s
+}
+
+// FindingID identifies a finding across digests: cluster, code and entry.
+// Entries are redacted by noproxy, so IDs hold no credentials.
+func FindingID(k diagnose.Key, f noproxy.Finding) string {
+	return k.Source + "|" + k.Cluster.String() + "|" + f.Code + "|" + f.Entry
+}
+
+// actionKinds are the audit kinds that mean something was done.
+var actionKinds = map[audit.Kind]bool{audit.KindExecuted: true, audit.KindFailed: true, audit.KindRolledBack: true}
+
+// Build makes the digest at now. It is pure.
+func Build(now time.Time, in Input) Digest {
+	d := Digest{At: now, Counts: map[noproxy.Severity]int{}, First: in.Previous == nil}
+	prev := map[string]bool{}
+	if in.Previous != nil {
+		d.Since = in.Previous.At
+		for _, id := range in.Previous.Findings {
+			prev[id] = true
+		}
+	}
+	seen := map[string]bool{}
+	reports := map[diagnose.Key]*ClusterReport{}
+	var order []diagnose.Key
+	for _, c := range in.Clusters {
+		r := &ClusterReport{Key: c.Key, Proxy: c.HostedCluster.Proxy.HTTPProxy != "" || c.HostedCluster.Proxy.HTTPSProxy != "",
+			Incident: c.Incident, IncidentTitle: c.IncidentTitle, Silenced: c.Silenced}
+		for _, f := range noproxy.Lint(ClusterProxy(c.HostedCluster)) {
+			id := FindingID(c.Key, f)
+			seen[id] = true
+			isNew := !d.First && !prev[id]
+			if isNew {
+				d.New++
+			}
+			d.Counts[f.Severity]++
+			r.Findings = append(r.Findings, Finding{Finding: f, New: isNew})
+		}
+		for _, diag := range c.Diagnoses {
+			for _, s := range diag.Symptoms {
+				if strings.HasPrefix(s, "nodepool/") && !slices.Contains(r.PoolsUnhealthy, s) {
+					r.PoolsUnhealthy = append(r.PoolsUnhealthy, s)
+				}
+			}
+		}
+		slices.Sort(r.PoolsUnhealthy)
+		reports[c.Key] = r
+		order = append(order, c.Key)
+	}
+	// Fixed: previous findings of clusters still known that are gone now;
+	// a deleted cluster's findings are not "fixed".
+	for id := range prev {
+		if seen[id] {
+			continue
+		}
+		parts := strings.SplitN(id, "|", 4)
+		if len(parts) != 4 {
+			continue
+		}
+		for _, k := range order {
+			if k.Source == parts[0] && k.Cluster.String() == parts[1] {
+				reports[k].Fixed = append(reports[k].Fixed, strings.TrimSpace(parts[2]+" "+parts[3]))
+				d.Fixed++
+			}
+		}
+	}
+	for _, e := range in.Exposures {
+		if r := reports[e.Key]; r != nil {
+			r.Exposures = append(r.Exposures, e)
+		}
+	}
+	for _, a := range in.Actions {
+		if !actionKinds[a.Kind] || (!d.First && !a.Time.After(d.Since)) || a.Time.After(now) {
+			continue
+		}
+		placed := false
+		for _, k := range order {
+			if a.Cluster == k.Cluster.String() && (a.Source == "" || a.Source == k.Source) {
+				reports[k].Actions = append(reports[k].Actions, a)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			d.OtherActions = append(d.OtherActions, a)
+		}
+	}
+	bySource := map[string]*Source{}
+	for _, k := range order {
+		r := reports[k]
+		slices.Sort(r.Fixed)
+		slices.SortFunc(r.Actions, byTime)
+		s := bySource[k.Source]
+		if s == nil {
+			s = &Source{Name: k.Source}
+			bySource[k.Source] = s
+		}
+		s.Clusters = append(s.Clusters, *r)
+	}
+	for _, s := range bySource {
+		slices.SortFunc(s.Clusters, func(a, b ClusterReport) int { return cmp.Compare(a.Key.Cluster.String(), b.Key.Cluster.String()) })
+		d.Sources = append(d.Sources, *s)
+	}
+	slices.SortFunc(d.Sources, func(a, b Source) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(d.OtherActions, byTime)
+	return d
+}
+
+func byTime(a, b audit.Record) int { return a.Time.Compare(b.Time) }
+
+// ClusterProxy maps a HostedCluster's state onto the lint input.
+func ClusterProxy(hc event.HostedClusterState) noproxy.ClusterProxy {
+	cp := noproxy.ClusterProxy{
+		HTTPProxy: hc.Proxy.HTTPProxy, HTTPSProxy: hc.Proxy.HTTPSProxy, NoProxy: hc.Proxy.NoProxy, TrustedCA: hc.Proxy.TrustedCA,
+		ServiceCIDRs: hc.ServiceNetwork, ClusterCIDRs: hc.ClusterNetwork, MachineCIDRs: hc.MachineNetwork,
+		Platform: hc.Platform,
+	}
+	if ep := hc.ControlPlaneEndpoint; ep != nil {
+		cp.APIServerHost, cp.APIServerPort = ep.Host, ep.Port
+	}
+	return cp
+}

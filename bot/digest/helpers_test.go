@@ -1,0 +1,64 @@
+package digest_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+)
+
+var env *testenv.Env
+
+// botBase is the smallest bot section configs accepts next to digests.
+const botBase = "slack:\n  botTokenEnv: SLACK_BOT_TOKEN\n  signingSecretEnv: SLACK_SIGNING_SECRET\nbot:\n  defaultChannel: C0123456789\n"
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// digests parses a digests section the way the bot's config does, so the
+// schedules are real cron schedules in their time zone.
+func digests(t *testing.T, yaml string) []configs.Digest {
+	t.Helper()
+	c, err := configs.Parse([]byte(botBase+"digests:\n"+yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Digests
+}
+
+// recorder is a Notifier that keeps what it was asked to send.
+type recorder struct {
+	mu       sync.Mutex
+	messages []notify.Message
+	replies  []notify.Reply
+}
+
+func (r *recorder) Upsert(_ context.Context, m notify.Message) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.messages = append(r.messages, m)
+	return nil
+}
+
+func (r *recorder) Reply(_ context.Context, rp notify.Reply) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.replies = append(r.replies, rp)
+	return nil
+}
+
+func (r *recorder) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+
+func (r *recorder) counts() (int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.messages), len(r.replies)
+}
+
+// states is a fixed States.
+type states []bot.ClusterState
+
+func (s states) ClusterStates() []bot.ClusterState { return s }

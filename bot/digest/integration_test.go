@@ -1,0 +1,310 @@
+package digest_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bot/digest"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+	"github.com/hcpbot/hcpbot/noproxy"
+	"github.com/hcpbot/hcpbot/watchers"
+)
+
+const (
+	digestChannel = "C0DIGEST01"
+	password      = "s3cr3t"
+)
+
+// syncBuffer is a bytes.Buffer the console notifier may write while the
+// test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// replica is one bot process: its own NATS connection, bot model (fed
+// from the events stream), Slack notifier and digest runner.
+type replica struct {
+	bot    *bot.Bot
+	runner *digest.Runner
+}
+
+// The done-when test: real API servers, the real agent, embedded NATS.
+// Three hosted clusters — compliant, missing `kubernetes` and the service
+// CIDR, https:// proxy with credentials — give the expected findings; two
+// replicas firing the same tick post one digest; the password appears in
+// no Slack call and no console line.
+func TestDigestThreeClusters(t *testing.T) {
+	env.Need(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ns := env.Namespace(t)
+	source := "mgmt-" + ns
+
+	good := scenario.Healthy(ns, "good")
+	good.HTTPProxy, good.HTTPSProxy = "http://proxy.corp.example:3128", "http://proxy.corp.example:3128"
+	good.NoProxy = "kubernetes,.svc,.cluster.local,localhost,127.0.0.1,172.31.0.0/16,10.132.0.0/14"
+	missing := scenario.BehindProxy(ns, "missing")
+	creds := scenario.Healthy(ns, "creds")
+	creds.HTTPProxy = "http://proxy.corp.example:3128"
+	creds.HTTPSProxy = "https://user:" + password + "@proxy.corp.example:3128"
+	creds.NoProxy = good.NoProxy
+	for _, c := range []scenario.Cluster{good, missing, creds} {
+		env.HostedCluster(t, c)
+	}
+
+	srv := natstest.RunServer(t)
+	log := natstest.Logger(t)
+	rec := slackrec.New(t)
+	ds := digests(t, "  - {name: daily, schedule: '0 0 8 * * *', timezone: Europe/Berlin, channel: "+digestChannel+"}\n")
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	connect := func() *bus.Conn {
+		conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Close)
+		return conn
+	}
+	agentConn := connect()
+	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	m := watchers.NewMetrics(nil)
+	pub := watchers.NewJetStreamPublisher(agentConn.JS, 1000, m, log)
+	agent, err := watchers.New(watchers.Config{Source: source, SnapshotWait: 10 * time.Second}, env.Kube, env.Dynamic, pub, m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { pub.Run(ctx) })
+	wg.Go(func() { _ = agent.Run(ctx) })
+
+	startReplica := func(out notify.Notifier, mode digest.Mode) replica {
+		conn := connect()
+		b := bot.New(bot.Config{Channel: "C0INCIDENTS"}, conn.JS, out, nil, log)
+		r, err := digest.NewRunner(ctx, conn.JS, digest.Config{Digests: ds, Bot: b, Out: out, Mode: mode, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = out.Run(ctx) })
+		wg.Go(func() { _ = b.Run(ctx) })
+		return replica{bot: b, runner: r}
+	}
+	slackReplica := func() replica {
+		conn := connect()
+		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-test", rec.APIURL(), nil), Store: store, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return startReplica(n, digest.Compact)
+	}
+	replicas := []replica{slackReplica(), slackReplica()}
+	console := &syncBuffer{}
+	consoleReplica := startReplica(notify.NewConsole(console), digest.Full)
+
+	// Wait until every replica's model holds the three proxy specs.
+	for _, r := range append(replicas, consoleReplica) {
+		waitClusters(t, r.bot, ns, 3)
+	}
+
+	// Both Slack replicas fire the same tick at once.
+	tick := ds[0].Next(time.Now())
+	var posted [2]bool
+	var fire sync.WaitGroup
+	for i, r := range replicas {
+		fire.Go(func() {
+			ok, err := r.runner.Fire(ctx, ds[0], tick)
+			if err != nil {
+				t.Error(err)
+			}
+			posted[i] = ok
+		})
+	}
+	fire.Wait()
+	if posted[0] == posted[1] {
+		t.Fatalf("posted by %v, want exactly one replica", posted)
+	}
+
+	// Summary plus one thread reply per non-compliant cluster (missing, creds).
+	var root slackrec.Message
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range r.Messages(digestChannel) {
+			if m.ThreadTS == "" {
+				root = m
+			}
+		}
+		if root.TS == "" {
+			return false
+		}
+		th := threadOf(r, root.TS, ns)
+		return th["missing"] != "" && th["creds"] != ""
+	})
+	time.Sleep(time.Second) // a duplicate post, if any, would land now
+	roots := 0
+	for _, m := range rec.Messages(digestChannel) {
+		if m.ThreadTS == "" {
+			roots++
+		}
+	}
+	if roots != 1 {
+		t.Errorf("%d digest roots in the channel, want 1", roots)
+	}
+	summary := root.Text + string(root.Blocks)
+	// Other tests' clusters may be listed too; ours must be counted right.
+	for _, want := range []string{"not compliant", "`" + ns + "/creds` (2)", "`" + ns + "/missing`"} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary lacks %q: %s", want, summary)
+		}
+	}
+	if strings.Contains(summary, ns+"/good") {
+		t.Errorf("summary lists the compliant cluster: %s", summary)
+	}
+	thread := threadOf(rec, root.TS, ns)
+	if _, ok := thread["good"]; ok {
+		t.Errorf("compliant cluster got a thread reply: %s", thread["good"])
+	}
+	expect := map[string][]string{
+		"missing": {noproxy.CodeMissingKubernetes, noproxy.CodeMissingServiceCIDR},
+		"creds":   {noproxy.CodeCredentialsInProxyURL, noproxy.CodeHTTPSProxyWithoutTrustedCA},
+	}
+	for name, want := range expect {
+		for _, code := range want {
+			if !strings.Contains(thread[name], code) {
+				t.Errorf("%s thread lacks %s: %q", name, code, thread[name])
+			}
+		}
+	}
+
+	// The findings themselves, from the model every replica built.
+	d := digest.Build(time.Now(), digest.Input{Clusters: inputs(replicas[0].bot)})
+	for _, s := range d.Sources {
+		for _, c := range s.Clusters {
+			if c.Key.Cluster.Namespace != ns {
+				continue
+			}
+			got := codes(c)
+			switch c.Key.Cluster.Name {
+			case "good":
+				if len(c.Findings) != 0 {
+					t.Errorf("good: findings %v", got)
+				}
+			default:
+				for _, code := range expect[c.Key.Cluster.Name] {
+					if !got[code] {
+						t.Errorf("%s: findings %v, want %s", c.Key.Cluster.Name, got, code)
+					}
+				}
+			}
+		}
+	}
+
+	// Console: complete, every cluster.
+	if _, err := consoleReplica.runner.DigestNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"good", "missing", "creds"} {
+		waitText(t, console, "*"+ns+"/"+name+"*", 10*time.Second)
+	}
+	out := console.String()
+	for _, want := range []string{ns + "/good", ns + "/missing", ns + "/creds", noproxy.CodeMissingKubernetes, noproxy.CodeCredentialsInProxyURL, "fix:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("console digest lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("console digest:\n%s", out)
+
+	// The password is nowhere: not in any Slack call, not on the console.
+	for _, c := range rec.Calls() {
+		if strings.Contains(fmt.Sprintf("%v %v", c.Form, c.JSON), password) {
+			t.Errorf("Slack call %s carries the proxy password", c.Method)
+		}
+	}
+	if strings.Contains(out, password) {
+		t.Error("console digest carries the proxy password")
+	}
+}
+
+func inputs(b *bot.Bot) []digest.Cluster {
+	var out []digest.Cluster
+	for _, s := range b.ClusterStates() {
+		out = append(out, digest.Cluster{Key: s.Key, HostedCluster: s.HostedCluster, Diagnoses: s.Diagnoses})
+	}
+	return out
+}
+
+// waitClusters waits for n clusters of namespace ns with a proxy and
+// networks; the agent also sees the clusters of earlier tests.
+func waitClusters(t *testing.T, b *bot.Bot, ns string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		withProxy := 0
+		for _, s := range b.ClusterStates() {
+			if s.Key.Cluster.Namespace == ns && s.Known && s.HostedCluster.Proxy.HTTPSProxy != "" && len(s.HostedCluster.ServiceNetwork) > 0 {
+				withProxy++
+			}
+		}
+		if withProxy == n {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var keys []diagnose.Key
+	for _, s := range b.ClusterStates() {
+		keys = append(keys, s.Key)
+	}
+	t.Fatalf("bot knows %v, want %d clusters with a proxy and networks", keys, n)
+}
+
+func waitText(t *testing.T, b *syncBuffer, want string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(b.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("console never showed %q:\n%s", want, b.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// threadOf collects the digest thread's replies about the clusters of ns,
+// by cluster name.
+func threadOf(r *slackrec.Recorder, ts, ns string) map[string]string {
+	thread := map[string]string{}
+	for _, m := range r.Thread(digestChannel, ts) {
+		for _, name := range []string{"good", "missing", "creds"} {
+			if strings.Contains(m.Text+string(m.Blocks), ns+"/"+name+"*") {
+				thread[name] += m.Text + string(m.Blocks)
+			}
+		}
+	}
+	return thread
+}

@@ -1,0 +1,254 @@
+package digest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/configs"
+)
+
+// KV buckets. Tick keys only have to outlive the longest restart or clock
+// skew between replicas, so they expire; the previous finding sets must
+// survive a weekly schedule, so they do not.
+const (
+	TicksBucket = "hcpbot-digest-ticks"
+	StateBucket = "hcpbot-digest-state"
+	TickTTL     = 7 * 24 * time.Hour
+)
+
+// recentActions bounds the audit records read per digest.
+const recentActions = 500
+
+// States is the bot's view of its hosted clusters; *bot.Bot implements it.
+type States interface {
+	ClusterStates() []bot.ClusterState
+}
+
+// Exposures lists the NodePorts the bot opened.
+type Exposures interface {
+	Exposures(ctx context.Context) ([]Exposure, error)
+}
+
+// Config of a Runner.
+type Config struct {
+	Digests []configs.Digest
+	Bot     States
+	Out     notify.Notifier
+	// Mode is Compact for Slack, Full for the console.
+	Mode Mode
+	// Exposures and Audit are optional.
+	Exposures Exposures
+	Audit     audit.Reader
+	// Replicas of the KV buckets (0 means 1).
+	Replicas int
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	Log zerolog.Logger
+}
+
+// Runner posts the configured digests. It is safe for concurrent use.
+type Runner struct {
+	cfg   Config
+	ticks jetstream.KeyValue
+	state jetstream.KeyValue
+	// id tells replicas apart in the tick keys' values, for debugging.
+	id string
+	// mu serialises the read-build-store of one digest's previous set
+	// within this replica (ticks of the same digest never overlap across
+	// replicas, since each tick has one owner).
+	mu sync.Mutex
+}
+
+// NewRunner ensures the KV buckets and returns a Runner.
+func NewRunner(ctx context.Context, js jetstream.JetStream, cfg Config) (*Runner, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Bot == nil || cfg.Out == nil {
+		return nil, errors.New("digest: Bot and Out are required")
+	}
+	ticks, err := bus.EnsureKV(ctx, js, bus.KVSpec{Bucket: TicksBucket, TTL: TickTTL, Replicas: cfg.Replicas})
+	if err != nil {
+		return nil, fmt.Errorf("digest: %w", err)
+	}
+	state, err := bus.EnsureKV(ctx, js, bus.KVSpec{Bucket: StateBucket, Replicas: cfg.Replicas})
+	if err != nil {
+		return nil, fmt.Errorf("digest: %w", err)
+	}
+	cfg.Log = cfg.Log.With().Str("component", "digest").Logger()
+	return &Runner{cfg: cfg, ticks: ticks, state: state, id: strconv.FormatInt(time.Now().UnixNano(), 36)}, nil
+}
+
+// Run fires every digest at its ticks until ctx ends. Ticks missed while
+// no replica ran are not caught up: a late digest is worth less than the
+// next one on time.
+func (r *Runner) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, d := range r.cfg.Digests {
+		wg.Go(func() { r.schedule(ctx, d) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (r *Runner) schedule(ctx context.Context, d configs.Digest) {
+	next := d.Next(r.cfg.Now())
+	for {
+		if next.IsZero() {
+			r.cfg.Log.Warn().Str("digest", d.Name).Msg("schedule has no next run")
+			return
+		}
+		t := time.NewTimer(max(next.Sub(r.cfg.Now()), 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if _, err := r.Fire(ctx, d, next); err != nil {
+			r.cfg.Log.Error().Err(err).Str("digest", d.Name).Time("tick", next).Msg("digest not posted")
+		}
+		next = d.Next(next)
+	}
+}
+
+// Fire posts digest d for a scheduled tick unless another replica (or this
+// one before a restart) already took the tick. It reports whether it
+// posted. A replica that takes the tick and then fails does not retry and
+// no other does: a tick is posted at most once.
+func (r *Runner) Fire(ctx context.Context, d configs.Digest, tick time.Time) (bool, error) {
+	key := d.Name + "." + strconv.FormatInt(tick.Unix(), 10)
+	if !r.take(ctx, key) {
+		return false, nil
+	}
+	return true, r.post(ctx, d, key, tick, true)
+}
+
+// DigestNow posts every configured digest at once, for `/hcp digest now`.
+// On-demand digests take their own tick keys, show the trend against the
+// last scheduled digest and do not become the baseline of the next one,
+// so they never steal a scheduled digest's trend.
+func (r *Runner) DigestNow(ctx context.Context) (string, error) {
+	if len(r.cfg.Digests) == 0 {
+		return "", errors.New("no digest is configured")
+	}
+	now := r.cfg.Now()
+	var posted []string
+	var errs []error
+	for _, d := range r.cfg.Digests {
+		key := d.Name + ".now." + strconv.FormatInt(now.UnixNano(), 10)
+		if !r.take(ctx, key) {
+			continue
+		}
+		if err := r.post(ctx, d, key, now, false); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		posted = append(posted, fmt.Sprintf("%s to <#%s>", d.Name, d.Channel))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return "", err
+	}
+	return "Digest posted: " + strings.Join(posted, ", ") + ".", nil
+}
+
+// take creates the tick key; the first writer wins. An error other than
+// "exists" counts as lost too: posting without the lock could post twice.
+func (r *Runner) take(ctx context.Context, key string) bool {
+	_, err := r.ticks.Create(ctx, key, []byte(r.id))
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, jetstream.ErrKeyExists):
+		r.cfg.Log.Debug().Str("tick", key).Msg("tick taken by another replica")
+	default:
+		r.cfg.Log.Error().Err(err).Str("tick", key).Msg("could not take the tick; skipped")
+	}
+	return false
+}
+
+func (r *Runner) post(ctx context.Context, d configs.Digest, key string, at time.Time, baseline bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev, err := r.previous(ctx, d.Name)
+	if err != nil {
+		return err
+	}
+	in := Input{Previous: prev}
+	for _, s := range r.cfg.Bot.ClusterStates() {
+		c := Cluster{Key: s.Key, HostedCluster: s.HostedCluster, Diagnoses: s.Diagnoses}
+		if s.Incident != nil {
+			c.Incident = s.Incident.Key
+			if len(s.Incident.Diagnoses) > 0 {
+				c.IncidentTitle = s.Incident.Diagnoses[0].Title
+			}
+		}
+		in.Clusters = append(in.Clusters, c)
+	}
+	// Exposures and actions are extras: without them the digest is still
+	// worth posting.
+	if r.cfg.Exposures != nil {
+		if in.Exposures, err = r.cfg.Exposures.Exposures(ctx); err != nil {
+			r.cfg.Log.Warn().Err(err).Msg("exposures left out of the digest")
+		}
+	}
+	if r.cfg.Audit != nil {
+		if in.Actions, err = r.cfg.Audit.Recent(ctx, recentActions); err != nil {
+			r.cfg.Log.Warn().Err(err).Msg("actions left out of the digest")
+		}
+	}
+	dg := Build(at, in)
+	root, replies := Render(dg, d.Name, r.cfg.Mode)
+	root.Key, root.Channel, root.Version = "digest-"+strings.ReplaceAll(key, ".", "-"), d.Channel, 1
+	if err := r.cfg.Out.Upsert(ctx, root); err != nil {
+		return fmt.Errorf("digest %s: queue summary: %w", d.Name, err)
+	}
+	for _, rp := range replies {
+		rp.Key, rp.Channel = root.Key, d.Channel
+		if err := r.cfg.Out.Reply(ctx, rp); err != nil {
+			return fmt.Errorf("digest %s: queue reply %s: %w", d.Name, rp.ID, err)
+		}
+	}
+	if !baseline {
+		return nil
+	}
+	data, err := json.Marshal(dg.Snapshot())
+	if err != nil {
+		return fmt.Errorf("digest %s: encode snapshot: %w", d.Name, err)
+	}
+	if _, err := r.state.Put(ctx, "prev."+d.Name, data); err != nil {
+		return fmt.Errorf("digest %s: store snapshot: %w", d.Name, err)
+	}
+	return nil
+}
+
+// previous loads the finding set of the digest's last scheduled run.
+func (r *Runner) previous(ctx context.Context, name string) (*Snapshot, error) {
+	e, err := r.state.Get(ctx, "prev."+name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("digest %s: load previous: %w", name, err)
+	}
+	var s Snapshot
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		// A corrupt baseline costs one trend line, not the digest.
+		r.cfg.Log.Warn().Err(err).Str("digest", name).Msg("previous digest unreadable; starting over")
+		return nil, nil
+	}
+	return &s, nil
+}
