@@ -65,8 +65,13 @@ slack:
 approvals:
   approvers: [U0ALLCMD01, U0ALLCMD02]
   fourEyes: false
+digests:
+  - name: weekly
+    schedule: "0 8 * * 1"
+    timezone: Europe/Berlin
+    channel: %s
 log: {level: info, format: json}
-`, srv.ClientURL(), kubeconfig, agentAddr, ns, botAddr, channel, rec.APIURL())
+`, srv.ClientURL(), kubeconfig, agentAddr, ns, botAddr, channel, rec.APIURL(), channel)
 	path := filepath.Join(dir, "hcpbot.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -186,6 +191,13 @@ log: {level: info, format: json}
 	if after, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy"); after != got {
 		t.Errorf("noProxy changed by a refused approval: %q → %q", got, after)
 	}
+
+	// The configured digest, on demand: posted to its channel.
+	before := len(rec.CallsTo("chat.postMessage"))
+	if reply := hcp.run(ctx, "digest now", "U0ALLCMD01", func(s string) bool { return s != "" }); strings.Contains(reply, "not available") || strings.Contains(reply, "could not") {
+		t.Errorf("digest now: %q", reply)
+	}
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool { return len(r.CallsTo("chat.postMessage")) > before })
 }
 
 var actionIDPattern = regexp.MustCompile(`act-[a-z2-7]{16}`)

@@ -20,6 +20,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -136,6 +137,25 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		}
 		commands.Actions = acts
 	}
+	var runner *digest.Runner
+	if len(cfg.Digests) > 0 {
+		mode := digest.Full
+		if sec.SlackBotToken != "" {
+			mode = digest.Compact
+		}
+		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, Replicas: cfg.NATS.StreamReplicas, Log: log}
+		if acts, ok := commands.Actions.(*bot.Approvals); ok {
+			if r, ok := acts.Audit.(audit.Reader); ok {
+				dc.Audit = r
+			}
+		}
+		r, err := digest.NewRunner(ctx, conn.JS, dc)
+		if err != nil {
+			return err
+		}
+		runner = r
+		commands.Digester = runner
+	}
 
 	extra := map[string]http.Handler{}
 	if sec.SlackSigningSecret != "" {
@@ -173,6 +193,13 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = notifier.Run(ctx) })
+	if runner != nil {
+		wg.Go(func() {
+			if err := runner.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Msg("digest scheduler stopped")
+			}
+		})
+	}
 	if cfg.Slack != nil && cfg.Slack.SocketMode && sec.SlackAppToken != "" {
 		api := slack.New(sec.SlackBotToken, slack.OptionAppLevelToken(sec.SlackAppToken), slack.OptionAPIURL(cfg.Slack.APIURL))
 		wg.Go(func() {
