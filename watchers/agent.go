@@ -566,7 +566,7 @@ func (a *Agent) syncHostedObject(ctx context.Context, k key) error {
 	}
 	switch o := obj.(type) {
 	case *corev1.Node:
-		a.emitIfChanged(ctx, k, &ref, podOrNodeRef(o, "Node"), nodeFact(o))
+		a.emitIfChanged(ctx, k, &ref, nodeRef(o), nodeFact(o))
 	case *corev1.Pod:
 		if k.kind == kindAPIProxyPod {
 			a.emitIfChanged(ctx, k, &ref, podRef(o, true), apiServerProxyFact(o))
@@ -687,8 +687,8 @@ func podRef(p *corev1.Pod, hosted bool) event.ObjectRef {
 	return event.ObjectRef{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), ResourceVersion: p.ResourceVersion, Hosted: hosted}
 }
 
-func podOrNodeRef(n *corev1.Node, kind string) event.ObjectRef {
-	return event.ObjectRef{Kind: kind, Name: n.Name, UID: string(n.UID), ResourceVersion: n.ResourceVersion, Hosted: true}
+func nodeRef(n *corev1.Node) event.ObjectRef {
+	return event.ObjectRef{Kind: "Node", Name: n.Name, UID: string(n.UID), ResourceVersion: n.ResourceVersion, Hosted: true}
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -133,7 +133,7 @@ func TestFactNode(t *testing.T) {
 			if tc.wantCopied && (p.Reason != "KubeletNotReady" || p.Message != "container runtime network not ready" || !p.LastTransitionTime.Equal(factT0)) {
 				t.Errorf("condition not copied: %+v", p)
 			}
-			factEvent(t, podOrNodeRef(tc.node, "Node"), f)
+			factEvent(t, nodeRef(tc.node), f)
 		})
 	}
 }

@@ -107,7 +107,7 @@ func (a *Agent) snapshot(ctx context.Context) {
 		sc := &scope{ref: &ref, types: []event.Type{event.TypeNode, event.TypeCrashLoop, event.TypeAPIServerProxy}}
 		nodes, sca, apiProxy := conn.list()
 		for _, n := range nodes {
-			emit(sc, key{kind: kindNode, cluster: ref, name: n.Name}, &ref, podOrNodeRef(n, "Node"), nodeFact(n))
+			emit(sc, key{kind: kindNode, cluster: ref, name: n.Name}, &ref, nodeRef(n), nodeFact(n))
 		}
 		for _, p := range sca {
 			if f, ok := crashLoopFact(p); ok {
