@@ -22,21 +22,73 @@ import (
 
 // Config of a Bot.
 type Config struct {
-	// Channel receives every incident (routing rules come later).
+	// Channel receives the incidents Route sends nowhere else.
 	Channel string
+	// Route returns the channel of a hosted cluster's incidents; nil or ""
+	// means Channel.
+	Route func(k diagnose.Key) string
+	// GroupWait is how long a new incident gathers signals before its
+	// first notification (and how long the correlator waits for others
+	// to form a storm with). 0 notifies at once.
+	GroupWait time.Duration
+	// GroupInterval is the least time between two notifications of one
+	// incident or storm: updates in between are folded into the next.
+	GroupInterval time.Duration
+	// ResolveTimeout is how long an incident's signals must stay clear
+	// before it is resolved; signals back within it continue the same
+	// incident. 0 resolves at once.
+	ResolveTimeout time.Duration
+	// StormThreshold incidents sharing a cause within StormWindow make a
+	// storm: one message for all of them. 0 means DefaultStormThreshold;
+	// a negative value disables storms.
+	StormThreshold int
+	StormWindow    time.Duration
+	// StormPage is how many clusters one thread reply of a storm lists.
+	StormPage int
+	// Silenced tells whether an incident is silenced; nil silences nothing.
+	Silenced Silencer
+	// Leader reports whether this replica sends notifications; nil means
+	// always. Every replica keeps the full state so that any of them can
+	// answer commands and take over at once.
+	Leader func() bool
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+}
+
+// Defaults of Config.
+const (
+	DefaultGroupWait      = 5 * time.Second
+	DefaultGroupInterval  = time.Minute
+	DefaultStormThreshold = 20
+	DefaultStormWindow    = 30 * time.Second
+	DefaultStormPage      = 40
+)
+
+// Silencer reports the silence covering a hosted cluster or an incident;
+// package bot/silence provides one.
+type Silencer func(cluster, incident string, now time.Time) (SilenceInfo, bool)
+
+// SilenceInfo is what an incident message says about its silence.
+type SilenceInfo struct {
+	ID, By, Reason string
+	Until          time.Time
 }
 
 // Incident is the bot's view of one hosted cluster's current problem.
 type Incident struct {
 	Key       string // notification key, stable for the incident's life
 	Cluster   diagnose.Key
-	Opened    time.Time
+	Opened    time.Time // the first signal's own time
 	Resolved  time.Time // zero while open
 	Diagnoses []diagnose.Diagnosis
-	version   uint64
-	printed   string // fingerprint of what was last sent
+	// Storm is the key of the storm the incident belongs to, if any.
+	Storm string
+	// Silence is set while a silence covers the incident.
+	Silence *SilenceInfo
+	Channel string
+
+	clearAt time.Time // own time the signals cleared; zero while present
+	n       notifyState
 }
 
 // Open reports whether the incident is still open.
@@ -49,16 +101,27 @@ type Bot struct {
 	out     notify.Notifier
 	log     zerolog.Logger
 	metrics *metrics
+	kick    chan struct{}
 
 	mu        sync.Mutex
 	model     *diagnose.Model
 	incidents map[diagnose.Key]*Incident
+	storms    map[string]*Storm
+	// pending are resolved incidents replaced by a newer one of their
+	// cluster before their resolution was sent.
+	pending []*Incident
+	// caughtUp is false while Run replays the stream up to where it stood
+	// at start: nothing is sent from a half-built picture.
+	caughtUp bool
+	leader   bool
 }
 
 type metrics struct {
 	consumed   *prometheus.CounterVec
 	deadLetter *prometheus.CounterVec
-	open       prometheus.Gauge
+	open       *prometheus.GaugeVec
+	storms     prometheus.Gauge
+	sent       *prometheus.CounterVec
 	latency    prometheus.Histogram
 }
 
@@ -67,6 +130,17 @@ func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.StormThreshold == 0 {
+		cfg.StormThreshold = DefaultStormThreshold
+	}
+	if cfg.StormWindow <= 0 {
+		cfg.StormWindow = DefaultStormWindow
+	}
+	if cfg.StormPage <= 0 {
+		cfg.StormPage = DefaultStormPage
+	}
+	cfg.GroupWait = max(cfg.GroupWait, 0)
+	cfg.GroupInterval = max(cfg.GroupInterval, 0)
 	m := &metrics{
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hcpbot_bot_events_consumed_total", Help: "Events applied to the state model, by type.",
@@ -74,23 +148,43 @@ func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus
 		deadLetter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hcpbot_bot_events_dead_lettered_total", Help: "Events that could not be used (acknowledged and skipped), by reason.",
 		}, []string{"reason"}),
-		open: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "hcpbot_bot_incidents_open", Help: "Open incidents.",
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hcpbot_bot_incidents_open", Help: "Open incidents, by the rule of their main diagnosis.",
+		}, []string{"diagnosis"}),
+		storms: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hcpbot_bot_storms_open", Help: "Open storms (incidents of many clusters with one shared cause).",
 		}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hcpbot_bot_notifications_total", Help: "Renderings and thread replies handed to the notifier, by kind.",
+		}, []string{"kind"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "hcpbot_bot_event_to_notify_seconds", Help: "From the agent observing a fact to the notification being queued.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.consumed, m.deadLetter, m.open, m.latency)
+		reg.MustRegister(m.consumed, m.deadLetter, m.open, m.storms, m.sent, m.latency)
 	}
 	return &Bot{cfg: cfg, js: js, out: out, log: log.With().Str("component", "bot").Logger(), metrics: m,
-		model: diagnose.NewModel(), incidents: map[diagnose.Key]*Incident{}}
+		kick: make(chan struct{}, 1), model: diagnose.NewModel(), incidents: map[diagnose.Key]*Incident{},
+		storms: map[string]*Storm{}, caughtUp: true}
 }
 
-// Run consumes the events stream from its start until ctx ends.
+// Run consumes the events stream from its start, and sends notifications
+// while this replica is the leader, until ctx ends.
 func (b *Bot) Run(ctx context.Context) error {
+	// The state is a function of the stream: replaying it rebuilds what a
+	// crashed or new replica needs, and a Slack message per Key (notify's
+	// store) makes the replay's notifications updates, not new posts.
+	var until uint64
+	if info, err := b.js.Stream(ctx, event.StreamName); err == nil {
+		until = info.CachedInfo().State.LastSeq
+	} else {
+		return fmt.Errorf("events stream: %w", err)
+	}
+	b.mu.Lock()
+	b.caughtUp = until == 0
+	b.mu.Unlock()
 	cons, err := b.js.OrderedConsumer(ctx, event.StreamName, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{event.EventsStreamSubjects},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -98,13 +192,39 @@ func (b *Bot) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("events consumer: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { b.Handle(ctx, m.Data()) })
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		b.Handle(ctx, m.Data())
+		if md, err := m.Metadata(); err == nil && md.Sequence.Stream >= until {
+			b.markCaughtUp()
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("consume events: %w", err)
 	}
-	<-ctx.Done()
-	cc.Stop()
+	defer cc.Stop()
+	b.flushLoop(ctx)
 	return nil
+}
+
+func (b *Bot) markCaughtUp() {
+	b.mu.Lock()
+	if b.caughtUp {
+		b.mu.Unlock()
+		return
+	}
+	b.caughtUp = true
+	n := len(b.incidents)
+	b.mu.Unlock()
+	b.log.Info().Int("incidents", n).Msg("events replayed: notifying")
+	b.wake()
+}
+
+// wake makes the flush loop look at once.
+func (b *Bot) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Handle applies one encoded event. Bad events are dead-lettered: counted,
@@ -124,7 +244,7 @@ func (b *Bot) Handle(ctx context.Context, data []byte) {
 	}
 	b.metrics.consumed.WithLabelValues(string(e.Type)).Inc()
 	for _, k := range changed {
-		b.evaluate(ctx, k, e.Time)
+		b.evaluate(k, e.Time)
 	}
 }
 
@@ -142,8 +262,9 @@ func (b *Bot) deadLetter(err error, e event.Event) {
 	b.log.Warn().Err(err).Str("reason", reason).Str("id", e.ID).Str("type", string(e.Type)).Msg("event dead-lettered")
 }
 
-// evaluate diagnoses a cluster and opens, updates or resolves its incident.
-func (b *Bot) evaluate(ctx context.Context, k diagnose.Key, observed time.Time) {
+// evaluate diagnoses a cluster and opens, changes or resolves its
+// incident. It only records: the flush loop decides what to send and when.
+func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 	if k.Management() {
 		return
 	}
@@ -154,42 +275,54 @@ func (b *Bot) evaluate(ctx context.Context, k diagnose.Key, observed time.Time) 
 		diags = diagnose.Diagnose(c, now)
 	}
 	inc := b.incidents[k]
+	if inc != nil && inc.Open() && !inc.clearAt.IsZero() && len(diags) > 0 {
+		if observed.Sub(inc.clearAt) < b.cfg.ResolveTimeout {
+			inc.clearAt = time.Time{} // back within the timeout: the same incident
+		} else {
+			inc.Resolved = inc.clearAt
+			inc.n.dirty = true
+		}
+	}
 	switch {
 	case len(diags) == 0 && (inc == nil || !inc.Open()):
 		return
+	case len(diags) == 0 && b.cfg.ResolveTimeout > 0:
+		if inc.clearAt.IsZero() {
+			inc.clearAt, inc.n.clearSeen = observed, now
+			b.wake()
+		}
+		return
 	case len(diags) == 0:
-		inc.Resolved = now
+		inc.Resolved = observed
 	case inc == nil || !inc.Open():
-		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed}
+		if inc != nil && inc.n.dirty && inc.n.rooted {
+			// The resolution of the previous incident still has to be sent.
+			b.pending = append(b.pending, inc)
+		}
+		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k)}
+		inc.n.seen = now
 		b.incidents[k] = inc
 	}
 	if len(diags) > 0 {
 		inc.Diagnoses = diags
 	}
-	fp := fingerprint(inc)
-	if fp == inc.printed {
-		return
-	}
-	inc.printed = fp
-	inc.version++
-	msg := notify.Message{Key: inc.Key, Channel: b.cfg.Channel, Version: inc.version}
-	msg.Text, msg.Blocks = Render(inc, now)
-	if err := b.out.Upsert(ctx, msg); err != nil {
-		b.log.Error().Err(err).Str("incident", inc.Key).Msg("notification not queued")
-		return
-	}
-	b.metrics.latency.Observe(now.Sub(observed).Seconds())
-	b.updateOpen()
-}
-
-func (b *Bot) updateOpen() {
-	n := 0
-	for _, inc := range b.incidents {
-		if inc.Open() {
-			n++
+	if fp := fingerprint(inc); fp != inc.n.state {
+		inc.n.state = fp
+		inc.n.changed = observed
+		inc.n.dirty = true
+		if b.cfg.GroupWait == 0 || !inc.n.first.IsZero() {
+			b.wake()
 		}
 	}
-	b.metrics.open.Set(float64(n))
+}
+
+func (b *Bot) channel(k diagnose.Key) string {
+	if b.cfg.Route != nil {
+		if ch := b.cfg.Route(k); ch != "" {
+			return ch
+		}
+	}
+	return b.cfg.Channel
 }
 
 // incidentKey is derived from the cluster and the time of the event that
@@ -200,6 +333,7 @@ func incidentKey(k diagnose.Key, opened time.Time) string {
 	return "inc-" + hex.EncodeToString(sum[:6])
 }
 
+// fingerprint covers what a rendering shows, except durations.
 func fingerprint(inc *Incident) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%v|", inc.Open())
@@ -221,7 +355,7 @@ func (b *Bot) Incidents() []Incident {
 	defer b.mu.Unlock()
 	out := make([]Incident, 0, len(b.incidents))
 	for _, inc := range b.incidents {
-		out = append(out, *inc)
+		out = append(out, *inc.copy())
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Open() != out[j].Open() {
@@ -285,8 +419,7 @@ func (b *Bot) ClusterStates() []ClusterState {
 			s.HostedCluster, s.Known = cloneHC(hc), true
 		}
 		if inc := b.incidents[k]; inc != nil && inc.Open() {
-			cp := *inc
-			s.Incident = &cp
+			s.Incident = inc.copy()
 		}
 		out = append(out, s)
 	}

@@ -34,6 +34,11 @@ type pipeline struct {
 	reg   *prometheus.Registry
 }
 
+// testConfig groups and paces quickly enough for tests.
+func testConfig() bot.Config {
+	return bot.Config{Channel: channel, GroupWait: 500 * time.Millisecond, GroupInterval: time.Second}
+}
+
 // startPipeline runs agent → NATS → bot → Slack recorder, all real.
 func startPipeline(t *testing.T, source string) *pipeline {
 	t.Helper()
@@ -57,7 +62,7 @@ func startPipeline(t *testing.T, source string) *pipeline {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	b := bot.New(bot.Config{Channel: channel}, conn.JS, n, reg, log)
+	b := bot.New(testConfig(), conn.JS, n, reg, log)
 	m := watchers.NewMetrics(nil)
 	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, m, log)
 	agent, err := watchers.New(watchers.Config{Source: source, SnapshotWait: 10 * time.Second}, env.Kube, env.Dynamic, pub, m, log)

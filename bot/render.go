@@ -2,6 +2,7 @@ package bot
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,6 +47,13 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 		slack.NewContextBlock("", md(fmt.Sprintf("Confidence *%s* — %s · incident `%s` · open %s",
 			d.Confidence.Level, chatops.EscapeText(d.Confidence.Why), inc.Key, now.Sub(inc.Opened).Round(time.Second)))),
 	}
+	if s := inc.Silence; s != nil {
+		blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("🔕 Silenced by <@%s> until %s (`%s`)%s",
+			chatops.EscapeText(s.By), s.Until.UTC().Format("2006-01-02 15:04 UTC"), chatops.EscapeText(s.ID), reasonSuffix(s.Reason)))))
+	}
+	if inc.Storm != "" {
+		blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("Part of storm `%s` (many clusters, one cause)", inc.Storm))))
+	}
 	if d.Trigger != nil {
 		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf("*Trigger* — proxy edit seen %s: noProxy `%s` → `%s`",
 			d.Trigger.At.UTC().Format(time.RFC3339), chatops.EscapeText(d.Trigger.OldNoProxy), chatops.EscapeText(d.Trigger.NewNoProxy))), nil, nil))
@@ -56,7 +64,7 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 			fmt.Fprintf(&ev, "… and %d more (see thread)\n", len(d.Evidence)-maxEvidence)
 			break
 		}
-		fmt.Fprintf(&ev, "• `%s` %s — %s\n", e.At.UTC().Format("15:04:05"), chatops.EscapeText(e.Object), chatops.EscapeText(e.Text))
+		ev.WriteString(evidenceLine(e) + "\n")
 	}
 	if ev.Len() > 0 {
 		blocks = append(blocks, slack.NewSectionBlock(md("*Evidence*\n"+ev.String()), nil, nil))
@@ -82,4 +90,109 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 		slack.NewButtonBlockElement(chatops.ActionDetails, inc.Key, slack.NewTextBlockObject(slack.PlainTextType, "Details", false, false)))
 	blocks = append(blocks, slack.NewActionBlock("incident", buttons...))
 	return text, notify.ClampBlocks(blocks)
+}
+
+// evidenceLine is one evidence item as shown in messages and threads.
+func evidenceLine(e diagnose.Evidence) string {
+	return fmt.Sprintf("• `%s` %s — %s", e.At.UTC().Format("15:04:05"), chatops.EscapeText(e.Object), chatops.EscapeText(e.Text))
+}
+
+func reasonSuffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + chatops.EscapeText(reason)
+}
+
+// RenderStorm builds a storm's message: how many clusters, the cause they
+// share, what they suffer from, and the fix; the clusters are listed in
+// the thread (StormPage).
+func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
+	open, byTitle, fixes := 0, map[string]int{}, 0
+	var sev diagnose.Severity = diagnose.SeverityInfo
+	for _, m := range s.Members {
+		if !m.Open() {
+			continue
+		}
+		open++
+		if len(m.Diagnoses) == 0 {
+			continue
+		}
+		d := m.Diagnoses[0]
+		byTitle[d.Title]++
+		if d.Fix != nil {
+			fixes++
+		}
+		if severityRank(d.Severity) < severityRank(sev) {
+			sev = d.Severity
+		}
+	}
+	md := func(t string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.MarkdownType, notify.Truncate(t, notify.MaxSectionText), false, false)
+	}
+	total := len(s.Members)
+	if !s.Open() {
+		text := fmt.Sprintf("✅ RESOLVED · storm of %d hosted clusters (after %s)", total, s.Resolved.Sub(s.Opened).Round(time.Second))
+		return text, []slack.Block{
+			slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(text, notify.MaxHeaderText), false, false)),
+			slack.NewSectionBlock(md("*Shared cause* — all of them "+s.Cause.Text), nil, nil),
+			slack.NewContextBlock("", md(fmt.Sprintf("Opened %s · resolved %s · storm `%s`", s.Opened.UTC().Format(time.RFC3339), s.Resolved.UTC().Format(time.RFC3339), s.Key))),
+		}
+	}
+	text := fmt.Sprintf("%s STORM · %d hosted clusters with one cause (%d open)", severityIcon[sev], total, open)
+	titles := make([]string, 0, len(byTitle))
+	for t := range byTitle {
+		titles = append(titles, t)
+	}
+	slices.SortFunc(titles, func(a, b string) int {
+		if byTitle[a] != byTitle[b] {
+			return byTitle[b] - byTitle[a]
+		}
+		return strings.Compare(a, b)
+	})
+	var what strings.Builder
+	for i, t := range titles {
+		if i == 5 {
+			fmt.Fprintf(&what, "• … %d more kinds\n", len(titles)-5)
+			break
+		}
+		fmt.Fprintf(&what, "• %d × %s\n", byTitle[t], chatops.EscapeText(t))
+	}
+	blocks := []slack.Block{
+		slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(text, notify.MaxHeaderText), false, false)),
+		slack.NewSectionBlock(md(fmt.Sprintf("*Shared cause* — all %d %s.", total, s.Cause.Text)), nil, nil),
+		slack.NewSectionBlock(md("*Diagnoses*\n"+what.String()), nil, nil),
+	}
+	if fixes > 0 {
+		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf(
+			"*Proposed fix* — %d of them get a noProxy fix: `/hcp fix noproxy <cluster>` each (their incidents hold the diffs).", fixes)), nil, nil))
+	}
+	blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf(
+		"Storm `%s` · first signal %s · open %s · every cluster is listed in the thread; `/hcp incidents` and `/hcp diagnose <cluster>` show each one",
+		s.Key, s.Opened.UTC().Format(time.RFC3339), now.Sub(s.Opened).Round(time.Second)))))
+	return text, notify.ClampBlocks(blocks)
+}
+
+// StormPage lists members [from, to) of a storm for its thread.
+func StormPage(s *Storm, from, to int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*Clusters %d–%d of the storm*\n", from+1, to)
+	for _, m := range s.Members[from:to] {
+		title := "resolved"
+		if m.Open() && len(m.Diagnoses) > 0 {
+			title = m.Diagnoses[0].Title
+		}
+		fmt.Fprintf(&b, "• `%s` — %s (`%s`)\n", chatops.EscapeText(m.Cluster.String()), chatops.EscapeText(title), m.Key)
+	}
+	return b.String()
+}
+
+func severityRank(s diagnose.Severity) int {
+	switch s {
+	case diagnose.SeverityCritical:
+		return 0
+	case diagnose.SeverityWarning:
+		return 1
+	}
+	return 2
 }

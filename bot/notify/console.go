@@ -170,3 +170,20 @@ func writeIndented(b *strings.Builder, s, indent string) {
 		b.WriteString(indent + line + "\n")
 	}
 }
+
+var _ RootChecker = (*Console)(nil)
+
+// HasRoot implements RootChecker: a Key counts once queued.
+func (c *Console) HasRoot(_ context.Context, key string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.printed[key]; ok {
+		return true, nil
+	}
+	for _, it := range c.queue {
+		if m, ok := it.(Message); ok && m.Key == key {
+			return true, nil
+		}
+	}
+	return false, nil
+}

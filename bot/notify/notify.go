@@ -95,3 +95,11 @@ func (r *Reply) validate() error {
 	}
 	return nil
 }
+
+// RootChecker is implemented by notifiers that can tell whether a Key's
+// root message exists, e.g. posted by an earlier run or another replica.
+// A correlator that restarts asks it before deciding that an incident it
+// folds into a storm never had a message of its own.
+type RootChecker interface {
+	HasRoot(ctx context.Context, key string) (bool, error)
+}

@@ -284,3 +284,18 @@ func (s *Slack) start(q *chanQueue) {
 		q.run(s.runCtx)
 	}()
 }
+
+var _ RootChecker = (*Slack)(nil)
+
+// HasRoot implements RootChecker from the store: a claimed root counts,
+// since its post may be in flight.
+func (s *Slack) HasRoot(ctx context.Context, key string) (bool, error) {
+	_, _, err := s.store.Get(ctx, rootID(key))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("notify: look up root of %q: %w", key, err)
+}

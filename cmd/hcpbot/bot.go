@@ -20,6 +20,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
@@ -128,7 +129,12 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		}
 		notifier = n
 	}
-	b := bot.New(bot.Config{Channel: cfg.Bot.DefaultChannel}, conn.JS, notifier, reg, log)
+	// Every replica keeps the whole state; the lease holder notifies.
+	lease, err := bus.NewLease(ctx, conn.JS, "bot", replicaIdentity(c), cfg.NATS.StreamReplicas, log)
+	if err != nil {
+		return err
+	}
+	b := bot.New(botConfig(cfg.Bot, lease.Leader), conn.JS, notifier, reg, log)
 	commands := &bot.Commands{Bot: b}
 	if cfg.Approvals != nil {
 		acts, err := newApprovals(ctx, cfg, sec, conn)
@@ -192,6 +198,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	defer ops.Close()
 
 	var wg sync.WaitGroup
+	wg.Go(func() { _ = lease.Run(ctx) })
 	wg.Go(func() { _ = notifier.Run(ctx) })
 	if runner != nil {
 		wg.Go(func() {
@@ -249,4 +256,27 @@ func responseURLPrefix(apiURL string) string {
 		return chatops.DefaultResponseURLPrefix
 	}
 	return u.Scheme + "://" + u.Host + "/"
+}
+
+// botConfig maps the bot section onto the correlator's settings.
+func botConfig(c *configs.Bot, leader func() bool) bot.Config {
+	return bot.Config{
+		Channel: c.DefaultChannel,
+		Route: func(k diagnose.Key) string {
+			return c.Channel(k.Source, k.Cluster.Namespace, k.Cluster.Name, "", nil)
+		},
+		GroupWait: c.GroupWait, GroupInterval: c.GroupInterval, ResolveTimeout: c.ResolveTimeout,
+		StormThreshold: c.Storm.Threshold, StormWindow: c.Storm.Window,
+		Leader: leader,
+	}
+}
+
+// replicaIdentity names this bot replica in its lease: the pod name, else
+// the host name, plus the process id (two processes on one host differ).
+func replicaIdentity(c *cli) string {
+	name := c.getenv("POD_NAME")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	return fmt.Sprintf("%s-%d", name, os.Getpid())
 }

@@ -103,7 +103,8 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	pub.OnResync(agent.Resync)
-	b := bot.New(bot.Config{Channel: channel}, conn.JS, notifier, nil, log)
+	// Short waits: the demo shows the whole life of an incident in a minute.
+	b := bot.New(bot.Config{Channel: channel, GroupWait: 2 * time.Second, GroupInterval: 5 * time.Second}, conn.JS, notifier, nil, log)
 	wg.Go(func() { pub.Run(runCtx) })
 	wg.Go(func() { _ = agent.Run(runCtx) })
 	wg.Go(func() { _ = notifier.Run(runCtx) })

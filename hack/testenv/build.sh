@@ -21,6 +21,15 @@ fi
 cache_root=${HCPBOT_TESTENV_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hcpbot/testenv}
 dir="$cache_root/kube-apiserver-$k8s_version-etcd-$etcd_version"
 mkdir -p "$dir"
+# One builder per cache: concurrent callers (parallel CI jobs, several
+# shells) wait for it instead of compiling kube-apiserver side by side.
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$dir/.lock"
+  if ! flock -n 9; then
+    echo "testenv: another build of the control plane is running; waiting for it" >&2
+    flock 9
+  fi
+fi
 
 build() { # name module-dir package
   local name=$1 mod=$2 pkg=$3

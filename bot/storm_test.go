@@ -1,0 +1,276 @@
+package bot_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+)
+
+// botRun is one bot process: the correlator and its Slack notifier.
+type botRun struct {
+	bot    *bot.Bot
+	reg    *prometheus.Registry
+	cancel func()
+}
+
+// startBot runs a bot with its own notifier on js, like one `hcpbot bot`.
+func startBot(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config) *botRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := natstest.Logger(t)
+	store, err := notify.NewKVStore(ctx, js, notify.KVConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-test", rec.APIURL(), nil), Store: store, Log: log, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bot.New(cfg, js, n, reg, log)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = n.Run(ctx) })
+	wg.Go(func() { _ = b.Run(ctx) })
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return &botRun{bot: b, reg: reg, cancel: stop}
+}
+
+func natsJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv := natstest.RunServer(t)
+	conn, err := bus.Connect(context.Background(), bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	if _, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	return conn.JS
+}
+
+func stormConfig() bot.Config {
+	cfg := testConfig()
+	cfg.GroupWait = 2 * time.Second
+	cfg.GroupInterval = 2 * time.Second
+	cfg.StormThreshold = 20
+	return cfg
+}
+
+func roots(rec *slackrec.Recorder) []slackrec.Message {
+	var out []slackrec.Message
+	for _, m := range rec.Messages(channel) {
+		if m.ThreadTS == "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// listed counts how often each storm member appears in the thread of ts.
+func listed(rec *slackrec.Recorder, ts string) map[string]int {
+	out := map[string]int{}
+	for _, m := range rec.Messages(channel) {
+		if m.ThreadTS != ts {
+			continue
+		}
+		for _, line := range strings.Split(m.Text, "\n") {
+			if i := strings.Index(line, "/hc-"); i >= 0 {
+				name := line[i+1:]
+				name = name[:strings.IndexAny(name, "`")]
+				out[name]++
+			}
+		}
+	}
+	return out
+}
+
+// 200 hosted clusters with 10 NotReady nodes each behind the same proxy
+// give ONE storm message naming the shared cause and the count, with every
+// cluster listed in its thread, within the recorder's rate limit, and every
+// incident reachable. A bot killed mid-storm and restarted posts no
+// duplicate root.
+func TestStormOneMessage(t *testing.T) {
+	ctx := context.Background()
+	js := natsJS(t)
+	rec := slackrec.New(t)
+	first := startBot(t, js, rec, stormConfig())
+
+	const clusters = 200
+	events, err := scenario.Storm("mgmt-storm", "clusters", clusters, 10, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first half, then the bot dies while the storm goes on.
+	half := len(events) / 2
+	if err := scenario.Publish(ctx, js, events[:half]); err != nil {
+		t.Fatal(err)
+	}
+	var storm slackrec.Message
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range roots(r) {
+			if strings.Contains(m.Text, "STORM") {
+				storm = m
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(string(storm.Blocks), scenario.StormProxy) {
+		t.Errorf("storm message does not name the shared proxy:\n%s", storm.Blocks)
+	}
+	first.cancel()
+
+	if err := scenario.Publish(ctx, js, events[half:]); err != nil {
+		t.Fatal(err)
+	}
+	second := startBot(t, js, rec, stormConfig())
+	rec.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
+		m, ok := r.Message(channel, storm.TS)
+		return ok && strings.Contains(m.Text, fmt.Sprintf("%d hosted clusters", clusters)) && len(listed(r, storm.TS)) == clusters
+	})
+
+	if rs := roots(rec); len(rs) != 1 {
+		for _, m := range rs {
+			t.Logf("root: %s", m.Text)
+		}
+		t.Errorf("%d root messages, want the storm only", len(rs))
+	}
+	twice := 0
+	for _, n := range listed(rec, storm.TS) {
+		if n > 1 {
+			twice++
+		}
+	}
+	// A page cut short by the kill may be listed again; never more.
+	if twice > bot.DefaultStormPage {
+		t.Errorf("%d clusters listed more than once in the storm thread", twice)
+	}
+	if v := rec.Violations(); v != 0 {
+		t.Errorf("%d rate-limit violations", v)
+	}
+	open := 0
+	for _, inc := range second.bot.Incidents() {
+		if inc.Open() && inc.Storm != "" {
+			open++
+		}
+	}
+	if open != clusters {
+		t.Errorf("%d open incidents in the storm, want %d", open, clusters)
+	}
+	t.Logf("Slack calls: %d postMessage, %d update; %d clusters listed twice", len(rec.CallsTo("chat.postMessage")), len(rec.CallsTo("chat.update")), twice)
+}
+
+// Below the threshold incidents are posted one by one; a silence keeps a
+// cluster quiet; resolution updates the message.
+func TestGroupingSilenceAndResolution(t *testing.T) {
+	ctx := context.Background()
+	js := natsJS(t)
+	rec := slackrec.New(t)
+	var mu sync.Mutex
+	silenced := map[string]bool{}
+	cfg := stormConfig()
+	cfg.Silenced = func(cluster, incident string, now time.Time) (bot.SilenceInfo, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if silenced[cluster] {
+			return bot.SilenceInfo{ID: "sil-1", By: "U0OPS", Reason: "maintenance", Until: now.Add(time.Hour)}, true
+		}
+		return bot.SilenceInfo{}, false
+	}
+	mu.Lock()
+	silenced["mgmt-few/clusters/hc-2"] = true
+	mu.Unlock()
+	r := startBot(t, js, rec, cfg)
+
+	events, err := scenario.Storm("mgmt-few", "clusters", 3, 2, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.Publish(ctx, js, events); err != nil {
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool { return len(roots(r)) == 2 })
+	for _, m := range roots(rec) {
+		if strings.Contains(m.Text, "hc-2") || strings.Contains(m.Text, "STORM") {
+			t.Errorf("unexpected message: %s", m.Text)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "three open incidents", func() bool {
+		n := 0
+		for _, inc := range r.bot.Incidents() {
+			if inc.Open() {
+				n++
+			}
+		}
+		return n == 3
+	})
+
+	// Lifting the silence posts the cluster.
+	mu.Lock()
+	delete(silenced, "mgmt-few/clusters/hc-2")
+	mu.Unlock()
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool { return len(roots(r)) == 3 })
+
+	// hc-0 recovers: its message turns resolved, with a thread reply.
+	recovered, err := recoverEvents("mgmt-few", "clusters", "hc-0", 2, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.Publish(ctx, js, recovered); err != nil {
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range roots(r) {
+			if strings.Contains(m.Text, "hc-0") && strings.Contains(m.Text, "RESOLVED") {
+				return true
+			}
+		}
+		return false
+	})
+	if v := rec.Violations(); v != 0 {
+		t.Errorf("%d rate-limit violations", v)
+	}
+}
+
+// recoverEvents are the facts of a Storm cluster that recovers: nodes
+// Ready, the operator running, noProxy fixed.
+func recoverEvents(source, namespace, name string, nodes int, at time.Time) ([]event.Event, error) {
+	ref := event.ClusterRef{Namespace: namespace, Name: name}
+	var out []event.Event
+	for n := range nodes {
+		node := fmt.Sprintf("%s-np-%d", name, n)
+		e, err := event.New(source, &ref, event.ObjectRef{Kind: "Node", Name: node, UID: "uid-" + node, Hosted: true},
+			event.NodeReadiness{Node: node, Ready: event.ConditionTrue, Reason: "KubeletReady", LastTransitionTime: at},
+			event.TransitionAt("Ready=True", at), at)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	pod := "service-ca-operator-6d5f7b9c4-x2x9z"
+	e, err := event.New(source, &ref, event.ObjectRef{Kind: "Pod", Namespace: "openshift-service-ca-operator", Name: pod, UID: "uid-sca-" + name, Hosted: true},
+		event.PodCrashLoop{Namespace: "openshift-service-ca-operator", Pod: pod, Container: "service-ca-operator", RestartCount: 8, Cleared: true},
+		"cleared:8", at)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, e), nil
+}

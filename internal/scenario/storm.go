@@ -1,0 +1,106 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hcpbot/hcpbot/event"
+)
+
+// StormProxy is the proxy every cluster of a Storm sends its traffic
+// through. It is data: nothing dials it.
+const StormProxy = "http://proxy.storm.example:3128"
+
+// Storm returns the events agents publish when clusters hosted clusters
+// behind the same proxy, each with a noProxy that tunnels API traffic,
+// lose nodes nodes each and their service-ca-operator crashloops (seed 000
+// at scale). Storms do not fit on real API servers, so they are built from
+// the event contract; cluster i is "<namespace>/hc-<i>" on management
+// cluster source, and every fact is observed at start plus a few
+// milliseconds.
+func Storm(source, namespace string, clusters, nodes int, start time.Time) ([]event.Event, error) {
+	var out []event.Event
+	add := func(cluster event.ClusterRef, obj event.ObjectRef, p event.Payload, key string, at time.Time) error {
+		e, err := event.New(source, &cluster, obj, p, key, at)
+		if err != nil {
+			return fmt.Errorf("storm event %s %s: %w", p.EventType(), obj.Name, err)
+		}
+		out = append(out, e)
+		return nil
+	}
+	for i := range clusters {
+		ref := event.ClusterRef{Namespace: namespace, Name: fmt.Sprintf("hc-%d", i)}
+		at := start.Add(time.Duration(i) * time.Millisecond)
+		hc := event.HostedClusterState{
+			Platform: "KubeVirt", InfraID: ref.Name + "-x7k2p", Version: "4.18.12",
+			Proxy:       event.ProxySpec{HTTPProxy: StormProxy, HTTPSProxy: StormProxy, NoProxy: SeedNoProxy, TrustedCA: "user-ca-bundle"},
+			NetworkType: "OVNKubernetes", ClusterNetwork: []string{"10.132.0.0/14"}, ServiceNetwork: []string{"172.31.0.0/16"},
+			ControlPlaneEndpoint: &event.Endpoint{Host: "192.168.126.50", Port: int32(30000 + i%2000)},
+		}
+		if err := add(ref, event.ObjectRef{Kind: "HostedCluster", Namespace: namespace, Name: ref.Name, UID: "uid-" + ref.Name}, hc, "rv:1", at); err != nil {
+			return nil, err
+		}
+		for n := range nodes {
+			name := fmt.Sprintf("%s-np-%d", ref.Name, n)
+			ltt := at.Add(time.Duration(n) * time.Microsecond)
+			p := event.NodeReadiness{Node: name, Ready: event.ConditionUnknown, Reason: "NodeStatusUnknown",
+				Message: "Kubelet stopped posting node status.", LastTransitionTime: ltt, ProviderID: "kubevirt://" + name}
+			if err := add(ref, event.ObjectRef{Kind: "Node", Name: name, UID: "uid-" + name, Hosted: true}, p,
+				event.TransitionAt("Ready=Unknown", ltt), ltt); err != nil {
+				return nil, err
+			}
+		}
+		pod := "service-ca-operator-6d5f7b9c4-x2x9z"
+		crash := event.PodCrashLoop{Namespace: "openshift-service-ca-operator", Pod: pod, Container: "service-ca-operator", RestartCount: 7,
+			WaitingReason: "CrashLoopBackOff", LastTerminationMessage: SeedConnectivityMessage, ExitCode: 255, FinishedAt: at}
+		if err := add(ref, event.ObjectRef{Kind: "Pod", Namespace: crash.Namespace, Name: pod, UID: "uid-sca-" + ref.Name, Hosted: true}, crash,
+			"crashloop:service-ca-operator:7", at.Add(time.Millisecond)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Publish sends events to JetStream the way the agent does (subject from
+// the contract, message ID for de-duplication), asynchronously with at
+// most 1,000 in flight, and waits for every acknowledgement.
+func Publish(ctx context.Context, js jetstream.JetStream, events []event.Event) error {
+	var acks []jetstream.PubAckFuture
+	wait := func() error {
+		for _, f := range acks {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("publish: %w", err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		acks = acks[:0]
+		return nil
+	}
+	for _, e := range events {
+		subject, err := event.Subject(e)
+		if err != nil {
+			return err
+		}
+		data, err := event.Encode(e)
+		if err != nil {
+			return err
+		}
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.ID}}})
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", e.ID, err)
+		}
+		if acks = append(acks, f); len(acks) == 1000 {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+	}
+	return wait()
+}
