@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -152,6 +153,60 @@ func TestSeedIncidentOneSlackMessage(t *testing.T) {
 		t.Errorf("%d rate-limit violations", v)
 	}
 	t.Logf("Slack calls: %d postMessage, %d update", len(p.slack.CallsTo("chat.postMessage")), len(p.slack.CallsTo("chat.update")))
+}
+
+// A noProxy edit that removes `kubernetes` is reported at once as a
+// warning with the fix, before any node fails.
+func TestProactiveWarningOnRiskyEdit(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	spec := scenario.BehindProxy(ns, "edit")
+	safe := scenario.SeedNoProxy + ",kubernetes,172.31.0.0/16,10.132.0.0/14"
+	spec.NoProxy = safe
+	hosted := env.HostedCluster(t, spec)
+	nodes, err := scenario.Nodes(ctx, hosted.Kube, "edit-np", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startPipeline(t, "mgmt-"+ns)
+	// The agent's first snapshot shows a healthy cluster: nothing to say.
+	testenv.Eventually(t, 30*time.Second, "the bot knows the cluster", func() bool { return len(p.bot.Clusters()) == 1 })
+	if n := len(p.slack.Messages(channel)); n != 0 {
+		t.Fatalf("%d messages about a healthy cluster", n)
+	}
+
+	if err := scenario.SetNoProxy(ctx, env.Dynamic, ns, "edit", scenario.SeedNoProxy); err != nil {
+		t.Fatal(err)
+	}
+	var warning slackrec.Message
+	p.slack.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range r.Messages(channel) {
+			if m.ThreadTS == "" && strings.Contains(m.Text, "WARNING") {
+				warning = m
+				return true
+			}
+		}
+		return false
+	})
+	blocks := string(warning.Blocks)
+	for _, want := range []string{"kubernetes", "172.31.0.0/16", "Approve fix"} {
+		if !strings.Contains(blocks, want) {
+			t.Errorf("warning lacks %q:\n%s", want, blocks)
+		}
+	}
+	// Still before any symptom: the nodes are Ready.
+	for _, n := range nodes {
+		node, err := hosted.Kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				t.Errorf("node %s is not Ready: the warning was not proactive", n)
+			}
+		}
+	}
 }
 
 // Malformed and unknown events are dead-lettered (counted, skipped) and do

@@ -274,3 +274,90 @@ func recoverEvents(source, namespace, name string, nodes int, at time.Time) ([]e
 	}
 	return append(out, e), nil
 }
+
+// Two replicas share one NATS: only the lease holder posts, so every
+// incident and storm has one root; when the leader is killed the other
+// replica carries on (here: resolves an incident) within the lease TTL.
+func TestTwoReplicasPostOnceAndHandOver(t *testing.T) {
+	ctx := context.Background()
+	js := natsJS(t)
+	rec := slackrec.New(t)
+	replica := func(id string) (*botRun, *bus.Lease) {
+		lease, err := bus.NewLease(ctx, js, "bot", id, 1, natstest.Logger(t), bus.WithLeaseTTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = lease.Run(lctx) })
+		cfg := stormConfig()
+		cfg.Leader = lease.Leader
+		r := startBot(t, js, rec, cfg)
+		stopBot := r.cancel
+		r.cancel = func() { stopBot(); cancel(); wg.Wait() }
+		t.Cleanup(r.cancel)
+		return r, lease
+	}
+	a, leaseA := replica("a")
+	b, leaseB := replica("b")
+
+	// The storm a minute ago, the two other incidents now: beyond its
+	// window, so they stay on their own.
+	stormEvents, err := scenario.Storm("mgmt-ha", "storm", 40, 3, time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	few, err := scenario.Storm("mgmt-ha-2", "few", 2, 2, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.Publish(ctx, js, append(stormEvents, few...)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range rec.Messages(channel) {
+				t.Logf("message %s thread=%q: %.200s", m.TS, m.ThreadTS, m.Text)
+			}
+			for _, inc := range b.bot.Incidents() {
+				t.Logf("incident %s %s open=%v storm=%s", inc.Key, inc.Cluster, inc.Open(), inc.Storm)
+			}
+		}
+	})
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool { return len(roots(r)) >= 3 })
+
+	leader, follower := a, b
+	if leaseB.Leader() {
+		leader, follower = b, a
+	} else if !leaseA.Leader() {
+		t.Fatal("no leader after the first posts")
+	}
+	leader.cancel() // its lease is released on the way out, like a rolling update
+	recovered, err := recoverEvents("mgmt-ha-2", "few", "hc-0", 2, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.Publish(ctx, js, recovered); err != nil {
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range roots(r) {
+			if strings.Contains(m.Text, "few/hc-0") && strings.Contains(m.Text, "RESOLVED") {
+				return true
+			}
+		}
+		return false
+	})
+	if rs := roots(rec); len(rs) != 3 {
+		for _, m := range rs {
+			t.Logf("root: %s", m.Text)
+		}
+		t.Errorf("%d roots, want 3 (one storm, two incidents)", len(rs))
+	}
+	if v := rec.Violations(); v != 0 {
+		t.Errorf("%d rate-limit violations", v)
+	}
+	if n := len(follower.bot.Incidents()); n != 42 {
+		t.Errorf("the surviving replica knows %d incidents, want 42", n)
+	}
+}
