@@ -1,12 +1,64 @@
 // Package bot consumes the agents' events and turns them into incident
-// messages: event → state model (bot/diagnose) → diagnoses → one message per
-// hosted cluster, updated in place (bot/notify); people answer through
-// bot/chatops.
+// messages people can act on:
 //
-// This first cut keeps one incident per hosted cluster and rebuilds its
-// state by replaying the events stream at start (bounded by the stream's
-// max age); the Slack side is idempotent across restarts because
-// bot/notify keeps each incident's message ts in NATS KV and incident keys
-// are derived from the event that opened them. Grouping windows, storms,
-// silences and ownership across replicas come with the correlator.
+//	events stream ─▶ state model (bot/diagnose) ─▶ diagnoses (rules, inhibition)
+//	   ─▶ correlator (this package: incidents, group wait/interval, silences,
+//	      storms via bot/storm) ─▶ notifier (bot/notify: Slack or console)
+//
+// People answer through bot/chatops; changes go through bot/approval.
+//
+// # State: the stream is the durable state
+//
+// Every replica reads the events stream from its start with an ordered
+// consumer and rebuilds the same per-cluster picture (bounded by the
+// stream's max age). There is no per-replica durable consumer to ack: the
+// picture is a pure function of the stream, every replica needs all of it
+// to answer commands, and a replayed event cannot be "lost" by an ack that
+// raced a crash. Nothing is sent until the replay has reached the stream's
+// end as it was at start, so a restarted bot never notifies from a
+// half-built picture.
+//
+// # One sender: a lease in NATS KV
+//
+// Only the holder of the "bot" lease (bus.Lease) sends; the others keep
+// their state warm and take over within the lease TTL. Keys are derived
+// from event times (incidents: cluster + opening event; storms: cause +
+// first member), so a new leader or a restarted bot arrives at the same
+// keys, and bot/notify's KV store (Key → Slack ts, posted reply IDs) turns
+// what it sends into in-place updates, never second posts. A new leader
+// first asks the notifier whether each incident already has a message,
+// so incidents posted before a storm formed keep their own message.
+//
+// # Correlation (Alertmanager's dispatch, for this domain)
+//
+//   - One incident per hosted cluster at a time, holding every diagnosis of
+//     it; inhibition is in bot/diagnose (a root cause explains its
+//     symptoms, which then appear as evidence, not as separate incidents).
+//   - GroupWait holds a new incident before its first message, so the
+//     first message has the whole picture; GroupInterval paces updates;
+//     ResolveTimeout keeps a flapping cluster in one incident.
+//   - New evidence and state changes go to the thread (notify.Reply, with
+//     de-duplicating IDs); the message itself is updated in place.
+//   - Silences (a Silencer, from bot/silence) keep an incident quiet: a
+//     posted one is updated once to say so, then left alone until the
+//     silence ends.
+//   - Storms: incidents of one channel sharing a cause (the same proxy
+//     edit, the same proxy, the same management cluster: bot/storm) within
+//     StormWindow, StormThreshold or more of them, become one storm
+//     message, listing every cluster in its thread, StormPage per reply.
+//     While a storm may be brewing, new incidents are held back for up to
+//     StormWindow rather than posted one by one. Members stay incidents of
+//     their own: /hcp incidents and /hcp diagnose reach each one.
+//
+// What a restart may repeat: a storm's member page cut short by the crash
+// can be listed again in the thread (never a root message).
+//
+// # Metrics
+//
+//	hcpbot_bot_events_consumed_total{type}
+//	hcpbot_bot_events_dead_lettered_total{reason}
+//	hcpbot_bot_incidents_open{diagnosis}
+//	hcpbot_bot_storms_open
+//	hcpbot_bot_notifications_total{kind}      incident, storm, reply
+//	hcpbot_bot_event_to_notify_seconds        fact observed → notification queued
 package bot
