@@ -24,9 +24,10 @@ import (
 type Config struct {
 	// Channel receives the incidents Route sends nowhere else.
 	Channel string
-	// Route returns the channel of a hosted cluster's incidents; nil or ""
+	// Route returns the channel of a hosted cluster's incidents from its
+	// key and its HostedCluster's labels (nil while unknown); nil or ""
 	// means Channel.
-	Route func(k diagnose.Key) string
+	Route func(k diagnose.Key, labels map[string]string) string
 	// GroupWait is how long a new incident gathers signals before its
 	// first notification (and how long the correlator waits for others
 	// to form a storm with). 0 notifies at once.
@@ -318,7 +319,13 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 
 func (b *Bot) channel(k diagnose.Key) string {
 	if b.cfg.Route != nil {
-		if ch := b.cfg.Route(k); ch != "" {
+		var labels map[string]string
+		if c := b.model.Cluster(k); c != nil {
+			if hc, ok := c.HostedCluster(); ok {
+				labels = hc.Labels
+			}
+		}
+		if ch := b.cfg.Route(k, labels); ch != "" {
 			return ch
 		}
 	}

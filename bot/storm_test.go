@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
@@ -359,5 +360,39 @@ func TestTwoReplicasPostOnceAndHandOver(t *testing.T) {
 	}
 	if n := len(follower.bot.Incidents()); n != 42 {
 		t.Errorf("the surviving replica knows %d incidents, want 42", n)
+	}
+}
+
+// Routes by HostedCluster labels: a prod cluster's incident goes to the
+// prod channel, the other one to the default channel.
+func TestRouteByLabels(t *testing.T) {
+	ctx := context.Background()
+	js := natsJS(t)
+	rec := slackrec.New(t)
+	cfg := testConfig()
+	cfg.Route = func(k diagnose.Key, labels map[string]string) string {
+		if labels["env"] == "prod" {
+			return "C0PROD"
+		}
+		return ""
+	}
+	startBot(t, js, rec, cfg)
+	events, err := scenario.Storm("mgmt-route", "clusters", 2, 1, time.Now(), scenario.StormLabels(func(i int) map[string]string {
+		if i == 0 {
+			return map[string]string{"env": "prod"}
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.Publish(ctx, js, events); err != nil {
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
+		return len(r.Messages("C0PROD")) == 1 && len(r.Messages(channel)) == 1
+	})
+	if m := rec.Messages("C0PROD")[0]; !strings.Contains(m.Text, "hc-0") {
+		t.Errorf("prod channel got %q", m.Text)
 	}
 }

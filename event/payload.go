@@ -130,11 +130,13 @@ func (p ProxySpec) redacted() ProxySpec {
 // HostedClusterState is the part of a HostedCluster the bot reasons about.
 // Carried by TypeHostedCluster; Event.Object is the HostedCluster.
 type HostedClusterState struct {
-	Platform    string    `json:"platform"`          // spec.platform.type: KubeVirt, AWS, Agent, None, ...
-	InfraID     string    `json:"infraID,omitempty"` // spec.infraID
-	Version     string    `json:"version,omitempty"` // status.version.history[0].version; decides which noProxy rule HyperShift applies
-	Proxy       ProxySpec `json:"proxy,omitzero"`    // spec.configuration.proxy
-	NetworkType string    `json:"networkType,omitempty"`
+	Platform string `json:"platform"` // spec.platform.type: KubeVirt, AWS, Agent, None, ...
+	// Labels of the HostedCluster, for routing its incidents.
+	Labels      map[string]string `json:"labels,omitempty"`
+	InfraID     string            `json:"infraID,omitempty"` // spec.infraID
+	Version     string            `json:"version,omitempty"` // status.version.history[0].version; decides which noProxy rule HyperShift applies
+	Proxy       ProxySpec         `json:"proxy,omitzero"`    // spec.configuration.proxy
+	NetworkType string            `json:"networkType,omitempty"`
 	// The CIDRs of spec.networking in spec order; HyperShift compares
 	// noProxy with the first cluster and service network only.
 	ClusterNetwork []string `json:"clusterNetwork,omitempty"`

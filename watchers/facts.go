@@ -47,6 +47,7 @@ func hostedClusterState(hc *hypershift.HostedCluster) event.HostedClusterState {
 	n := hc.Spec.Networking
 	p := event.HostedClusterState{
 		Platform:       hc.Spec.Platform.Type,
+		Labels:         hc.Labels,
 		InfraID:        hc.Spec.InfraID,
 		Proxy:          proxySpec(hc.Proxy()),
 		NetworkType:    n.NetworkType,

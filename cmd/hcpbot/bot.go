@@ -262,8 +262,8 @@ func responseURLPrefix(apiURL string) string {
 func botConfig(c *configs.Bot, leader func() bool) bot.Config {
 	return bot.Config{
 		Channel: c.DefaultChannel,
-		Route: func(k diagnose.Key) string {
-			return c.Channel(k.Source, k.Cluster.Namespace, k.Cluster.Name, "", nil)
+		Route: func(k diagnose.Key, labels map[string]string) string {
+			return c.Channel(k.Source, k.Cluster.Namespace, k.Cluster.Name, "", labels)
 		},
 		GroupWait: c.GroupWait, GroupInterval: c.GroupInterval, ResolveTimeout: c.ResolveTimeout,
 		StormThreshold: c.Storm.Threshold, StormWindow: c.Storm.Window,

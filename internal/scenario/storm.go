@@ -22,7 +22,11 @@ const StormProxy = "http://proxy.storm.example:3128"
 // the event contract; cluster i is "<namespace>/hc-<i>" on management
 // cluster source, and every fact is observed at start plus a few
 // milliseconds.
-func Storm(source, namespace string, clusters, nodes int, start time.Time) ([]event.Event, error) {
+func Storm(source, namespace string, clusters, nodes int, start time.Time, opts ...StormOption) ([]event.Event, error) {
+	var o stormOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var out []event.Event
 	add := func(cluster event.ClusterRef, obj event.ObjectRef, p event.Payload, key string, at time.Time) error {
 		e, err := event.New(source, &cluster, obj, p, key, at)
@@ -40,6 +44,9 @@ func Storm(source, namespace string, clusters, nodes int, start time.Time) ([]ev
 			Proxy:       event.ProxySpec{HTTPProxy: StormProxy, HTTPSProxy: StormProxy, NoProxy: SeedNoProxy, TrustedCA: "user-ca-bundle"},
 			NetworkType: "OVNKubernetes", ClusterNetwork: []string{"10.132.0.0/14"}, ServiceNetwork: []string{"172.31.0.0/16"},
 			ControlPlaneEndpoint: &event.Endpoint{Host: "192.168.126.50", Port: int32(30000 + i%2000)},
+		}
+		if o.labels != nil {
+			hc.Labels = o.labels(i)
 		}
 		if err := add(ref, event.ObjectRef{Kind: "HostedCluster", Namespace: namespace, Name: ref.Name, UID: "uid-" + ref.Name}, hc, "rv:1", at); err != nil {
 			return nil, err
@@ -63,6 +70,16 @@ func Storm(source, namespace string, clusters, nodes int, start time.Time) ([]ev
 		}
 	}
 	return out, nil
+}
+
+// StormOption changes the clusters of a Storm.
+type StormOption func(*stormOptions)
+
+type stormOptions struct{ labels func(i int) map[string]string }
+
+// StormLabels gives cluster i the HostedCluster labels of f(i).
+func StormLabels(f func(i int) map[string]string) StormOption {
+	return func(o *stormOptions) { o.labels = f }
 }
 
 // Publish sends events to JetStream the way the agent does (subject from
