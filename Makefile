@@ -12,7 +12,7 @@ TESTFLAGS ?=
 TIMEOUT   ?= 60m
 IMAGE     ?= hcpbot:$(VERSION)
 
-.PHONY: all build test test-short vet testenv demo bench fuzz chaos image clean
+.PHONY: all build test test-short vet testenv demo bench fuzz fuzz-short chaos image clean
 
 all: build
 
@@ -47,15 +47,31 @@ bench:
 ## fuzz: run every fuzz target for FUZZTIME each (corpora live in testdata/fuzz).
 FUZZTIME ?= 30s
 FUZZ_TARGETS = ./event:FuzzDecode ./noproxy:FuzzParse ./noproxy:FuzzDecide ./noproxy:FuzzMerge ./noproxy:FuzzLint \
-	./redact:FuzzRedactNoPassword ./bot/chatops:FuzzParse ./configs:FuzzParse
+	./redact:FuzzRedactNoPassword ./bot/chatops:FuzzParse ./bot/chatops:FuzzAuthenticate ./configs:FuzzParse
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
+## fuzz-short: every fuzz target briefly (10s each), for CI.
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
+## chaos: the fault and abuse suite (tests named TestChaos*) in its long
+## variants, then a table of every case with its figures. Each case appends
+## one JSON line to CHAOS_REPORT (internal/testenv/chaosreport); make test
+## runs the same tests in their short variants.
+CHAOS_PKGS   ?= ./bus ./bot ./bot/notify ./bot/chatops ./cmd/hcpbot
+CHAOS_REPORT ?= bench/out/chaos.jsonl
 chaos:
-	@echo "make chaos: not implemented yet"; exit 1
+	@mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
+	@assets=$$(bash hack/testenv/build.sh) && \
+	  HCPBOT_TESTENV_ASSETS=$$assets HCPBOT_CHAOS_LONG=1 HCPBOT_CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
+	  $(GO) test $(RACE) -timeout $(TIMEOUT) -count=1 -run '^TestChaos' $(TESTFLAGS) $(CHAOS_PKGS); \
+	  status=$$?; echo; echo "chaos report ($(CHAOS_REPORT)):"; \
+	  $(GO) run ./internal/testenv/chaosreport/cmd/chaostable $(CHAOS_REPORT) || status=1; \
+	  exit $$status
 
 ## image: the container image (needs a Docker engine).
 image:

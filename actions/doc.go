@@ -20,7 +20,7 @@
 // over NATS between the agent that proposes and the one that executes.
 //
 // Privileges: in the management cluster the executor needs only what
-// configs/rbac/agent-actions.yaml grants. In a hosted cluster it acts with
+// configs/deploy/agent/rbac.yaml grants. In a hosted cluster it acts with
 // the admin kubeconfig HyperShift stores, which is far more than creating
 // and deleting one Service needs; HostedRESTConfig therefore refuses
 // kubeconfigs that would run plugins or read local files, and Expose and

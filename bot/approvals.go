@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/actions"
@@ -17,6 +18,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/noproxy"
@@ -45,9 +47,16 @@ type Approvals struct {
 	NC    *nats.Conn
 	// Timeout bounds the wait for the agent; 0 means DefaultActionTimeout.
 	Timeout time.Duration
+	// Log receives what has no user to tell (the expiry sweep's
+	// failures); the zero Logger discards it.
+	Log zerolog.Logger
 }
 
-var _ Actions = (*Approvals)(nil)
+var (
+	_ Actions         = (*Approvals)(nil)
+	_ ExposeActions   = (*Approvals)(nil)
+	_ RollbackActions = (*Approvals)(nil)
+)
 
 // ProposeNoProxy implements Actions: it proposes the diagnosis' noProxy
 // fix, plus the entries the user added, computed from the value the
@@ -63,25 +72,222 @@ func (a *Approvals) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *dia
 		req.Cluster = actions.ClusterRef{Name: hypershift.ProxyName}
 		req.NoProxy.Target = actions.TargetProxy
 	}
-	p, err := a.Store.Propose(ctx, req, user, approval.ForSource(k.Source))
+	p, warning, refused, ok := a.propose(ctx, k, req, user)
+	if !ok {
+		return refused
+	}
+	_, diff := noProxyDiff(req.NoProxy)
+	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\n%s%s",
+		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), esc(diff), howToDecide(p), warning)
+	return proposalReply(p.ID, text)
+}
+
+// howToDecide tells approvers what to do with proposal p, and until when.
+func howToDecide(p approval.Proposal) string {
+	return fmt.Sprintf("Approve with `/hcp approve %s` (or the Approve button), reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.",
+		p.ID, p.ID, p.ExpiresAt.UTC().Format("15:04 UTC"))
+}
+
+// proposalReply shows a proposal to the channel with Approve and Reject
+// buttons carrying its id; Text stays the whole message (the notification
+// fallback, and what the console prints).
+func proposalReply(id, text string) chatops.Reply {
+	approve := slack.NewButtonBlockElement(chatops.ActionApprove, id, plainText("Approve"))
+	approve.Style = slack.StylePrimary
+	reject := slack.NewButtonBlockElement(chatops.ActionReject, id, plainText("Reject"))
+	reject.Style = slack.StyleDanger
+	return chatops.Reply{Text: text, InChannel: true, Blocks: textBlocks(text, slack.NewActionBlock("decide-"+id, approve, reject))}
+}
+
+// textBlocks renders mrkdwn text as section blocks within Slack's limits,
+// followed by extra blocks.
+func textBlocks(text string, extra ...slack.Block) []slack.Block {
+	var blocks []slack.Block
+	for _, part := range notify.SplitText(text, notify.MaxSectionText) {
+		blocks = append(blocks, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, part, false, false), nil, nil))
+	}
+	return notify.ClampBlocks(append(blocks, extra...))
+}
+
+func plainText(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+}
+
+// ProposeExpose implements ExposeActions: it proposes publishing the hosted
+// Service p names through NodePorts (seed 004) and shows exactly which two
+// Services the agent will create. hc is the bot's view of the
+// HostedCluster (nil if it has none yet): a cluster known not to run on
+// KubeVirt is refused here rather than after the approval.
+func (a *Approvals) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.HostedClusterState, params actions.ExposeParams, user string) chatops.Reply {
+	if hc != nil && hc.Platform != "" && hc.Platform != hypershift.PlatformKubeVirt {
+		err := fmt.Errorf("%w: %s runs on platform %s; NodePort exposure forwards to KubeVirt virt-launcher pods, which only the KubeVirt platform has", actions.ErrNotKubeVirt, k, hc.Platform)
+		a.auditRefusal(ctx, k, user, err)
+		return chatops.Reply{Text: "Cannot propose that change: " + errText(err)}
+	}
+	// The id is chosen here because the management Service is named
+	// after it, and the proposal shows that name.
+	req := actions.Request{
+		ID:      approval.NewID(),
+		Type:    actions.TypeExposeNodePort,
+		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},
+		Expose:  &params,
+	}
+	p, warning, refused, ok := a.propose(ctx, k, req, user)
+	if !ok {
+		return refused
+	}
+	infraID := "&lt;spec.infraID&gt;"
+	if hc != nil && hc.InfraID != "" {
+		infraID = esc(hc.InfraID)
+	}
+	text := fmt.Sprintf("%s proposes `%s` for %s: expose Service `%s/%s` of the hosted cluster through NodePorts.\n%s\n%s%s",
+		mention(user), p.ID, esc(k.String()), esc(params.Namespace), esc(params.Service),
+		exposePlan(p.ID, k, params, infraID), howToDecide(p), warning)
+	return proposalReply(p.ID, text)
+}
+
+// exposePlan lists the Services actions.Expose will create for request id.
+// infraID must be escaped already.
+func exposePlan(id string, k diagnose.Key, params actions.ExposeParams, infraID string) string {
+	ports := "all ports of the Service"
+	if len(params.Ports) > 0 {
+		ps := make([]string, len(params.Ports))
+		for i, p := range params.Ports {
+			ps[i] = fmt.Sprint(p.Port)
+		}
+		ports = "port " + strings.Join(ps, ", ")
+		if len(ps) > 1 {
+			ports = "ports " + strings.Join(ps, ", ")
+		}
+	}
+	cpNS := hypershift.ControlPlaneNamespace(k.Cluster.Namespace, k.Cluster.Name)
+	return fmt.Sprintf("Will create, labelled `%s=%s`:\n"+
+		"• hosted cluster: Service `%s/%s`, type NodePort, selecting the pods of `%s/%s` (its selector), %s; the hosted API server allocates a node port for each\n"+
+		"• management cluster: Service `%s/%s`, type NodePort, selecting `%s=%s,%s=%s` (the cluster's virt-launcher pods), one port per hosted node port N with port = targetPort = nodePort = N\n"+
+		"Reachable afterwards on any management node at those node ports. Refused at execution if a node port is already taken in the management cluster.",
+		actions.LabelActionID, id,
+		esc(params.Namespace), esc(actions.HostedServiceName(params.Service)), esc(params.Namespace), esc(params.Service), ports,
+		esc(cpNS), esc(actions.ManagementServiceName(id)),
+		hypershift.LabelClusterName, infraID, hypershift.LabelKubeVirt, hypershift.VirtLauncher)
+}
+
+// rollbackPrefix names rollback proposals. The first rollback proposal of
+// action act-X is rbk-X, so that proposing the same rollback twice finds
+// the first one instead of making a second.
+const rollbackPrefix = "rbk-"
+
+func rollbackID(actionID string) string {
+	_, suffix, _ := strings.Cut(actionID, "-")
+	return rollbackPrefix + suffix
+}
+
+// ProposeRollback implements RollbackActions. Undoing an executed action
+// changes the cluster like any other action, so it is proposed and needs
+// an approver's approval (four-eyes included) before the agent runs it;
+// approving it marks the original action rolled back. Every step is
+// audited by the Store like any proposal.
+func (a *Approvals) ProposeRollback(ctx context.Context, id, user string) chatops.Reply {
+	orig, err := a.Store.Get(ctx, id)
+	switch {
+	case errors.Is(err, approval.ErrNotFound):
+		return chatops.Reply{Text: fmt.Sprintf("There is no action `%s` (mistyped, or too old to roll back).", esc(id))}
+	case err != nil:
+		return chatops.Reply{Text: "Could not read the action: " + errText(err)}
+	}
+	id = esc(id)
+	switch {
+	case orig.Request.Type == actions.TypeRollback:
+		return chatops.Reply{Text: fmt.Sprintf("`%s` is itself a rollback; propose the original change again instead.", id)}
+	case orig.State == approval.StateRolledBack:
+		return chatops.Reply{Text: fmt.Sprintf("`%s` was already rolled back by %s.", id, mention(orig.RolledBackBy))}
+	case orig.State != approval.StateExecuted:
+		return chatops.Reply{Text: fmt.Sprintf("`%s` is %s; only executed actions can be rolled back.", id, esc(string(orig.State)))}
+	case orig.Result == nil || orig.Result.Undo == nil:
+		return chatops.Reply{Text: fmt.Sprintf("`%s` changed nothing, so there is nothing to roll back.", id)}
+	}
+	undo := *orig.Result.Undo
+	req := actions.Request{
+		ID: rollbackID(orig.ID), Type: actions.TypeRollback, Cluster: undo.Cluster,
+		Rollback: &actions.RollbackParams{Undo: undo},
+	}
+	k := diagnose.Key{Source: orig.Source, Cluster: event.ClusterRef{Namespace: undo.Cluster.Namespace, Name: undo.Cluster.Name}}
+	p, err := a.Store.Propose(ctx, req, user, approval.ForSource(orig.Source))
+	if errors.Is(err, approval.ErrExists) {
+		prev, gerr := a.Store.Get(ctx, req.ID)
+		if gerr == nil && (prev.State == approval.StatePending || prev.State == approval.StateApproved || prev.State == approval.StateExecuted) {
+			return chatops.Reply{Text: fmt.Sprintf("The rollback of `%s` is already proposed as `%s` (%s).", id, prev.ID, esc(string(prev.State)))}
+		}
+		// The first rollback proposal was rejected, expired or failed:
+		// this one gets an id of its own.
+		req.ID = rollbackPrefix + strings.TrimPrefix(approval.NewID(), "act-")
+		p, err = a.Store.Propose(ctx, req, user, approval.ForSource(orig.Source))
+	}
 	warning := ""
 	switch {
 	case errors.Is(err, approval.ErrAudit) && p.ID != "":
-		// The proposal is stored; its approval will be audited (and
-		// refused if that fails too).
 		warning = "\n_Warning: the audit record of this proposal could not be written._"
 	case err != nil:
 		a.auditRefusal(ctx, k, user, err)
-		if errors.Is(err, actions.ErrInvalid) {
-			return chatops.Reply{Text: "Cannot propose that change: " + errText(err)}
-		}
-		return chatops.Reply{Text: "Could not store the proposal: " + errText(err)}
+		return chatops.Reply{Text: "Could not propose the rollback: " + errText(err)}
 	}
-	_, diff := noProxyDiff(req.NoProxy)
-	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\nApprove with `/hcp approve %s` (or the Approve button), reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s",
-		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), esc(diff), p.ID, p.ID,
-		p.ExpiresAt.UTC().Format("15:04 UTC"), warning)
-	return chatops.Reply{Text: text, InChannel: true}
+	text := fmt.Sprintf("%s proposes `%s`: roll back `%s` (%s) on %s — %s.\n%s%s",
+		mention(user), p.ID, id, esc(string(undo.Type)), esc(k.String()), esc(redact.RedactText(undoSummary(undo))), howToDecide(p), warning)
+	return proposalReply(p.ID, text)
+}
+
+// undoSummary says what a rollback will do.
+func undoSummary(u actions.Undo) string {
+	switch {
+	case u.Expose != nil:
+		return fmt.Sprintf("delete the Services labelled %s=%s in %s (management cluster) and %s (hosted cluster)",
+			actions.LabelActionID, u.ActionID, hypershift.ControlPlaneNamespace(u.Cluster.Namespace, u.Cluster.Name), u.Expose.HostedNamespace)
+	case u.NoProxy != nil:
+		return fmt.Sprintf("restore noProxy %q, only if it still is %q", u.NoProxy.Previous, u.NoProxy.Written)
+	}
+	return "undo it"
+}
+
+// RunExpiry marks pending proposals past their expiry as expired (and
+// audits them) every interval until ctx ends. Every replica may run it:
+// each proposal is expired once (compare-and-set in the Store).
+func (a *Approvals) RunExpiry(ctx context.Context, every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("bot: expiry interval %v must be positive", every)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := a.Store.Expire(ctx, time.Now())
+		if err != nil && ctx.Err() == nil {
+			a.Log.Warn().Err(err).Int("expired", n).Msg("proposal expiry sweep failed")
+		} else if n > 0 {
+			a.Log.Info().Int("expired", n).Msg("proposals expired")
+		}
+	}
+}
+
+// propose stores req for cluster k on behalf of user. ok is false when it
+// could not be stored, with the answer to give. warning is set when the
+// proposal is stored but its audit record is not (its approval will be
+// audited, and refused if that fails too).
+func (a *Approvals) propose(ctx context.Context, k diagnose.Key, req actions.Request, user string) (p approval.Proposal, warning string, refused chatops.Reply, ok bool) {
+	p, err := a.Store.Propose(ctx, req, user, approval.ForSource(k.Source))
+	switch {
+	case errors.Is(err, approval.ErrAudit) && p.ID != "":
+		return p, "\n_Warning: the audit record of this proposal could not be written._", chatops.Reply{}, true
+	case err != nil:
+		a.auditRefusal(ctx, k, user, err)
+		if errors.Is(err, actions.ErrInvalid) {
+			return p, "", chatops.Reply{Text: "Cannot propose that change: " + errText(err)}, false
+		}
+		return p, "", chatops.Reply{Text: "Could not store the proposal: " + errText(err)}, false
+	}
+	return p, "", chatops.Reply{}, true
 }
 
 // Approve implements Actions: only the approval that wins the proposal's
@@ -92,6 +298,10 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 		return chatops.Reply{Text: text}
 	}
 	id = esc(id)
+	rolledBack := ""
+	if err == nil && p.Request.Type == actions.TypeRollback && p.Request.Rollback != nil && p.Result != nil {
+		rolledBack = a.markRolledBack(ctx, p)
+	}
 	var text string
 	switch {
 	case err == nil && p.Result != nil && p.Result.Outcome == actions.OutcomeUnchanged:
@@ -103,7 +313,7 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 		}
 	case err == nil:
 		text = fmt.Sprintf("`%s` approved by %s and executed.", id, mention(user))
-	case errors.Is(err, actions.ErrConflict):
+	case errors.Is(err, actions.ErrConflict) && p.Request.Type == actions.TypeNoProxyPatch:
 		text = fmt.Sprintf("`%s` was not applied: the %s changed since the proposal; propose again%s.", id, targetKind(p.Request), proposeAgain(p.Request))
 	case errors.Is(err, ErrNoAgent):
 		text = fmt.Sprintf("`%s` is approved but the agent of %s did not answer, so whether it ran is unknown; it is marked failed. Check the cluster and propose again if needed (re-running is safe).", id, esc(p.Source))
@@ -111,13 +321,40 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 		text = fmt.Sprintf("`%s` was executed, but its audit record could not be written: %s", id, errText(err))
 	case errors.Is(err, approval.ErrAudit):
 		text = fmt.Sprintf("`%s` was not run: the approval could not be written to the audit trail.", id)
-	case errors.Is(err, actions.ErrInvalid), errors.Is(err, actions.ErrRejected),
+	case errors.Is(err, actions.ErrInvalid), errors.Is(err, actions.ErrRejected), errors.Is(err, actions.ErrConflict),
 		errors.Is(err, actions.ErrNotKubeVirt), errors.Is(err, actions.ErrPortCollision):
 		text = fmt.Sprintf("`%s` was not applied: %s", id, errText(err))
 	default:
 		text = fmt.Sprintf("`%s` failed: %s", id, errText(err))
 	}
+	text += rolledBack
+	if err == nil && p.Result != nil && p.Result.Undo != nil && p.Request.Type != actions.TypeRollback {
+		// An executed change can be undone: say how, and offer the button
+		// (which proposes the rollback; it needs an approval of its own).
+		text += fmt.Sprintf("\nUndo with `/hcp rollback %s` (needs approval).", id)
+		btn := slack.NewButtonBlockElement(chatops.ActionRollback, p.ID, plainText("Roll back"))
+		return chatops.Reply{Text: text, InChannel: true, Blocks: textBlocks(text, slack.NewActionBlock("undo-"+p.ID, btn))}
+	}
 	return chatops.Reply{Text: text, InChannel: true}
+}
+
+// markRolledBack records on the original action that the executed
+// rollback proposal p undid it, and returns a sentence for the reply.
+func (a *Approvals) markRolledBack(ctx context.Context, p approval.Proposal) string {
+	orig := p.Request.Rollback.Undo.ActionID
+	// Recorded even if the caller has given up: the rollback happened.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	_, err := a.Store.MarkRolledBack(mctx, orig, p.DecidedBy, *p.Result)
+	switch {
+	case err == nil:
+		return fmt.Sprintf("\n`%s` is now rolled back.", esc(orig))
+	case errors.Is(err, approval.ErrWrongState):
+		return fmt.Sprintf("\n`%s` was already marked rolled back (or is not executed).", esc(orig))
+	case errors.Is(err, approval.ErrAudit):
+		return fmt.Sprintf("\n`%s` is now rolled back, but that could not be written to the audit trail.", esc(orig))
+	}
+	return fmt.Sprintf("\n`%s` could not be marked rolled back: %s", esc(orig), errText(err))
 }
 
 // Reject implements Actions.

@@ -12,12 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/chaosreport"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 )
@@ -176,6 +178,13 @@ func TestStormOneMessage(t *testing.T) {
 	if open != clusters {
 		t.Errorf("%d open incidents in the storm, want %d", open, clusters)
 	}
+	cmds := &bot.Commands{Bot: second.bot}
+	if r := cmds.HandleCommand(ctx, chatops.Request{Command: chatops.Incidents{}}); !strings.Contains(r.Text, fmt.Sprintf("storm of %d clusters", clusters)) {
+		t.Errorf("/hcp incidents does not show the storm:\n%s", r.Text)
+	}
+	if r := cmds.HandleCommand(ctx, chatops.Request{Command: chatops.Diagnose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "hc-137"}}}); !strings.Contains(r.Text, "tunnelled") {
+		t.Errorf("/hcp diagnose of a storm member:\n%s", r.Text)
+	}
 	t.Logf("Slack calls: %d postMessage, %d update; %d clusters listed twice", len(rec.CallsTo("chat.postMessage")), len(rec.CallsTo("chat.update")), twice)
 }
 
@@ -279,7 +288,7 @@ func recoverEvents(source, namespace, name string, nodes int, at time.Time) ([]e
 // Two replicas share one NATS: only the lease holder posts, so every
 // incident and storm has one root; when the leader is killed the other
 // replica carries on (here: resolves an incident) within the lease TTL.
-func TestTwoReplicasPostOnceAndHandOver(t *testing.T) {
+func TestChaosTwoBotReplicas(t *testing.T) {
 	ctx := context.Background()
 	js := natsJS(t)
 	rec := slackrec.New(t)
@@ -334,6 +343,7 @@ func TestTwoReplicasPostOnceAndHandOver(t *testing.T) {
 		t.Fatal("no leader after the first posts")
 	}
 	leader.cancel() // its lease is released on the way out, like a rolling update
+	stopped := time.Now()
 	recovered, err := recoverEvents("mgmt-ha-2", "few", "hc-0", 2, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -361,6 +371,10 @@ func TestTwoReplicasPostOnceAndHandOver(t *testing.T) {
 	if n := len(follower.bot.Incidents()); n != 42 {
 		t.Errorf("the surviving replica knows %d incidents, want 42", n)
 	}
+	chaosreport.Log(t, "two-bot-replicas", map[string]any{
+		"replicas": 2, "incidents": 42, "root_posts": len(roots(rec)), "want_roots": 3,
+		"handover_to_update_s": time.Since(stopped).Seconds(), "rate_violations": rec.Violations(),
+	})
 }
 
 // Routes by HostedCluster labels: a prod cluster's incident goes to the

@@ -20,5 +20,7 @@
 // echoed. [Config.Secrets] resolves the references; its errors name the
 // variable or file, never the value.
 //
-// Deployment manifests live next to this package (configs/rbac, ...).
+// Deployment manifests live next to this package: configs/deploy (Kustomize
+// bases for the agent, the bot and a NATS cluster) and configs/slack (the
+// Slack app manifest).
 package configs

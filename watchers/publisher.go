@@ -105,7 +105,10 @@ func (p *JetStreamPublisher) publish(ctx context.Context, e event.Event) {
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		// A publish whose stream leader died gets no ack ever; a short
+		// attempt retries it sooner, and the message ID makes the retry
+		// harmless if the first one did land.
+		pctx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
 		ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(e.ID))
 		cancel()
 		if err == nil {
@@ -133,6 +136,11 @@ func (p *JetStreamPublisher) publish(ctx context.Context, e event.Event) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
+
+// publishAttemptTimeout bounds one publish; JetStream acks in
+// milliseconds, and a leader election in an R3 stream takes about two
+// seconds.
+const publishAttemptTimeout = 2 * time.Second
 
 func (p *JetStreamPublisher) afterDelivery() {
 	p.mu.Lock()

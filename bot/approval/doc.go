@@ -22,4 +22,12 @@
 //	   │                    └──────failed─────▶ failed
 //	   ├──reject──▶ rejected
 //	   └──expire──▶ expired   (Expire sweep, or lazily when approved late)
+//
+// Rolling back is a change like any other, so it goes through the same
+// flow: the bot proposes a request of type rollback carrying the executed
+// action's Undo (id "rbk-" + the original's suffix, so that a second
+// request for the same rollback finds the first), an approver approves it
+// (four-eyes applies), the agent runs it, and only then is the original
+// marked rolled back (MarkRolledBack, by the rollback's approver). Every
+// step is audited like any proposal's.
 package approval

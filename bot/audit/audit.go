@@ -59,11 +59,15 @@ const (
 	KindFailed     Kind = "failed"
 	KindRolledBack Kind = "rolled-back"
 	KindExpired    Kind = "expired"
+	// KindSilenced: notifications for a cluster or incident were muted
+	// (bot/silence); ActionID holds the silence id.
+	KindSilenced Kind = "silenced"
 )
 
 var kinds = map[Kind]bool{
 	KindProposed: true, KindApproved: true, KindRejected: true, KindRefused: true,
 	KindExecuted: true, KindFailed: true, KindRolledBack: true, KindExpired: true,
+	KindSilenced: true,
 }
 
 // Record is one audit entry. Free-text fields are redacted on Append.

@@ -23,6 +23,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/internal/logging"
@@ -134,13 +135,28 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	if err != nil {
 		return err
 	}
-	b := bot.New(botConfig(cfg.Bot, lease.Leader), conn.JS, notifier, reg, log)
-	commands := &bot.Commands{Bot: b}
+	replicas := max(cfg.NATS.StreamReplicas, 1)
+	auditLog, err := audit.Open(ctx, conn.JS, audit.WithReplicas(replicas))
+	if err != nil {
+		return err
+	}
+	silences, err := silence.NewStore(ctx, conn.JS, auditLog, silence.WithReplicas(replicas))
+	if err != nil {
+		return err
+	}
+	bcfg := botConfig(cfg.Bot, lease.Leader)
+	bcfg.Silenced = func(cluster, incident string, now time.Time) (bot.SilenceInfo, bool) {
+		s, ok := silences.Match(cluster, incident, now)
+		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok
+	}
+	b := bot.New(bcfg, conn.JS, notifier, reg, log)
+	commands := &bot.Commands{Bot: b, Audit: auditLog, Silences: silences}
+	var acts *bot.Approvals
 	if cfg.Approvals != nil {
-		acts, err := newApprovals(ctx, cfg, sec, conn)
-		if err != nil {
+		if acts, err = newApprovals(ctx, cfg, sec, conn, auditLog); err != nil {
 			return err
 		}
+		acts.Log = log
 		commands.Actions = acts
 	}
 	var runner *digest.Runner
@@ -150,11 +166,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 			mode = digest.Compact
 		}
 		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, Replicas: cfg.NATS.StreamReplicas, Log: log}
-		if acts, ok := commands.Actions.(*bot.Approvals); ok {
-			if r, ok := acts.Audit.(audit.Reader); ok {
-				dc.Audit = r
-			}
-		}
+		dc.Audit = auditLog
 		r, err := digest.NewRunner(ctx, conn.JS, dc)
 		if err != nil {
 			return err
@@ -199,6 +211,14 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = lease.Run(ctx) })
+	wg.Go(func() {
+		if err := silences.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error().Err(err).Msg("silence watch stopped")
+		}
+	})
+	if acts != nil {
+		wg.Go(func() { _ = acts.RunExpiry(ctx, time.Minute) })
+	}
 	wg.Go(func() { _ = notifier.Run(ctx) })
 	if runner != nil {
 		wg.Go(func() {
@@ -220,15 +240,11 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	return err
 }
 
-// newApprovals opens the audit trail and the proposal store with the
+// newApprovals opens the proposal store, audited to log, with the
 // configured policy. Without this, commands that change clusters answer
 // that they are unavailable.
-func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, conn *bus.Conn) (*bot.Approvals, error) {
+func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, conn *bus.Conn, log *audit.Log) (*bot.Approvals, error) {
 	replicas := max(cfg.NATS.StreamReplicas, 1)
-	log, err := audit.Open(ctx, conn.JS, audit.WithReplicas(replicas))
-	if err != nil {
-		return nil, err
-	}
 	a := cfg.Approvals
 	opts := []approval.StoreOption{approval.WithReplicas(replicas)}
 	if len(a.ApproverGroups) > 0 {

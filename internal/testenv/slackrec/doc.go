@@ -13,7 +13,8 @@
 //		return len(r.Messages("C0INCIDENTS")) == 1
 //	})
 //
-// FailFor injects 429s, 5xx answers or hung requests for a period.
+// FailFor injects 429s, 5xx answers or hung requests for a period;
+// FailSequence chains such periods (429, then 5xx, then hangs, ...).
 // ResponseURL hands out response_url endpoints served by the same recorder.
 //
 // The other direction, Slack calling the bot, is covered by Sign,

@@ -122,8 +122,7 @@ type Recorder struct {
 	notBefore  map[string]time.Time // per limit key: when the client was told it may retry
 	limited    int
 	violations int
-	failMode   FailMode
-	failUntil  time.Time
+	faults     []fault        // injected failures, in time order, back to back
 	urls       int            // response_url counter
 	urlUses    map[string]int // by response_url path
 }
@@ -178,10 +177,59 @@ func (r *Recorder) ResponseURL(channel string) string {
 }
 
 // FailFor fails every call in mode for d from now; d <= 0 ends a failure.
+// It replaces any failures injected before.
 func (r *Recorder) FailFor(mode FailMode, d time.Duration) {
+	r.FailSequence(FailStep{Mode: mode, For: d})
+}
+
+// FailStep is one period of a FailSequence.
+type FailStep struct {
+	Mode FailMode
+	For  time.Duration
+}
+
+// FailSequence injects failures back to back from now: the first step's
+// mode for its For, then the next one's, and so on; Slack answers normally
+// after the last. A 429 step's Retry-After covers the rest of that step.
+// It replaces any failures injected before; no steps ends them.
+func (r *Recorder) FailSequence(steps ...FailStep) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.failMode, r.failUntil = mode, time.Now().Add(d)
+	r.faults = nil
+	at := time.Now()
+	for _, s := range steps {
+		if s.For <= 0 {
+			continue
+		}
+		r.faults = append(r.faults, fault{mode: s.Mode, from: at, until: at.Add(s.For)})
+		at = at.Add(s.For)
+	}
+}
+
+// FailingUntil is when the injected failures end (zero if none are set).
+func (r *Recorder) FailingUntil() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.faults) == 0 {
+		return time.Time{}
+	}
+	return r.faults[len(r.faults)-1].until
+}
+
+// fault is one step of a FailSequence in absolute time.
+type fault struct {
+	mode        FailMode
+	from, until time.Time
+}
+
+// failing returns the fault in force at now; r.mu is held.
+func (r *Recorder) failing(now time.Time) (fault, bool) {
+	for _, f := range r.faults {
+		if !now.Before(f.from) && now.Before(f.until) {
+			return f, true
+		}
+	}
+	return fault{}, false
 }
 
 // Reset forgets calls, messages, counters, limits and failures. Timestamps
@@ -198,7 +246,7 @@ func (r *Recorder) clear() {
 	r.buckets = map[string]*bucket{}
 	r.notBefore = map[string]time.Time{}
 	r.limited, r.violations = 0, 0
-	r.failMode, r.failUntil = 0, time.Time{}
+	r.faults = nil
 	r.urlUses = map[string]int{}
 }
 
@@ -392,7 +440,8 @@ func readCall(req *http.Request) Call {
 func (r *Recorder) holding(now time.Time) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.failUntil, r.failMode == FailTimeout && now.Before(r.failUntil)
+	f, on := r.failing(now)
+	return f.until, on && f.mode == FailTimeout
 }
 
 func (r *Recorder) record(c Call) {
@@ -420,10 +469,10 @@ func (r *Recorder) decide(c *Call, path string, now time.Time) reply {
 			return r.rateLimited(nb.Sub(now))
 		}
 	}
-	if now.Before(r.failUntil) {
-		switch r.failMode {
+	if f, on := r.failing(now); on {
+		switch f.mode {
 		case FailRateLimited:
-			rep := r.rateLimited(r.failUntil.Sub(now))
+			rep := r.rateLimited(f.until.Sub(now))
 			r.notBefore["*"] = now.Add(time.Duration(rep.retry) * time.Second)
 			return rep
 		case FailServerError:

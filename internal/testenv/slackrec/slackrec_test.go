@@ -319,6 +319,50 @@ func TestFailForTimeout(t *testing.T) {
 	}
 }
 
+// FailSequence runs its steps back to back, then Slack answers again.
+func TestFailSequence(t *testing.T) {
+	rec := slackrec.New(t)
+	api := client(rec)
+	impatient := client(rec, slack.OptionHTTPClient(&http.Client{Timeout: 200 * time.Millisecond}))
+	start := time.Now()
+	rec.FailSequence(
+		slackrec.FailStep{Mode: slackrec.FailRateLimited, For: time.Second},
+		slackrec.FailStep{Mode: slackrec.FailServerError, For: 0}, // skipped
+		slackrec.FailStep{Mode: slackrec.FailServerError, For: time.Second},
+		slackrec.FailStep{Mode: slackrec.FailTimeout, For: 500 * time.Millisecond},
+	)
+	if until := rec.FailingUntil(); until.Sub(start) < 2500*time.Millisecond || until.Sub(start) > 3*time.Second {
+		t.Fatalf("FailingUntil = start + %v, want 2.5s", until.Sub(start))
+	}
+	after := func(d time.Duration) {
+		rec.WaitFor(t, 10*time.Second, func(*slackrec.Recorder) bool { return time.Since(start) > d })
+	}
+	var rl *slack.RateLimitedError
+	if _, err := api.AuthTest(); !errors.As(err, &rl) || rl.RetryAfter != time.Second {
+		t.Fatalf("step 1: err = %#v, want a 429 with Retry-After 1s", err)
+	}
+	after(1100 * time.Millisecond)
+	var sc slack.StatusCodeError
+	if _, err := api.AuthTest(); !errors.As(err, &sc) || sc.Code != http.StatusInternalServerError {
+		t.Fatalf("step 2: err = %#v, want a 500", err)
+	}
+	after(2100 * time.Millisecond)
+	if _, err := impatient.AuthTest(); err == nil {
+		t.Fatal("step 3: answered during a timeout step")
+	}
+	rec.WaitFor(t, 10*time.Second, func(r *slackrec.Recorder) bool { return time.Now().After(r.FailingUntil()) })
+	if _, err := api.AuthTest(); err != nil {
+		t.Fatalf("after the sequence: %v", err)
+	}
+	if rec.Violations() != 0 || rec.RateLimited() != 1 {
+		t.Errorf("violations %d, 429s %d; want 0 and 1", rec.Violations(), rec.RateLimited())
+	}
+	rec.FailSequence() // no steps: nothing fails
+	if !rec.FailingUntil().IsZero() {
+		t.Error("FailSequence() left failures set")
+	}
+}
+
 func TestCleanupReleasesHeldCalls(t *testing.T) {
 	errc := make(chan error, 1)
 	t.Run("inner", func(t *testing.T) {

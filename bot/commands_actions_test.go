@@ -1,0 +1,509 @@
+package bot_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/slack-go/slack"
+
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bot/silence"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+)
+
+var (
+	anyActionID = regexp.MustCompile(`(act|rbk)-[a-z2-7]{16}`)
+	rollbackIDs = regexp.MustCompile(`rbk-[a-z2-7]{16}`)
+)
+
+// hostedCluster is what the bot learns about one HostedCluster.
+type hostedCluster struct {
+	source, namespace, name string
+	state                   event.HostedClusterState
+}
+
+// botKnowing returns a bot that has seen the given HostedClusters (and
+// nothing else).
+func botKnowing(t *testing.T, hcs ...hostedCluster) *bot.Bot {
+	t.Helper()
+	b := bot.New(bot.Config{Channel: "C0INCIDENTS"}, nil, notify.NewConsole(io.Discard), nil, zerolog.Nop())
+	for i, hc := range hcs {
+		ref := event.ClusterRef{Namespace: hc.namespace, Name: hc.name}
+		e, err := event.New(hc.source, &ref, event.ObjectRef{Kind: "HostedCluster", Namespace: hc.namespace, Name: hc.name, UID: "uid-" + hc.name},
+			hc.state, "hc", time.Date(2026, 12, 1, 8, 0, i, 0, time.UTC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := event.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Handle(context.Background(), data)
+	}
+	return b
+}
+
+func kubevirt(source, ns, name string) hostedCluster {
+	return hostedCluster{source: source, namespace: ns, name: name, state: event.HostedClusterState{
+		Platform: "KubeVirt", InfraID: name + "-x1y2z", ServiceNetwork: []string{"172.31.0.0/16"}, ClusterNetwork: []string{"10.132.0.0/14"},
+	}}
+}
+
+// console runs one command line through chatops' console, as user, and
+// returns what it printed: usage errors are answered there, the rest by c.
+func console(t *testing.T, c *bot.Commands, user, line string) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := (&chatops.Console{In: strings.NewReader(line + "\n"), Out: &out, Handler: c, UserID: user}).Run(context.Background()); err != nil {
+		t.Fatalf("console %q: %v", line, err)
+	}
+	return out.String()
+}
+
+func cmd(c *bot.Commands, user string, command chatops.Command) chatops.Reply {
+	return c.HandleCommand(context.Background(), chatops.Request{Origin: chatops.Origin{UserID: user}, Command: command})
+}
+
+func press(c *bot.Commands, user, action, value string) chatops.Reply {
+	return c.HandleAction(context.Background(), chatops.ActionRequest{Origin: chatops.Origin{UserID: user}, ActionID: action, Value: value})
+}
+
+// buttons returns the buttons of a reply as "action_id=value".
+func buttons(r chatops.Reply) []string {
+	var out []string
+	for _, b := range r.Blocks {
+		if ab, ok := b.(*slack.ActionBlock); ok && ab.Elements != nil {
+			for _, e := range ab.Elements.ElementSet {
+				if btn, ok := e.(*slack.ButtonBlockElement); ok {
+					out = append(out, btn.ActionID+"="+btn.Value)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// exposeAgent makes the fake agent answer like the executor: an exposure
+// with its Undo, a rollback that deleted the Services.
+func exposeAgent(e *approvalsEnv) {
+	e.agent.mu.Lock()
+	defer e.agent.mu.Unlock()
+	e.agent.answer = func(req actions.Request) actions.Reply {
+		switch req.Type {
+		case actions.TypeExposeNodePort:
+			return actions.Reply{Result: &actions.Result{
+				ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "Exposed hosted Service petclinic/petclinic",
+				Ports: []actions.ExposedPort{{Protocol: "TCP", Port: 8080, NodePort: 30080}},
+				Undo:  &actions.Undo{ActionID: req.ID, Type: req.Type, Cluster: req.Cluster, Expose: &actions.ExposeUndo{HostedNamespace: req.Expose.Namespace}},
+			}}
+		case actions.TypeRollback:
+			return actions.Reply{Result: &actions.Result{ActionID: req.Rollback.Undo.ActionID, Type: req.Type, Outcome: actions.OutcomeRolledBack, Summary: "Removed the exposure"}}
+		}
+		return actions.Reply{Code: actions.CodeInvalid, Error: "unexpected " + string(req.Type)}
+	}
+}
+
+func auditKinds(t *testing.T, l *audit.Log) map[audit.Kind]int {
+	t.Helper()
+	recs, err := l.Recent(context.Background(), 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[audit.Kind]int{}
+	for _, r := range recs {
+		kinds[r.Kind]++
+	}
+	return kinds
+}
+
+// Wrong or partial input answers with the command's usage, without
+// reaching the handler.
+func TestNewCommandsUsage(t *testing.T) {
+	c := &bot.Commands{Bot: botKnowing(t)}
+	for line, want := range map[string]string{
+		"expose":                       "/hcp expose <cluster> <namespace>/<service> [port,...]",
+		"expose clusters/web":          "/hcp expose <cluster> <namespace>/<service> [port,...]",
+		"expose clusters/web web":      "/hcp expose <cluster> <namespace>/<service> [port,...]",
+		"expose clusters/web a/B_ad":   "/hcp expose",
+		"expose clusters/web a/b 0":    "/hcp expose",
+		"rollback":                     "/hcp rollback <action-id>",
+		"rollback act-x y":             "/hcp rollback <action-id>",
+		"rollback NOT-AN-ID":           "/hcp rollback <action-id>",
+		"silence clusters/web":         "/hcp silence <cluster|incident-id> <duration> [reason...]",
+		"silence clusters/web forever": "/hcp silence",
+		"silence clusters/web 90d":     "/hcp silence",
+		"silence what 2h":              "/hcp silence",
+		"audit x":                      "/hcp audit [n]",
+		"audit 0":                      "/hcp audit [n]",
+		"audit 1 2":                    "/hcp audit [n]",
+	} {
+		out := console(t, c, "UREQ0001", line)
+		// The console prints Slack's "Usage: `...`" as "usage: ...".
+		if !strings.Contains(out, "usage: "+want) {
+			t.Errorf("%q answered\n%s\nwant the usage %q", line, out, want)
+		}
+	}
+	// Well-formed, but nothing configured: unavailable, not a crash.
+	for _, line := range []string{"expose clusters/web default/web", "rollback act-abcdabcdabcdabcd", "silence clusters/web 2h", "audit"} {
+		if out := console(t, c, "UREQ0001", line); !strings.Contains(out, "not available") && !strings.Contains(out, "Unknown cluster") {
+			t.Errorf("%q without actions/silences/audit: %s", line, out)
+		}
+	}
+}
+
+// expose: the proposal names both Services with their ports and selectors,
+// carries Approve/Reject buttons with its id, and is refused for unknown
+// and non-KubeVirt clusters. A stranger's Approve button changes nothing;
+// an approver's replaces the proposal with the result and offers a
+// rollback.
+func TestExposeCommand(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	exposeAgent(e)
+	aws := kubevirt("mgmt-1", "clusters", "aws")
+	aws.state.Platform = "AWS"
+	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web"), aws), Actions: e.approvals}
+
+	r := cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "petclinic", Service: "petclinic", Ports: []int32{8080, 8443}})
+	id := actionID.FindString(r.Text)
+	if id == "" {
+		t.Fatalf("no proposal id in %q", r.Text)
+	}
+	t.Logf("proposal:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}))
+	for _, want := range []string{
+		"<@" + requester + ">", "mgmt-1/clusters/web",
+		"`petclinic/petclinic-hcpbot-np`", "selecting the pods of `petclinic/petclinic`", "ports 8080, 8443",
+		"`clusters-web/hcpbot-np-" + id + "`", "cluster.x-k8s.io/cluster-name=web-x1y2z,kubevirt.io=virt-launcher",
+		"port = targetPort = nodePort", "hcpbot.io/action-id=" + id, "/hcp approve " + id,
+	} {
+		if !strings.Contains(r.Text, want) {
+			t.Errorf("proposal lacks %q", want)
+		}
+	}
+	if !r.InChannel || !slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + id, chatops.ActionReject + "=" + id}) {
+		t.Errorf("proposal in channel %v with buttons %v", r.InChannel, buttons(r))
+	}
+	p, err := e.store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Request.Type != actions.TypeExposeNodePort || p.Source != "mgmt-1" || p.Request.Expose.Namespace != "petclinic" ||
+		p.Request.Expose.Service != "petclinic" || len(p.Request.Expose.Ports) != 2 || p.Request.Expose.Ports[1].Port != 8443 {
+		t.Errorf("stored proposal: %+v", p.Request)
+	}
+
+	if r := cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "nope"}, Namespace: "a", Service: "b"}); !strings.Contains(r.Text, "Unknown cluster") {
+		t.Errorf("unknown cluster: %q", r.Text)
+	}
+	before := auditKinds(t, e.log)[audit.KindRefused]
+	r = cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "aws"}, Namespace: "a", Service: "b"})
+	if !strings.Contains(r.Text, "Cannot propose") || !strings.Contains(r.Text, "KubeVirt") || anyActionID.MatchString(r.Text) {
+		t.Errorf("non-KubeVirt cluster: %q", r.Text)
+	}
+	if after := auditKinds(t, e.log)[audit.KindRefused]; after != before+1 {
+		t.Errorf("refused proposal audited %d times", after-before)
+	}
+
+	// A stranger's button: refused to them alone, audited, nothing runs.
+	before = auditKinds(t, e.log)[audit.KindRefused]
+	r = press(c, stranger, chatops.ActionApprove, id)
+	if !strings.Contains(r.Text, "not allowed") || r.InChannel || r.ReplaceOriginal {
+		t.Errorf("stranger's Approve: %+v", r)
+	}
+	if after := auditKinds(t, e.log)[audit.KindRefused]; after != before+1 {
+		t.Errorf("stranger's Approve audited %d times", after-before)
+	}
+	if n := e.agent.calls.Load(); n != 0 {
+		t.Fatalf("refused approval dispatched %d times", n)
+	}
+	// An approver's button: executed, the proposal message replaced.
+	r = press(c, approver1, chatops.ActionApprove, id)
+	if !strings.Contains(r.Text, "and applied") || !r.ReplaceOriginal || !r.InChannel {
+		t.Errorf("approver's Approve: %+v", r)
+	}
+	if !strings.Contains(r.Text, "/hcp rollback "+id) || !slices.Equal(buttons(r), []string{chatops.ActionRollback + "=" + id}) {
+		t.Errorf("result offers no rollback: %q %v", r.Text, buttons(r))
+	}
+	if n := e.agent.calls.Load(); n != 1 {
+		t.Errorf("dispatched %d times", n)
+	}
+	// A second press is refused and does not replace the result.
+	if r := press(c, approver2, chatops.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
+		t.Errorf("second Approve: %+v", r)
+	}
+	if c := (&bot.Commands{Bot: c.Bot}); !strings.Contains(cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "a", Service: "b"}).Text, "not available") {
+		t.Error("expose without actions is not unavailable")
+	}
+}
+
+// The Reject button withdraws a proposal and replaces it; afterwards the
+// Approve button only tells the presser.
+func TestRejectButton(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Actions: e.approvals}
+	id, _ := e.propose(t, "mgmt-1")
+	if r := press(c, stranger, chatops.ActionReject, id); !strings.Contains(r.Text, "not allowed") || r.ReplaceOriginal {
+		t.Errorf("stranger's Reject: %+v", r)
+	}
+	if r := press(c, requester, chatops.ActionReject, id); !strings.Contains(r.Text, "rejected by") || !r.ReplaceOriginal {
+		t.Errorf("requester's Reject: %+v", r)
+	}
+	if r := press(c, approver1, chatops.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
+		t.Errorf("Approve after Reject: %+v", r)
+	}
+	if n := e.agent.calls.Load(); n != 0 {
+		t.Errorf("dispatched %d times", n)
+	}
+}
+
+// rollback proposes undoing an executed action; the rollback needs an
+// approver (four-eyes too), runs the Undo on the agent and marks the
+// original rolled back. Every step is audited.
+func TestRollbackCommand(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	exposeAgent(e)
+	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Actions: e.approvals}
+	ref := chatops.ClusterRef{Namespace: "clusters", Name: "web"}
+	id := actionID.FindString(cmd(c, requester, chatops.Expose{Cluster: ref, Namespace: "petclinic", Service: "petclinic"}).Text)
+
+	if r := cmd(c, requester, chatops.Rollback{ActionID: id}); !strings.Contains(r.Text, "only executed actions") {
+		t.Errorf("rollback of a pending proposal: %q", r.Text)
+	}
+	if r := cmd(c, requester, chatops.Rollback{ActionID: "act-aaaaaaaaaaaaaaaa"}); !strings.Contains(r.Text, "There is no action") {
+		t.Errorf("rollback of an unknown id: %q", r.Text)
+	}
+	if r := cmd(c, approver1, chatops.Approve{ActionID: id}); !strings.Contains(r.Text, "and applied") {
+		t.Fatalf("approve: %q", r.Text)
+	}
+
+	// The Roll back button proposes, like the command.
+	r := press(c, requester, chatops.ActionRollback, id)
+	rb := rollbackIDs.FindString(r.Text)
+	if rb == "" || !strings.Contains(r.Text, "roll back `"+id+"`") || !strings.Contains(r.Text, "delete the Services labelled hcpbot.io/action-id="+id) ||
+		!slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + rb, chatops.ActionReject + "=" + rb}) || r.ReplaceOriginal {
+		t.Fatalf("rollback proposal: %q %v", r.Text, buttons(r))
+	}
+	if r := cmd(c, approver2, chatops.Rollback{ActionID: id}); !strings.Contains(r.Text, "already proposed as `"+rb+"`") {
+		t.Errorf("second rollback proposal: %q", r.Text)
+	}
+	if n := e.agent.calls.Load(); n != 1 {
+		t.Fatalf("proposing a rollback dispatched: %d calls", n)
+	}
+	for user, want := range map[string]string{requester: "Four-eyes", stranger: "not allowed"} {
+		if r := press(c, user, chatops.ActionApprove, rb); !strings.Contains(r.Text, want) || r.ReplaceOriginal {
+			t.Errorf("rollback approved by %s: %q", user, r.Text)
+		}
+	}
+	if n := e.agent.calls.Load(); n != 1 {
+		t.Fatalf("refused rollback dispatched: %d calls", n)
+	}
+	r = press(c, approver2, chatops.ActionApprove, rb)
+	if !strings.Contains(r.Text, "rolled-back") || !strings.Contains(r.Text, "`"+id+"` is now rolled back") || !r.ReplaceOriginal || len(buttons(r)) != 0 {
+		t.Errorf("rollback approval: %q %v", r.Text, buttons(r))
+	}
+	e.agent.mu.Lock()
+	sent := e.agent.last
+	e.agent.mu.Unlock()
+	if sent.Type != actions.TypeRollback || sent.ID != rb || sent.Rollback.Undo.ActionID != id || sent.Rollback.Undo.Expose.HostedNamespace != "petclinic" {
+		t.Errorf("agent got %+v", sent)
+	}
+	orig, err := e.store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if orig.State != approval.StateRolledBack || orig.RolledBackBy != approver2 {
+		t.Errorf("original after rollback: %s by %s", orig.State, orig.RolledBackBy)
+	}
+	if r := cmd(c, requester, chatops.Rollback{ActionID: id}); !strings.Contains(r.Text, "already rolled back") {
+		t.Errorf("rollback again: %q", r.Text)
+	}
+	if r := cmd(c, requester, chatops.Rollback{ActionID: rb}); !strings.Contains(r.Text, "itself a rollback") {
+		t.Errorf("rollback of a rollback: %q", r.Text)
+	}
+	kinds := auditKinds(t, e.log)
+	if kinds[audit.KindProposed] != 2 || kinds[audit.KindApproved] != 2 || kinds[audit.KindExecuted] != 2 || kinds[audit.KindRolledBack] != 1 || kinds[audit.KindRefused] < 2 {
+		t.Errorf("audit kinds: %v", kinds)
+	}
+}
+
+type silenceEnv struct {
+	cmds  *bot.Commands
+	store *silence.Store
+	log   *audit.Log
+	now   time.Time
+}
+
+func newSilences(t *testing.T) *silenceEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
+	defer cancel()
+	srv := natstest.RunServer(t)
+	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	log, err := audit.Open(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	s, err := silence.NewStore(ctx, conn.JS, log, silence.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Silences: s, Audit: log, Now: clock}
+	return &silenceEnv{cmds: c, store: s, log: log, now: now}
+}
+
+func TestSilenceCommand(t *testing.T) {
+	e := newSilences(t)
+	web := chatops.ClusterRef{Namespace: "clusters", Name: "web"}
+	r := cmd(e.cmds, requester, chatops.Silence{Cluster: &web, Duration: 2 * time.Hour, Reason: "upgrade, proxy http://u:hunter2@proxy:3128"})
+	if !strings.Contains(r.Text, "silenced cluster mgmt-1/clusters/web for 2h") || !strings.Contains(r.Text, "sil-") || strings.Contains(r.Text, "hunter2") || !r.InChannel {
+		t.Errorf("silence: %+v", r)
+	}
+	sil, ok := e.store.Match("mgmt-1/clusters/web", "", e.now)
+	if !ok || sil.CreatedBy != requester || !sil.ExpiresAt.Equal(e.now.Add(2*time.Hour)) || strings.Contains(sil.Reason, "hunter2") {
+		t.Errorf("stored silence %+v, %v", sil, ok)
+	}
+	if r := cmd(e.cmds, requester, chatops.Silence{Cluster: &chatops.ClusterRef{Namespace: "clusters", Name: "nope"}, Duration: time.Hour}); !strings.Contains(r.Text, "Unknown cluster") {
+		t.Errorf("unknown cluster: %q", r.Text)
+	}
+	if r := cmd(e.cmds, requester, chatops.Silence{IncidentID: "inc-0123456789ab", Duration: time.Hour}); !strings.Contains(r.Text, "Unknown incident") {
+		t.Errorf("unknown incident: %q", r.Text)
+	}
+	if r := press(e.cmds, requester, chatops.ActionSilence, "inc-0123456789ab"); !strings.Contains(r.Text, "Unknown incident") {
+		t.Errorf("Silence button on an unknown incident: %q", r.Text)
+	}
+	// Within the grammar's 30 days but over the store's maximum.
+	r = cmd(e.cmds, requester, chatops.Silence{Cluster: &web, Duration: 8 * 24 * time.Hour})
+	if !strings.Contains(r.Text, "at most 7d") || !strings.Contains(r.Text, "Usage: `/hcp silence") {
+		t.Errorf("too long: %q", r.Text)
+	}
+	if got := e.store.Active(e.now); len(got) != 1 {
+		t.Errorf("%d silences stored, want 1", len(got))
+	}
+	if out := console(t, &bot.Commands{Bot: e.cmds.Bot}, requester, "silence clusters/web 2h"); !strings.Contains(out, "not available") {
+		t.Errorf("silence without a store: %s", out)
+	}
+	recs, err := e.log.Recent(context.Background(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Kind != audit.KindSilenced || recs[0].Actor != requester {
+		t.Errorf("audit: %+v", recs)
+	}
+}
+
+// audit shows the newest entries, redacted, escaped and within one
+// message.
+func TestAuditCommand(t *testing.T) {
+	e := newSilences(t)
+	ctx := context.Background()
+	if r := cmd(e.cmds, requester, chatops.Audit{}); r.Text != "The audit trail is empty." {
+		t.Errorf("empty trail: %q", r.Text)
+	}
+	for i := range 30 {
+		if err := e.log.Append(ctx, audit.Record{
+			Kind: audit.KindRefused, Actor: stranger, ActionID: "act-aaaaaaaaaaaaaaaa", Cluster: "clusters/web",
+			Summary: "approve refused <!channel> `x`", Reason: strings.Repeat("long reason ", 20) + "http://u:hunter2@proxy:3128 #" + string(rune('a'+i%26)),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.log.Append(ctx, audit.Record{Kind: audit.KindProposed, Actor: requester, ActionID: "act-bbbbbbbbbbbbbbbb", Summary: "the newest"}); err != nil {
+		t.Fatal(err)
+	}
+	r := cmd(e.cmds, requester, chatops.Audit{N: 3})
+	lines := strings.Split(strings.TrimSpace(r.Text), "\n")
+	if len(lines) != 6 || !strings.Contains(lines[2], "the newest") || !strings.HasPrefix(lines[0], "Last 3 audit entries") || r.InChannel {
+		t.Errorf("audit 3:\n%s", r.Text)
+	}
+	r = cmd(e.cmds, requester, chatops.Audit{N: 1000})
+	t.Logf("audit 1000: %d characters", len([]rune(r.Text)))
+	if n := len([]rune(r.Text)); n > notify.MaxSectionText {
+		t.Errorf("audit reply of %d characters exceeds a section's %d", n, notify.MaxSectionText)
+	}
+	if !strings.Contains(r.Text, "more did not fit") {
+		t.Errorf("cut reply does not say so:\n%s", r.Text)
+	}
+	for _, bad := range []string{"hunter2", "<!channel>", "`x`"} {
+		if strings.Contains(r.Text, bad) {
+			t.Errorf("audit reply carries %q", bad)
+		}
+	}
+	if r := cmd(&bot.Commands{Bot: e.cmds.Bot}, requester, chatops.Audit{}); !strings.Contains(r.Text, "not available") {
+		t.Errorf("audit without a reader: %q", r.Text)
+	}
+}
+
+// The expiry sweep expires stale proposals, once, and stops with ctx.
+func TestRunExpiry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
+	defer cancel()
+	srv := natstest.RunServer(t)
+	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	log, err := audit.Open(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Proposed two hours ago with a one-hour TTL.
+	past := func() time.Time { return time.Now().Add(-2 * time.Hour) }
+	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{approver1}}, approval.WithClock(past))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &bot.Approvals{Store: store, Audit: log, NC: conn.NC}
+	id, _ := (&approvalsEnv{approvals: a}).propose(t, "mgmt-1")
+	if _, err := a.Store.Get(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RunExpiry(ctx, 0); err == nil {
+		t.Error("RunExpiry with a zero interval")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.RunExpiry(runCtx, 20*time.Millisecond) }()
+	testenv.Eventually(t, 10*time.Second, "the stale proposal expired", func() bool {
+		p, err := store.Get(ctx, id)
+		return err == nil && p.State == approval.StateExpired
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("RunExpiry: %v", err)
+	}
+	if n := auditKinds(t, log)[audit.KindExpired]; n != 1 {
+		t.Errorf("%d expiry records, want 1", n)
+	}
+}
+
+// buttonsOf decodes the blocks of a recorded Slack payload (JSON text).
+func buttonsOf(t *testing.T, blocksJSON string) []string {
+	t.Helper()
+	var blocks slack.Blocks
+	if err := json.Unmarshal([]byte(blocksJSON), &blocks); err != nil {
+		t.Fatalf("blocks: %v", err)
+	}
+	return buttons(chatops.Reply{Blocks: blocks.BlockSet})
+}
