@@ -63,6 +63,45 @@ var (
 // diagnosis saw (fix.Before) so that the agent refuses it if the cluster
 // has changed since.
 func (a *Approvals) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, add []string, user string) chatops.Reply {
+	req := noProxyRequest(k, fix, add)
+	p, warning, refused, ok := a.propose(ctx, k, req, user)
+	if !ok {
+		return refused
+	}
+	_, diff := noProxyDiff(req.NoProxy)
+	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\n%s%s",
+		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), esc(diff), howToDecide(p), warning)
+	return proposalReply(p.ID, text)
+}
+
+// DiagnosisRequester is who requested a fix approved straight from its
+// incident message: the diagnosis, not a person.
+const DiagnosisRequester = "hcpbot-diagnosis"
+
+// ApproveFix implements FixApprover: the Approve button of an incident
+// message, whose diff the approver is looking at, proposes the diagnosed
+// fix on the diagnosis' behalf and approves it as user in one step. The
+// four-eyes rule holds: the diagnosis proposed, a person approved. A
+// non-approver is refused before anything is proposed (and audited).
+func (a *Approvals) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, user string) chatops.Reply {
+	if err := a.Store.Authorize(ctx, user); err != nil {
+		a.auditRefusal(ctx, k, user, fmt.Errorf("approve the diagnosed fix: %w", err))
+		text, _ := refusal("approve", "the fix of "+esc(k.String()), approval.Proposal{}, err)
+		return chatops.Reply{Text: text}
+	}
+	p, warning, refused, ok := a.propose(ctx, k, noProxyRequest(k, fix, nil), DiagnosisRequester)
+	if !ok {
+		return refused
+	}
+	r := a.Approve(ctx, p.ID, user)
+	r.Text += warning
+	return r
+}
+
+// noProxyRequest is the action that applies fix, plus the entries the user
+// added, computed from the value the diagnosis saw (fix.Before) so that the
+// agent refuses it if the cluster has changed since.
+func noProxyRequest(k diagnose.Key, fix *diagnose.Fix, add []string) actions.Request {
 	req := actions.Request{
 		Type:    actions.TypeNoProxyPatch,
 		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},
@@ -72,14 +111,7 @@ func (a *Approvals) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *dia
 		req.Cluster = actions.ClusterRef{Name: hypershift.ProxyName}
 		req.NoProxy.Target = actions.TargetProxy
 	}
-	p, warning, refused, ok := a.propose(ctx, k, req, user)
-	if !ok {
-		return refused
-	}
-	_, diff := noProxyDiff(req.NoProxy)
-	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\n%s%s",
-		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), esc(diff), howToDecide(p), warning)
-	return proposalReply(p.ID, text)
+	return req
 }
 
 // howToDecide tells approvers what to do with proposal p, and until when.

@@ -401,3 +401,103 @@ func TestNoProxyEditedBeforeApprovalLive(t *testing.T) {
 		t.Errorf("stale proposal is %s, want failed", p.State)
 	}
 }
+
+// seedSymptoms feeds b what the agent reports when seed 000 strikes the
+// cluster: nodes NotReady and the service-ca-operator crashlooping.
+func seedSymptoms(t *testing.T, b *bot.Bot, source, ns, name string) {
+	t.Helper()
+	ref := event.ClusterRef{Namespace: ns, Name: name}
+	now := time.Now().Add(-time.Minute)
+	var events []event.Event
+	for i := range 2 {
+		node := fmt.Sprintf("%s-np-%d", name, i)
+		e, err := event.New(source, &ref, event.ObjectRef{Kind: "Node", Name: node, UID: "uid-" + node, Hosted: true},
+			event.NodeReadiness{Node: node, Ready: event.ConditionUnknown, Reason: "NodeStatusUnknown", LastTransitionTime: now},
+			event.TransitionAt("Ready=Unknown", now), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+	}
+	pod := "service-ca-operator-6d5f7b9c4-x2x9z"
+	e, err := event.New(source, &ref, event.ObjectRef{Kind: "Pod", Namespace: "openshift-service-ca-operator", Name: pod, UID: "uid-sca", Hosted: true},
+		event.PodCrashLoop{Namespace: "openshift-service-ca-operator", Pod: pod, Container: "service-ca-operator", RestartCount: 7,
+			WaitingReason: "CrashLoopBackOff", LastTerminationMessage: scenario.SeedConnectivityMessage, ExitCode: 255, FinishedAt: now},
+		"crashloop:service-ca-operator:7", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range append(events, e) {
+		data, err := event.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Handle(context.Background(), data)
+	}
+}
+
+// From the seed 000 incident: the Approve button of the incident message,
+// pressed by an approver (a signed interaction payload), patches the
+// HostedCluster's noProxy on the real API server so that it holds
+// `kubernetes` and the service CIDR and keeps every earlier entry, and the
+// audit trail records it. A non-approver's press changes nothing and
+// proposes nothing; a second press changes nothing.
+func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
+	e := newLiveEnv(t)
+	ctx := context.Background()
+	seedSymptoms(t, e.cmds.Bot, "mgmt-"+e.ns, e.ns, "kv")
+	var inc bot.Incident
+	for _, i := range e.cmds.Bot.Incidents() {
+		if i.Open() && i.Cluster.Cluster.Name == "kv" && len(i.Diagnoses) > 0 && i.Diagnoses[0].Fix != nil {
+			inc = i
+		}
+	}
+	if inc.Key == "" {
+		t.Fatalf("no seed incident with a fix: %+v", e.cmds.Bot.Incidents())
+	}
+	noProxy := func() string {
+		u, err := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(e.ns).Get(ctx, "kv", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy")
+		return got
+	}
+
+	call := e.slack.press("U0STRANGER", chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "not allowed") })
+	if call.JSON["replace_original"] == true {
+		t.Error("a refusal replaced the incident message")
+	}
+	if got := noProxy(); got != scenario.SeedNoProxy {
+		t.Fatalf("a non-approver's press changed noProxy to %q", got)
+	}
+
+	call = e.slack.press(approver1, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "approved by") })
+	t.Logf("approve answered: %s", call.Form.Get("text"))
+	got := noProxy()
+	entries := strings.Split(got, ",")
+	if !strings.HasPrefix(got, scenario.SeedNoProxy+",") || !slices.Contains(entries, "kubernetes") || !slices.Contains(entries, "172.31.0.0/16") {
+		t.Fatalf("noProxy after approval = %q", got)
+	}
+	recs, err := e.log.Recent(ctx, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	executed := false
+	for _, r := range recs {
+		if r.Kind == audit.KindExecuted && strings.Contains(r.Cluster, "kv") && r.Actor != "" {
+			executed = true
+		}
+	}
+	if !executed {
+		t.Errorf("no executed record in the audit trail: %+v", recs)
+	}
+
+	// The bot here does not watch the cluster, so it still shows the fix:
+	// a second press proposes it again from the old value, and the agent
+	// refuses to overwrite the changed HostedCluster.
+	e.slack.press(approver2, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "not applied") || strings.Contains(s, "nothing to change") })
+	if again := noProxy(); again != got {
+		t.Errorf("a second press changed noProxy from %q to %q", got, again)
+	}
+}

@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -107,7 +109,7 @@ func TestSeedIncidentOneSlackMessage(t *testing.T) {
 	var root slackrec.Message
 	p.slack.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
 		for _, m := range r.Messages(channel) {
-			if m.ThreadTS == "" && strings.Contains(m.Text, "tunnelled through the HTTPS proxy") {
+			if m.ThreadTS == "" && strings.Contains(m.Text, ns+"/seed") && strings.Contains(m.Text, "tunnelled through the HTTPS proxy") {
 				root = m
 				return true
 			}
@@ -142,12 +144,13 @@ func TestSeedIncidentOneSlackMessage(t *testing.T) {
 	})
 	roots := 0
 	for _, m := range p.slack.Messages(channel) {
-		if m.ThreadTS == "" {
+		// Other tests' clusters share the management cluster.
+		if m.ThreadTS == "" && strings.Contains(m.Text, ns+"/seed") {
 			roots++
 		}
 	}
 	if roots != 1 {
-		t.Errorf("%d root messages in the channel, want exactly 1", roots)
+		t.Errorf("%d root messages about the cluster, want exactly 1", roots)
 	}
 	if v := p.slack.Violations(); v != 0 {
 		t.Errorf("%d rate-limit violations", v)
@@ -170,9 +173,23 @@ func TestProactiveWarningOnRiskyEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startPipeline(t, "mgmt-"+ns)
+	// Other tests' clusters share the management cluster: look at ours.
+	ours := ns + "/edit"
+	mine := func(r *slackrec.Recorder) []slackrec.Message {
+		var out []slackrec.Message
+		for _, m := range r.Messages(channel) {
+			if m.ThreadTS == "" && strings.Contains(m.Text, ours) {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
 	// The agent's first snapshot shows a healthy cluster: nothing to say.
-	testenv.Eventually(t, 30*time.Second, "the bot knows the cluster", func() bool { return len(p.bot.Clusters()) == 1 })
-	if n := len(p.slack.Messages(channel)); n != 0 {
+	testenv.Eventually(t, 60*time.Second, "the bot knows the cluster", func() bool {
+		_, ok := p.bot.HostedCluster(diagnose.Key{Source: "mgmt-" + ns, Cluster: event.ClusterRef{Namespace: ns, Name: "edit"}})
+		return ok
+	})
+	if n := len(mine(p.slack)); n != 0 {
 		t.Fatalf("%d messages about a healthy cluster", n)
 	}
 
@@ -180,9 +197,9 @@ func TestProactiveWarningOnRiskyEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var warning slackrec.Message
-	p.slack.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
-		for _, m := range r.Messages(channel) {
-			if m.ThreadTS == "" && strings.Contains(m.Text, "WARNING") {
+	p.slack.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range mine(r) {
+			if strings.Contains(m.Text, "WARNING") {
 				warning = m
 				return true
 			}

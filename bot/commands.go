@@ -171,7 +171,7 @@ func (c *Commands) HandleAction(ctx context.Context, r chatops.ActionRequest) ch
 	case chatops.ActionApprove:
 		for _, inc := range c.Bot.Incidents() {
 			if inc.Key == r.Value && inc.Open() {
-				return c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.FixNoProxy{Cluster: chatopsRef(inc.Cluster)}})
+				return c.approveIncidentFix(ctx, r, inc)
 			}
 		}
 		return decision(c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.Approve{ActionID: r.Value}}))
@@ -183,6 +183,27 @@ func (c *Commands) HandleAction(ctx context.Context, r chatops.ActionRequest) ch
 		return c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.Silence{IncidentID: r.Value, Duration: ButtonSilence, Reason: "Silence button"}})
 	}
 	return chatops.Reply{Text: "This button is not available yet."}
+}
+
+// FixApprover approves an incident's diagnosed fix in one step; Approvals
+// implements it. Without it the incident's Approve button proposes the fix.
+type FixApprover interface {
+	ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, user string) chatops.Reply
+}
+
+// approveIncidentFix answers the Approve button of an incident message.
+func (c *Commands) approveIncidentFix(ctx context.Context, r chatops.ActionRequest, inc Incident) chatops.Reply {
+	fa, ok := c.Actions.(FixApprover)
+	if !ok {
+		return c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.FixNoProxy{Cluster: chatopsRef(inc.Cluster)}})
+	}
+	diags, _ := c.Bot.Diagnose(inc.Cluster)
+	for _, d := range diags {
+		if d.Fix != nil && d.Fix.Kind == "noproxy" {
+			return fa.ApproveFix(ctx, inc.Cluster, d.Fix, r.UserID)
+		}
+	}
+	return chatops.Reply{Text: fmt.Sprintf("No fix to approve for %s any more: its noProxy no longer needs one.", esc(inc.Cluster.String()))}
 }
 
 // decision makes the reply to a decided proposal replace the message that

@@ -105,7 +105,7 @@ func (q *chanQueue) call(ctx context.Context, method string, fn func(context.Con
 }
 
 // options renders a message for chat.postMessage or chat.update.
-func options(text string, blocks []slack.Block, textOnly, update bool, threadTS string) []slack.MsgOption {
+func options(text string, blocks []slack.Block, textOnly, update bool, threadTS string, extra ...slack.MsgOption) []slack.MsgOption {
 	if text == "" {
 		text = Truncate(PlainText(blocks), MaxSectionText)
 	}
@@ -124,7 +124,7 @@ func options(text string, blocks []slack.Block, textOnly, update bool, threadTS 
 	if threadTS != "" {
 		opts = append(opts, slack.MsgOptionTS(threadTS))
 	}
-	return opts
+	return append(opts, extra...)
 }
 
 // fallback arranges a text-only retry of an item whose blocks Slack
@@ -208,7 +208,7 @@ func (q *chanQueue) resolve(ctx context.Context, k *keyQ) {
 	case rec.Owner == q.s.cfg.InstanceID || now.Sub(rec.Claimed) >= q.s.cfg.ClaimLease:
 		// Our own claim from an attempt that failed, or one whose holder
 		// is presumed dead: renew or take it over.
-		k.claimRev = rev
+		k.claimRev, k.claimedAt = rev, rec.Claimed
 		q.absent(k, now)
 	default:
 		// Another instance is posting this root; its ts will show up.
@@ -255,11 +255,11 @@ func (q *chanQueue) release(ctx context.Context, id string, rev uint64) {
 //
 // The claim (a Create in the shared store: first writer wins) is what
 // keeps two instances from both posting; the ts is written right after
-// the post. The window that remains: an instance that dies (or loses its
-// store) after Slack accepted the post and before the ts is written leaves
-// a claim without ts. After ClaimLease another instance takes the claim
-// over and posts a second root. Slack has no idempotency key to close that
-// window; it is one call long.
+// the post. An instance that dies (or loses its answer) after Slack
+// accepted the post leaves a claim without ts; whoever takes it over
+// (after ClaimLease, or this instance on its next attempt) first looks
+// for the post by its metadata (recover.go) and updates it instead of
+// posting a second root.
 func (q *chanQueue) postRoot(ctx context.Context, t task) {
 	k, up := t.k, t.up
 	msg := up.msg
@@ -267,6 +267,7 @@ func (q *chanQueue) postRoot(ctx context.Context, t task) {
 	actx, cancel := q.attemptCtx(ctx)
 	defer cancel()
 
+	takeover, claimedAt := k.claimRev != 0, k.claimedAt
 	rev, lost, err := q.claim(actx, id, msg.Channel, k.claimRev)
 	now := time.Now()
 	switch {
@@ -280,15 +281,32 @@ func (q *chanQueue) postRoot(ctx context.Context, t task) {
 		return
 	}
 	q.mu.Lock()
-	k.claimRev = rev
+	k.claimRev, k.claimedAt = rev, now
 	q.mu.Unlock()
+	if takeover {
+		// The claim's post may have landed: find it before posting again.
+		ts, err := q.findRoot(actx, msg.Channel, k.key, claimedAt)
+		if err != nil {
+			q.failed(time.Now(), methodHistory, k.key, err)
+			return
+		}
+		if ts != "" {
+			rec := q.save(actx, k.key, Record{Channel: msg.Channel, TS: ts}, rev, false)
+			q.mu.Lock()
+			k.state, k.channel, k.ts, k.version, k.claimRev = rootKnown, rec.Channel, rec.TS, rec.Version, 0
+			q.mu.Unlock()
+			q.s.m.recovered.Inc()
+			q.s.log.Info().Str("key", k.key).Str("ts", ts).Msg("found the root an earlier attempt posted; updating it")
+			return // the queued rendering goes out as an update
+		}
+	}
 	if !q.post.take(now) { // pick saw a token; only this worker spends them
 		return
 	}
 
 	ts, retry, err := q.call(actx, methodPost, func(ctx context.Context) (string, error) {
 		_, ts, err := q.s.cfg.Client.PostMessageContext(ctx, msg.Channel,
-			options(msg.Text, msg.Blocks, up.textOnly, false, "")...)
+			options(msg.Text, msg.Blocks, up.textOnly, false, "", metadata(k.key, ""))...)
 		return ts, err
 	})
 	now = time.Now()
@@ -461,7 +479,8 @@ func (q *chanQueue) postReply(ctx context.Context, t task) {
 		var skip bool
 		var wait time.Duration
 		var err error
-		rev, skip, wait, err = q.claimReply(actx, id, k.channel)
+		var claimed time.Time
+		rev, skip, wait, claimed, err = q.claimReply(actx, id, k.channel)
 		now := time.Now()
 		switch {
 		case err != nil:
@@ -481,6 +500,24 @@ func (q *chanQueue) postReply(ctx context.Context, t task) {
 		case rev == 0:
 			return // lost a race on the claim: look again
 		}
+		if !claimed.IsZero() {
+			// A taken-over claim: its post may have landed.
+			ts, err := q.findReply(actx, k.channel, k.ts, k.key, r.ID)
+			if err != nil {
+				q.failed(time.Now(), methodReplies, k.key, err)
+				return
+			}
+			if ts != "" {
+				if _, err := q.s.store.Update(actx, id, Record{Channel: k.channel, TS: ts}, rev); err != nil {
+					q.s.log.Warn().Err(err).Str("key", k.key).Str("reply", r.ID).Msg("could not record the reply")
+				}
+				q.mu.Lock()
+				q.popReply(k, rep)
+				q.mu.Unlock()
+				q.s.m.recovered.Inc()
+				return
+			}
+		}
 	}
 	if !q.post.take(time.Now()) {
 		return
@@ -488,7 +525,7 @@ func (q *chanQueue) postReply(ctx context.Context, t task) {
 
 	ts, retry, err := q.call(actx, methodPost, func(ctx context.Context) (string, error) {
 		_, ts, err := q.s.cfg.Client.PostMessageContext(ctx, k.channel,
-			options(r.Text, r.Blocks, rep.textOnly, false, k.ts)...)
+			options(r.Text, r.Blocks, rep.textOnly, false, k.ts, metadata(k.key, r.ID))...)
 		return ts, err
 	})
 	now := time.Now()
@@ -528,24 +565,25 @@ func (q *chanQueue) postReply(ctx context.Context, t task) {
 
 // claimReply claims reply record id. skip: it was posted already; wait:
 // another live instance holds it; rev 0 without either: lost a race.
-func (q *chanQueue) claimReply(ctx context.Context, id, channel string) (rev uint64, skip bool, wait time.Duration, err error) {
+// claimed is set when an earlier claim was taken over: its time.
+func (q *chanQueue) claimReply(ctx context.Context, id, channel string) (rev uint64, skip bool, wait time.Duration, claimed time.Time, err error) {
 	rev, lost, err := q.claim(ctx, id, channel, 0)
 	if err != nil || !lost {
-		return rev, false, 0, err
+		return rev, false, 0, time.Time{}, err
 	}
 	rec, cur, err := q.s.store.Get(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return 0, false, 0, nil
+		return 0, false, 0, time.Time{}, nil
 	case err != nil:
-		return 0, false, 0, err
+		return 0, false, 0, time.Time{}, err
 	case rec.TS != "":
-		return 0, true, 0, nil
+		return 0, true, 0, time.Time{}, nil
 	case rec.Owner != q.s.cfg.InstanceID && time.Since(rec.Claimed) < q.s.cfg.ClaimLease:
-		return 0, false, q.s.cfg.ClaimPoll, nil
+		return 0, false, q.s.cfg.ClaimPoll, time.Time{}, nil
 	}
 	rev, _, err = q.claim(ctx, id, channel, cur)
-	return rev, false, 0, err
+	return rev, false, 0, rec.Claimed, err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

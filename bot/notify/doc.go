@@ -52,10 +52,14 @@
 // waits for its ts and then sends updates instead; replies are claimed the
 // same way. Claims are renewed before each attempt and may be taken over
 // once older than ClaimLease, so a replica that died mid-post does not
-// block a Key forever. The price is honest and small: if a replica dies
-// after Slack accepted a post and before the ts reached the store, the
-// next one posts that root (or reply) a second time. Stopping Run is not
-// dying: the call in flight completes and its result is stored.
+// block a Key forever. A replica may die after Slack accepted a post and
+// before the ts reached the store: every post therefore carries Slack
+// message metadata with its Key and reply ID, and whoever takes a claim
+// over first looks the post up (conversations.history for roots,
+// conversations.replies for replies) and records its ts instead of
+// posting again (hcpbot_slack_recovered_posts_total). This needs the
+// channels:history and groups:history scopes. Stopping Run is not dying:
+// the call in flight completes and its result is stored.
 //
 // Updates read the stored version first and never send an older one.
 // Two replicas updating the same Key at the same moment may still land out

@@ -32,6 +32,7 @@ type metrics struct {
 	coalesced      prometheus.Counter
 	deduplicated   prometheus.Counter
 	duplicateRoots prometheus.Counter
+	recovered      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -69,12 +70,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "hcpbot_slack_duplicate_roots_total",
 			Help: "Root messages found posted twice (a claim taken over from a replica presumed dead).",
 		}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hcpbot_slack_recovered_posts_total",
+			Help: "Posts whose answer was lost, found in Slack by their metadata instead of being posted again.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.calls, m.depth, m.retryAfter, m.latency,
-		m.dropped, m.coalesced, m.deduplicated, m.duplicateRoots} {
+		m.dropped, m.coalesced, m.deduplicated, m.duplicateRoots, m.recovered} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("notify: register metrics: %w", err)
 		}

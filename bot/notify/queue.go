@@ -58,11 +58,14 @@ type keyQ struct {
 	notBefore time.Time           // waiting: another instance's claim, store errors
 	awaitRoot bool                // replies waiting for a root nobody has posted yet
 
-	state      rootState
-	channel    string // of the root, from the store once known
-	ts         string
-	version    uint64 // newest version delivered
-	claimRev   uint64 // revision of a claim to renew or take over; 0: create one
+	state    rootState
+	channel  string // of the root, from the store once known
+	ts       string
+	version  uint64 // newest version delivered
+	claimRev uint64 // revision of a claim to renew or take over; 0: create one
+	// claimedAt is when the claim at claimRev was made: a post since then
+	// may have landed without its ts being recorded.
+	claimedAt  time.Time
 	storeFails int
 }
 

@@ -34,7 +34,7 @@ const (
 	DefaultBackoffMax     = time.Minute
 	// A claim only has to outlive one attempt (a KV write, one call and
 	// the KV write of its result), and is renewed before every attempt.
-	DefaultClaimLease = time.Minute
+	DefaultClaimLease = 30 * time.Second
 	DefaultClaimPoll  = 500 * time.Millisecond
 	// DefaultReplyShare lets a waiting reply through after this many root
 	// posts in a row, so a storm of new roots delays replies but cannot
@@ -47,12 +47,18 @@ const (
 const (
 	methodPost   = "chat.postMessage"
 	methodUpdate = "chat.update"
+	// Lookups of posts whose ts was not recorded (recover.go).
+	methodHistory = "conversations.history"
+	methodReplies = "conversations.replies"
 )
 
 // SlackAPI is the part of *slack.Client the notifier uses.
 type SlackAPI interface {
 	PostMessageContext(ctx context.Context, channelID string, options ...slack.MsgOption) (string, string, error)
 	UpdateMessageContext(ctx context.Context, channelID, timestamp string, options ...slack.MsgOption) (string, string, string, error)
+	// The lookups find a post whose ts was never recorded (see findPosted).
+	GetConversationHistoryContext(ctx context.Context, params *slack.GetConversationHistoryParameters) (*slack.GetConversationHistoryResponse, error)
+	GetConversationRepliesContext(ctx context.Context, params *slack.GetConversationRepliesParameters) ([]slack.Message, bool, string, error)
 }
 
 // NewSlackClient returns a slack-go client for token. apiURL replaces

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -94,7 +95,9 @@ log: {level: info, format: json}
 				t.Errorf("hcpbot all exited %d:\n%s", code, logs.String())
 			}
 		case <-time.After(30 * time.Second):
-			t.Error("hcpbot all did not stop")
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			t.Errorf("hcpbot all did not stop; goroutines:\n%s\nlogs (tail):\n%s", stacks.String(), tail(logs.String(), 4000))
 		}
 		if strings.Contains(logs.String(), secret) || strings.Contains(logs.String(), "xoxb-0000-test") {
 			t.Error("a secret reached the logs")

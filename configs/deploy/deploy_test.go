@@ -416,7 +416,7 @@ func TestSlackManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	scopes := slices.Sorted(slices.Values(m.OAuthConfig.Scopes.Bot))
-	if want := []string{"chat:write", "commands", "usergroups:read"}; !slices.Equal(scopes, want) {
+	if want := []string{"channels:history", "chat:write", "commands", "groups:history", "usergroups:read"}; !slices.Equal(scopes, want) {
 		t.Errorf("bot scopes %v, want %v", scopes, want)
 	}
 	if len(m.Features.SlashCommands) != 1 || m.Features.SlashCommands[0].Command != "/hcp" ||

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,6 +74,8 @@ type Message struct {
 	User      string // the recipient of an ephemeral message
 	Ephemeral bool
 	Updates   int // successful chat.update calls
+	// Metadata is the message metadata posted with it, as Slack keeps it.
+	Metadata json.RawMessage
 }
 
 type limit struct {
@@ -506,6 +509,8 @@ func (r *Recorder) decide(c *Call, path string, now time.Time) reply {
 		return r.update(c)
 	case "conversations.replies":
 		return r.replies(c)
+	case "conversations.history":
+		return r.history(c)
 	case "auth.test":
 		return ok(map[string]any{"url": "https://" + TeamDomain + ".slack.com/", "team": TeamDomain,
 			"user": "hcpbot", "team_id": TeamID, "user_id": BotUserID, "bot_id": BotID})
@@ -562,6 +567,9 @@ func (r *Recorder) post(c *Call, ephemeral bool, now time.Time) reply {
 		ThreadTS: c.Form.Get("thread_ts"), Text: text, Blocks: blocks,
 		Ephemeral: ephemeral,
 	}
+	if md := c.Form.Get("metadata"); md != "" && json.Valid([]byte(md)) {
+		m.Metadata = json.RawMessage(md)
+	}
 	if ephemeral {
 		m.User = c.Form.Get("user")
 	}
@@ -608,6 +616,37 @@ func (r *Recorder) replies(c *Call) reply {
 	return ok(map[string]any{"messages": out, "has_more": false})
 }
 
+// history serves conversations.history: the channel's top-level
+// messages newest first, since "oldest", in pages of "limit" (cursor: the
+// index to go on from).
+func (r *Recorder) history(c *Call) reply {
+	oldest := c.Form.Get("oldest")
+	var top []*Message
+	for _, m := range r.msgs[c.Channel] {
+		if m.Ephemeral || (m.ThreadTS != "" && m.ThreadTS != m.TS) || (oldest != "" && m.TS < oldest) {
+			continue
+		}
+		top = append(top, m)
+	}
+	slices.Reverse(top)
+	from, _ := strconv.Atoi(c.Form.Get("cursor"))
+	limit, _ := strconv.Atoi(c.Form.Get("limit"))
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	from = min(max(from, 0), len(top))
+	to := min(from+limit, len(top))
+	out := make([]map[string]any, 0, to-from)
+	for _, m := range top[from:to] {
+		out = append(out, r.wire(m))
+	}
+	resp := map[string]any{"messages": out, "has_more": to < len(top)}
+	if to < len(top) {
+		resp["response_metadata"] = map[string]any{"next_cursor": strconv.Itoa(to)}
+	}
+	return ok(resp)
+}
+
 // respond serves a response_url, which Slack stops accepting after a few
 // posts. The error code for a used-up URL is a guess.
 func (r *Recorder) respond(path string) reply {
@@ -626,6 +665,9 @@ func (r *Recorder) wire(m *Message) map[string]any {
 	}
 	if len(m.Blocks) > 0 {
 		o["blocks"] = m.Blocks
+	}
+	if len(m.Metadata) > 0 {
+		o["metadata"] = m.Metadata
 	}
 	return o
 }
