@@ -496,7 +496,9 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	// The bot here does not watch the cluster, so it still shows the fix:
 	// a second press proposes it again from the old value, and the agent
 	// refuses to overwrite the changed HostedCluster.
-	e.slack.press(approver2, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "not applied") || strings.Contains(s, "nothing to change") })
+	e.slack.press(approver2, chatops.ActionApprove, inc.Key, func(s string) bool {
+		return strings.Contains(s, "not applied") || strings.Contains(s, "nothing to change")
+	})
 	if again := noProxy(); again != got {
 		t.Errorf("a second press changed noProxy from %q to %q", got, again)
 	}
