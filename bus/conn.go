@@ -56,9 +56,8 @@ type Config struct {
 	ReconnectWait    time.Duration
 	MaxReconnectWait time.Duration
 
-	// Dialer replaces the TCP dialer.
-	// TODO(proxy): the bot sits behind a corporate HTTP proxy; a dialer
-	// that tunnels with HTTP CONNECT plugs in here (nats.SetCustomDialer).
+	// Dialer replaces the TCP dialer, e.g. a ProxyDialer for processes
+	// behind a corporate HTTP proxy.
 	Dialer nats.CustomDialer
 }
 

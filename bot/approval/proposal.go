@@ -80,6 +80,9 @@ type Proposal struct {
 	// Result is the executor's report once executed (or failed with a
 	// result). It keeps Undo, which a later rollback needs.
 	Result *actions.Result `json:"result,omitempty"`
+	// ExecutedAt is when the execution was recorded (MarkExecuted); zero
+	// for proposals executed before it was kept.
+	ExecutedAt time.Time `json:"executedAt,omitzero"`
 	// RolledBackBy and RolledBackAt record the rollback.
 	RolledBackBy string    `json:"rolledBackBy,omitempty"`
 	RolledBackAt time.Time `json:"rolledBackAt,omitzero"`
@@ -93,6 +96,16 @@ type Proposal struct {
 // now.
 func (p Proposal) Expired(now time.Time) bool {
 	return p.State == StatePending && !now.Before(p.ExpiresAt)
+}
+
+// Executed returns when the proposal was executed: ExecutedAt, or for
+// proposals stored before that was kept, the approval time (execution
+// follows the approval at once).
+func (p Proposal) Executed() time.Time {
+	if !p.ExecutedAt.IsZero() {
+		return p.ExecutedAt
+	}
+	return p.DecidedAt
 }
 
 // DefaultTTL is how long a proposal can be approved unless Policy.TTL says

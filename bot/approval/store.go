@@ -425,7 +425,7 @@ func (s *Store) MarkExecuted(ctx context.Context, id string, res actions.Result)
 		if p.State != StateApproved {
 			return false, fmt.Errorf("%w: %s is %s, not %s", ErrWrongState, id, p.State, StateApproved)
 		}
-		p.State, p.Result = StateExecuted, &res
+		p.State, p.Result, p.ExecutedAt = StateExecuted, &res, now.UTC()
 		return true, nil
 	})
 	if err != nil {
@@ -597,4 +597,69 @@ func describe(req actions.Request) (summary, diff string) {
 		summary = fmt.Sprintf("%s on %s", req.Type, req.Cluster)
 	}
 	return summary, diff
+}
+
+// maxListed bounds how many proposals Exposures reads from the bucket; a
+// bucket holding more (90 days of proposals at an unusual rate) gives a
+// partial answer and ErrTruncated. A variable for tests.
+var maxListed = 10000
+
+// ErrTruncated: Exposures stopped after reading its bound of proposals; the answer it
+// returns with this error is partial.
+var ErrTruncated = errors.New("proposal list truncated")
+
+// Exposures returns the NodePort exposures in place: the executed expose
+// proposals that have not been rolled back, oldest execution first. A
+// proposal still marked executed but undone by an executed rollback (whose
+// marking of the original failed) is left out too. It reads at most
+// maxListed (10000) proposals (ErrTruncated, with the exposures found so far).
+func (s *Store) Exposures(ctx context.Context) ([]Proposal, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("approval: list proposals: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var exposed []Proposal
+	undone := map[string]bool{}
+	var errs []error
+	n := 0
+read:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("approval: list proposals: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				break read // nil marks the end of the current values
+			}
+			if n++; n > maxListed {
+				errs = append(errs, fmt.Errorf("%w: read %d proposals", ErrTruncated, maxListed))
+				break read
+			}
+			var p Proposal
+			if err := json.Unmarshal(e.Value(), &p); err != nil {
+				errs = append(errs, fmt.Errorf("decode proposal %s: %w", e.Key(), err))
+				continue
+			}
+			p.Revision = e.Revision()
+			switch {
+			case p.State != StateExecuted:
+			case p.Request.Type == actions.TypeExposeNodePort && p.Request.Expose != nil:
+				exposed = append(exposed, p)
+			case p.Request.Type == actions.TypeRollback && p.Request.Rollback != nil:
+				undone[p.Request.Rollback.Undo.ActionID] = true
+			}
+		}
+	}
+	exposed = slices.DeleteFunc(exposed, func(p Proposal) bool { return undone[p.ID] })
+	slices.SortFunc(exposed, func(a, b Proposal) int {
+		if c := a.Executed().Compare(b.Executed()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	if err := errors.Join(errs...); err != nil {
+		return exposed, fmt.Errorf("approval: exposures: %w", err)
+	}
+	return exposed, nil
 }

@@ -6,8 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/noproxy"
 )
@@ -21,23 +24,48 @@ type Cluster struct {
 	// its first diagnosis.
 	Incident      string
 	IncidentTitle string
-	// Silenced lists active silences ("until …: reason"); none exist yet.
-	Silenced []string
 }
 
-// Exposure is a NodePort opened on a hosted cluster by the bot.
+// Exposure is a hosted Service the bot published on NodePorts (an
+// executed expose action not rolled back).
 type Exposure struct {
-	Key       diagnose.Key
-	Service   string // namespace/name
-	NodePort  int32
-	CreatedBy string // Slack user id
-	CreatedAt time.Time
+	Key      diagnose.Key
+	ActionID string
+	Service  string // the hosted Service, namespace/name
+	// Ports are the published ports (Service port → node port).
+	Ports []actions.ExposedPort
+	// Created are the Services the action created.
+	Created     []actions.ObjectRef
+	RequestedBy string // Slack user ids
+	ApprovedBy  string
+	ExecutedAt  time.Time
+}
+
+// ExposureOf maps an executed expose proposal onto an Exposure.
+func ExposureOf(p approval.Proposal) Exposure {
+	e := Exposure{
+		Key:      diagnose.Key{Source: p.Source, Cluster: event.ClusterRef{Namespace: p.Request.Cluster.Namespace, Name: p.Request.Cluster.Name}},
+		ActionID: p.ID, RequestedBy: p.RequestedBy, ApprovedBy: p.DecidedBy, ExecutedAt: p.Executed(),
+	}
+	if x := p.Request.Expose; x != nil {
+		e.Service = x.Namespace + "/" + x.Service
+	}
+	if p.Result != nil {
+		e.Ports, e.Created = p.Result.Ports, p.Result.Created
+	}
+	return e
 }
 
 // Input is what Build needs; every part may be empty.
 type Input struct {
 	Clusters  []Cluster
 	Exposures []Exposure
+	// ExposuresIncomplete says the exposure list is partial (it could not
+	// be read, or not all of it).
+	ExposuresIncomplete bool
+	// Silences active at the digest's time; Build places each on the
+	// cluster it names or whose open incident it names.
+	Silences []silence.Silence
 	// Actions are audit records; Build keeps those after Previous.At.
 	Actions []audit.Record
 	// Previous is the finding set of the previous digest, nil for the
@@ -68,7 +96,7 @@ type ClusterReport struct {
 	PoolsUnhealthy []string // nodepool/<ns>/<name> named by diagnoses
 	Incident       string
 	IncidentTitle  string
-	Silenced       []string
+	Silences       []silence.Silence
 	Exposures      []Exposure
 	Actions        []audit.Record
 }
@@ -103,6 +131,24 @@ type Digest struct {
 	// Actions executed since the previous digest that name no cluster
 	// the bot knows.
 	OtherActions []audit.Record
+	// Exposures and silences that name no cluster the bot knows (an
+	// exposure left on a cluster the bot no longer sees; a silenced storm
+	// or incident not open now).
+	OtherExposures      []Exposure
+	OtherSilences       []silence.Silence
+	ExposuresIncomplete bool
+}
+
+// Counts of one management cluster, for the summary.
+func (s Source) counts() (incidents, silences, exposures int) {
+	for _, c := range s.Clusters {
+		if c.Incident != "" {
+			incidents++
+		}
+		silences += len(c.Silences)
+		exposures += len(c.Exposures)
+	}
+	return incidents, silences, exposures
 }
 
 // NonCompliant returns the clusters with critical or warning findings.
@@ -143,7 +189,7 @@ var actionKinds = map[audit.Kind]bool{audit.KindExecuted: true, audit.KindFailed
 
 // Build makes the digest at now. It is pure.
 func Build(now time.Time, in Input) Digest {
-	d := Digest{At: now, Counts: map[noproxy.Severity]int{}, First: in.Previous == nil}
+	d := Digest{At: now, Counts: map[noproxy.Severity]int{}, First: in.Previous == nil, ExposuresIncomplete: in.ExposuresIncomplete}
 	prev := map[string]bool{}
 	if in.Previous != nil {
 		d.Since = in.Previous.At
@@ -156,7 +202,7 @@ func Build(now time.Time, in Input) Digest {
 	var order []diagnose.Key
 	for _, c := range in.Clusters {
 		r := &ClusterReport{Key: c.Key, Proxy: c.HostedCluster.Proxy.HTTPProxy != "" || c.HostedCluster.Proxy.HTTPSProxy != "",
-			Incident: c.Incident, IncidentTitle: c.IncidentTitle, Silenced: c.Silenced}
+			Incident: c.Incident, IncidentTitle: c.IncidentTitle}
 		for _, f := range noproxy.Lint(ClusterProxy(c.HostedCluster)) {
 			id := FindingID(c.Key, f)
 			seen[id] = true
@@ -196,8 +242,28 @@ func Build(now time.Time, in Input) Digest {
 		}
 	}
 	for _, e := range in.Exposures {
-		if r := reports[e.Key]; r != nil {
-			r.Exposures = append(r.Exposures, e)
+		// An expose proposed without a source names the cluster only.
+		if k, ok := place(order, e.Key.Source, e.Key.Cluster.String()); ok {
+			reports[k].Exposures = append(reports[k].Exposures, e)
+		} else {
+			d.OtherExposures = append(d.OtherExposures, e)
+		}
+	}
+	for _, sil := range in.Silences {
+		if !sil.Active(now) {
+			continue
+		}
+		placed := false
+		for _, k := range order {
+			r := reports[k]
+			if (sil.Cluster != "" && sil.Cluster == k.String()) || (sil.Incident != "" && sil.Incident == r.Incident) {
+				r.Silences = append(r.Silences, sil)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			d.OtherSilences = append(d.OtherSilences, sil)
 		}
 	}
 	for _, a := range in.Actions {
@@ -221,6 +287,8 @@ func Build(now time.Time, in Input) Digest {
 		r := reports[k]
 		slices.Sort(r.Fixed)
 		slices.SortFunc(r.Actions, byTime)
+		slices.SortFunc(r.Exposures, byExecution)
+		slices.SortFunc(r.Silences, byExpiry)
 		s := bySource[k.Source]
 		if s == nil {
 			s = &Source{Name: k.Source}
@@ -234,10 +302,30 @@ func Build(now time.Time, in Input) Digest {
 	}
 	slices.SortFunc(d.Sources, func(a, b Source) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(d.OtherActions, byTime)
+	slices.SortFunc(d.OtherExposures, byExecution)
+	slices.SortFunc(d.OtherSilences, byExpiry)
 	return d
 }
 
+// place finds the known cluster of source (any when "") and cluster.
+func place(order []diagnose.Key, source, cluster string) (diagnose.Key, bool) {
+	for _, k := range order {
+		if cluster == k.Cluster.String() && (source == "" || source == k.Source) {
+			return k, true
+		}
+	}
+	return diagnose.Key{}, false
+}
+
 func byTime(a, b audit.Record) int { return a.Time.Compare(b.Time) }
+
+func byExecution(a, b Exposure) int {
+	return cmp.Or(a.ExecutedAt.Compare(b.ExecutedAt), cmp.Compare(a.ActionID, b.ActionID))
+}
+
+func byExpiry(a, b silence.Silence) int {
+	return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
+}
 
 // ClusterProxy maps a HostedCluster's state onto the lint input.
 func ClusterProxy(hc event.HostedClusterState) noproxy.ClusterProxy {

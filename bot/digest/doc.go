@@ -2,8 +2,9 @@
 //
 // [Build] is pure: from the bot's hosted clusters (their HostedCluster
 // proxy spec and networks, run through noproxy.Lint), their diagnoses and
-// open incidents, the NodePort exposures and the actions executed since
-// the previous digest, it makes a [Digest] grouped per management cluster,
+// open incidents and active silences, the NodePort exposures in place
+// (executed expose proposals not rolled back: who asked, who approved,
+// when) and the actions executed since the previous digest, it makes a [Digest] grouped per management cluster,
 // with the trend (new and fixed findings) against the previous digest's
 // finding set.
 //

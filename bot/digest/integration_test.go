@@ -9,10 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -48,15 +52,26 @@ func (s *syncBuffer) String() string {
 // replica is one bot process: its own NATS connection, bot model (fed
 // from the events stream), Slack notifier and digest runner.
 type replica struct {
-	bot    *bot.Bot
-	runner *digest.Runner
+	bot       *bot.Bot
+	runner    *digest.Runner
+	proposals *approval.Store
+	silences  *silence.Store
 }
+
+// Slack-like user ids of the expose and the silence.
+const (
+	requester = "U0REQ0001"
+	approver  = "U0APP0001"
+	operator  = "U0OPS0001"
+)
 
 // The done-when test: real API servers, the real agent, embedded NATS.
 // Three hosted clusters — compliant, missing `kubernetes` and the service
 // CIDR, https:// proxy with credentials — give the expected findings; two
 // replicas firing the same tick post one digest; the password appears in
-// no Slack call and no console line.
+// no Slack call and no console line. An executed NodePort expose (with who
+// and when) and an active silence are in the digest of their clusters; an
+// exposure rolled back is not.
 func TestDigestThreeClusters(t *testing.T) {
 	env.Need(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -106,13 +121,29 @@ func TestDigestThreeClusters(t *testing.T) {
 	startReplica := func(out notify.Notifier, mode digest.Mode) replica {
 		conn := connect()
 		b := bot.New(bot.Config{Channel: "C0INCIDENTS"}, conn.JS, out, nil, log)
-		r, err := digest.NewRunner(ctx, conn.JS, digest.Config{Digests: ds, Bot: b, Out: out, Mode: mode, Log: log})
+		// Each replica has its own proposal and silence stores on the
+		// shared buckets, as in the bot.
+		auditLog, err := audit.Open(ctx, conn.JS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		props, err := approval.NewStore(ctx, conn.JS, auditLog, approval.Policy{Approvers: []string{approver}, FourEyes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sils, err := silence.NewStore(ctx, conn.JS, auditLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := digest.NewRunner(ctx, conn.JS, digest.Config{Digests: ds, Bot: b, Out: out, Mode: mode, Log: log,
+			Exposures: props, Silences: sils})
 		if err != nil {
 			t.Fatal(err)
 		}
 		wg.Go(func() { _ = out.Run(ctx) })
 		wg.Go(func() { _ = b.Run(ctx) })
-		return replica{bot: b, runner: r}
+		wg.Go(func() { _ = sils.Run(ctx) })
+		return replica{bot: b, runner: r, proposals: props, silences: sils}
 	}
 	slackReplica := func() replica {
 		conn := connect()
@@ -133,6 +164,30 @@ func TestDigestThreeClusters(t *testing.T) {
 	// Wait until every replica's model holds the three proxy specs.
 	for _, r := range append(replicas, consoleReplica) {
 		waitClusters(t, r.bot, ns, 3)
+	}
+
+	// An expose of the `missing` cluster's Service, approved and executed
+	// (the result as the executor reports it); a second one rolled back.
+	// A silence of `good`, added on one replica, with a password in its
+	// reason.
+	exposed := expose(ctx, t, replicas[0].proposals, source, ns, "web", 30080, false)
+	rolledBack := expose(ctx, t, replicas[0].proposals, source, ns, "gone", 30081, true)
+	sil, err := replicas[0].silences.Add(ctx, silence.Silence{
+		Cluster: source + "/" + ns + "/good", CreatedBy: operator, ExpiresAt: time.Now().Add(48 * time.Hour),
+		Reason: "proxy migration, see http://ops:" + password + "@wiki.corp.example",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other replicas follow the silence through the bucket's watch.
+	for _, r := range append(replicas, consoleReplica) {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(r.silences.Active(time.Now())) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("a replica never saw the silence")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 
 	// Both Slack replicas fire the same tick at once.
@@ -165,7 +220,7 @@ func TestDigestThreeClusters(t *testing.T) {
 			return false
 		}
 		th := threadOf(r, root.TS, ns)
-		return th["missing"] != "" && th["creds"] != ""
+		return th["missing"] != "" && th["creds"] != "" && th["good"] != ""
 	})
 	time.Sleep(time.Second) // a duplicate post, if any, would land now
 	roots := 0
@@ -179,7 +234,7 @@ func TestDigestThreeClusters(t *testing.T) {
 	}
 	summary := root.Text + string(root.Blocks)
 	// Other tests' clusters may be listed too; ours must be counted right.
-	for _, want := range []string{"not compliant", "`" + ns + "/creds` (2)", "`" + ns + "/missing`"} {
+	for _, want := range []string{"not compliant", "`" + ns + "/creds` (2)", "`" + ns + "/missing`", "🔕 1 silence", "🔌 1 NodePort exposure"} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("summary lacks %q: %s", want, summary)
 		}
@@ -188,8 +243,20 @@ func TestDigestThreeClusters(t *testing.T) {
 		t.Errorf("summary lists the compliant cluster: %s", summary)
 	}
 	thread := threadOf(rec, root.TS, ns)
-	if _, ok := thread["good"]; ok {
-		t.Errorf("compliant cluster got a thread reply: %s", thread["good"])
+	// Slack calls carry the blocks as JSON, with < and > escaped.
+	inJSON := strings.NewReplacer("<", `\u003c`, ">", `\u003e`).Replace
+	// The compliant cluster has a reply only for its silence.
+	if g := thread["good"]; !strings.Contains(g, "✅ compliant") || !strings.Contains(g, inJSON("🔕 Silenced cluster `"+source+"/"+ns+"/good` by <@"+operator+"> until ")) ||
+		!strings.Contains(g, "proxy migration") {
+		t.Errorf("good thread reply lacks its silence: %s", g)
+	}
+	exposure := "🔌 NodePort exposure of Service `shop/web` (8080→30080/TCP), requested by <@" + requester + ">, approved by <@" + approver + ">, executed " +
+		exposed.ExecutedAt.UTC().Format(time.RFC3339) + " (`" + exposed.ID + "`)"
+	if !strings.Contains(thread["missing"], inJSON(exposure)) {
+		t.Errorf("missing thread lacks the exposure %q: %s", exposure, thread["missing"])
+	}
+	if strings.Contains(thread["missing"], rolledBack.ID) {
+		t.Errorf("rolled-back exposure %s in the thread: %s", rolledBack.ID, thread["missing"])
 	}
 	expect := map[string][]string{
 		"missing": {noproxy.CodeMissingKubernetes, noproxy.CodeMissingServiceCIDR},
@@ -234,7 +301,8 @@ func TestDigestThreeClusters(t *testing.T) {
 		waitText(t, console, "*"+ns+"/"+name+"*", 10*time.Second)
 	}
 	out := console.String()
-	for _, want := range []string{ns + "/good", ns + "/missing", ns + "/creds", noproxy.CodeMissingKubernetes, noproxy.CodeCredentialsInProxyURL, "fix:"} {
+	for _, want := range []string{ns + "/good", ns + "/missing", ns + "/creds", noproxy.CodeMissingKubernetes, noproxy.CodeCredentialsInProxyURL, "fix:",
+		exposure, "created Service shop/hcpbot-" + exposed.ID + " (hosted cluster)", "🔕 Silenced cluster `" + source + "/" + ns + "/good`", "`" + sil.ID + "`"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("console digest lacks %q:\n%s", want, out)
 		}
@@ -250,6 +318,46 @@ func TestDigestThreeClusters(t *testing.T) {
 	if strings.Contains(out, password) {
 		t.Error("console digest carries the proxy password")
 	}
+	if strings.Contains(out, rolledBack.ID) {
+		t.Errorf("rolled-back exposure %s on the console", rolledBack.ID)
+	}
+}
+
+// expose proposes, approves and marks executed an expose of Service
+// shop/<svc> on cluster ns/missing of source, with the result the executor
+// reports; rollBack marks it rolled back as well.
+func expose(ctx context.Context, t *testing.T, s *approval.Store, source, ns, svc string, nodePort int32, rollBack bool) approval.Proposal {
+	t.Helper()
+	ref := actions.ClusterRef{Namespace: ns, Name: "missing"}
+	p, err := s.Propose(ctx, actions.Request{Type: actions.TypeExposeNodePort, Cluster: ref,
+		Expose: &actions.ExposeParams{Namespace: "shop", Service: svc, Ports: []actions.ExposePort{{Port: 8080}}}}, requester, approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Approve(ctx, p.ID, approver, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	name := "hcpbot-" + p.ID
+	res := actions.Result{
+		ActionID: p.ID, Type: actions.TypeExposeNodePort, Outcome: actions.OutcomeApplied,
+		Summary: fmt.Sprintf("Exposed hosted Service shop/%s on NodePort %d", svc, nodePort),
+		Created: []actions.ObjectRef{
+			{Cluster: actions.ClusterHosted, Kind: "Service", Namespace: "shop", Name: name},
+			{Cluster: actions.ClusterManagement, Kind: "Service", Namespace: ns + "-missing", Name: name},
+		},
+		Ports:     []actions.ExposedPort{{Name: "http", Protocol: "TCP", Port: 8080, NodePort: nodePort}},
+		Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", nodePort)},
+		Undo:      &actions.Undo{ActionID: p.ID, Type: actions.TypeExposeNodePort, Cluster: ref, Expose: &actions.ExposeUndo{HostedNamespace: "shop"}},
+	}
+	if p, err = s.MarkExecuted(ctx, p.ID, res); err != nil {
+		t.Fatal(err)
+	}
+	if rollBack {
+		if p, err = s.MarkRolledBack(ctx, p.ID, approver, actions.Result{ActionID: p.ID, Type: actions.TypeRollback, Outcome: actions.OutcomeRolledBack}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
 }
 
 func inputs(b *bot.Bot) []digest.Cluster {

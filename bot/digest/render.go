@@ -1,6 +1,7 @@
 package digest
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/noproxy"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -32,6 +34,11 @@ const (
 const (
 	maxChunks         = 3
 	maxCompactActions = 10
+	// maxCompactItems bounds the exposures and the silences listed per
+	// reply in Slack.
+	maxCompactItems = 10
+	// maxCompactReason bounds a silence's reason in Slack (runes).
+	maxCompactReason = 200
 )
 
 var icon = map[noproxy.Severity]string{
@@ -46,7 +53,7 @@ func Render(d Digest, name string, mode Mode) (notify.Message, []notify.Reply) {
 	var replies []notify.Reply
 	for _, s := range d.Sources {
 		for _, c := range s.Clusters {
-			if mode == Compact && c.Compliant() && len(c.Fixed) == 0 {
+			if mode == Compact && c.Compliant() && len(c.Fixed) == 0 && c.Incident == "" && len(c.Silences) == 0 && len(c.Exposures) == 0 {
 				continue
 			}
 			body := clean(clusterText(c, mode))
@@ -58,6 +65,18 @@ func Render(d Digest, name string, mode Mode) (notify.Message, []notify.Reply) {
 				ID: "cluster/" + c.Key.String(), Text: firstLine(body), Blocks: sections(body, limit),
 			})
 		}
+	}
+	if len(d.OtherExposures) > 0 || len(d.OtherSilences) > 0 {
+		var b strings.Builder
+		b.WriteString("*Exposures and silences on no cluster the bot knows*\n")
+		writeExposures(&b, d.OtherExposures, mode, true)
+		writeSilences(&b, d.OtherSilences, mode)
+		body := clean(b.String())
+		limit := maxChunks
+		if mode == Full {
+			limit = 0
+		}
+		replies = append(replies, notify.Reply{ID: "other", Text: firstLine(body), Blocks: sections(body, limit)})
 	}
 	if mode == Full && len(d.OtherActions) > 0 {
 		var b strings.Builder
@@ -95,10 +114,35 @@ func summaryText(d Digest, name string) string {
 			}
 		}
 		if len(names) > 0 {
-			fmt.Fprintf(&b, "• *%s*: not compliant: %s\n", s.Name, strings.Join(names, ", "))
+			fmt.Fprintf(&b, "• *%s*: not compliant: %s", s.Name, strings.Join(names, ", "))
 		} else {
-			fmt.Fprintf(&b, "• *%s*: %d clusters, all compliant\n", s.Name, len(s.Clusters))
+			fmt.Fprintf(&b, "• *%s*: %d clusters, all compliant", s.Name, len(s.Clusters))
 		}
+		inc, sil, exp := s.counts()
+		for _, c := range []struct {
+			n          int
+			icon, what string
+		}{{inc, "🚨", "open incident"}, {sil, "🔕", "silence"}, {exp, "🔌", "NodePort exposure"}} {
+			if c.n > 0 {
+				fmt.Fprintf(&b, " · %s %d %s", c.icon, c.n, plural(c.n, c.what))
+			}
+		}
+		b.WriteString("\n")
+	}
+	if len(d.OtherExposures)+len(d.OtherSilences) > 0 {
+		b.WriteString("• On no cluster the bot knows:")
+		sep := " "
+		if n := len(d.OtherExposures); n > 0 {
+			fmt.Fprintf(&b, "%s🔌 %d %s", sep, n, plural(n, "NodePort exposure"))
+			sep = " · "
+		}
+		if n := len(d.OtherSilences); n > 0 {
+			fmt.Fprintf(&b, "%s🔕 %d %s", sep, n, plural(n, "silence"))
+		}
+		b.WriteString("\n")
+	}
+	if d.ExposuresIncomplete {
+		b.WriteString("⚠️ The NodePort exposures could not all be read; the list may be incomplete.\n")
 	}
 	fmt.Fprintf(&b, "_At %s_", d.At.UTC().Format(time.RFC3339))
 	return b.String()
@@ -114,6 +158,13 @@ func clusterText(c ClusterReport, mode Mode) string {
 		state += " (no proxy)"
 	}
 	fmt.Fprintf(&b, "*%s* on %s — %s\n", c.Key.Cluster, c.Key.Source, state)
+	// What is in place first: bounded in Compact, so hundreds of findings
+	// cannot push it out of the thread reply.
+	if c.Incident != "" {
+		fmt.Fprintf(&b, "🚨 Open incident `%s`: %s\n", c.Incident, c.IncidentTitle)
+	}
+	writeExposures(&b, c.Exposures, mode, false)
+	writeSilences(&b, c.Silences, mode)
 	for _, f := range c.Findings {
 		isNew := ""
 		if f.New {
@@ -136,15 +187,6 @@ func clusterText(c ClusterReport, mode Mode) string {
 	} else if mode == Full {
 		b.WriteString("NodePools: no problem diagnosed\n")
 	}
-	if c.Incident != "" {
-		fmt.Fprintf(&b, "Open incident `%s`: %s\n", c.Incident, c.IncidentTitle)
-	}
-	for _, s := range c.Silenced {
-		fmt.Fprintf(&b, "Silenced: %s\n", s)
-	}
-	for _, e := range c.Exposures {
-		fmt.Fprintf(&b, "NodePort %d → %s, opened by <@%s> at %s\n", e.NodePort, e.Service, e.CreatedBy, e.CreatedAt.UTC().Format(time.RFC3339))
-	}
 	for i, a := range c.Actions {
 		if mode == Compact && i == maxCompactActions {
 			fmt.Fprintf(&b, "… and %d more actions\n", len(c.Actions)-i)
@@ -153,6 +195,69 @@ func clusterText(c ClusterReport, mode Mode) string {
 		writeAction(&b, a)
 	}
 	return b.String()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return what
+	}
+	return what + "s"
+}
+
+// writeSilences lists silences: target, by, until, reason (redacted by
+// the silence store; clean redacts again).
+func writeSilences(b *strings.Builder, ss []silence.Silence, mode Mode) {
+	for i, s := range ss {
+		if mode == Compact && i == maxCompactItems {
+			fmt.Fprintf(b, "… and %d more silences\n", len(ss)-i)
+			break
+		}
+		target := "cluster `" + s.Cluster + "`"
+		if s.Cluster == "" {
+			target = "incident `" + s.Incident + "`"
+		}
+		fmt.Fprintf(b, "🔕 Silenced %s by <@%s> until %s", target, s.CreatedBy, s.ExpiresAt.UTC().Format(time.RFC3339))
+		if s.Reason != "" {
+			reason := s.Reason
+			if mode == Compact {
+				// Redacted before cutting, so no cut can hide a credential
+				// from clean's redaction.
+				reason = notify.Truncate(redact.RedactText(reason), maxCompactReason)
+			}
+			b.WriteString(": " + reason)
+		}
+		if mode == Full {
+			fmt.Fprintf(b, " (`%s`, since %s)", s.ID, s.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// writeExposures lists NodePort exposures: Service, ports, who asked, who
+// approved, when, the action id; Full adds the objects created. cluster
+// names each exposure's cluster (for those not under a cluster heading).
+func writeExposures(b *strings.Builder, es []Exposure, mode Mode, cluster bool) {
+	for i, e := range es {
+		if mode == Compact && i == maxCompactItems {
+			fmt.Fprintf(b, "… and %d more NodePort exposures\n", len(es)-i)
+			break
+		}
+		ports := make([]string, len(e.Ports))
+		for j, p := range e.Ports {
+			ports[j] = fmt.Sprintf("%d→%d/%s", p.Port, p.NodePort, cmp.Or(p.Protocol, "TCP"))
+		}
+		fmt.Fprintf(b, "🔌 NodePort exposure of Service `%s`", e.Service)
+		if cluster {
+			fmt.Fprintf(b, " on `%s`", e.Key)
+		}
+		fmt.Fprintf(b, " (%s), requested by <@%s>, approved by <@%s>, executed %s (`%s`)\n",
+			cmp.Or(strings.Join(ports, ", "), "no ports recorded"), e.RequestedBy, e.ApprovedBy, e.ExecutedAt.UTC().Format(time.RFC3339), e.ActionID)
+		if mode == Full {
+			for _, o := range e.Created {
+				fmt.Fprintf(b, "    created %s\n", o)
+			}
+		}
+	}
 }
 
 func writeAction(b *strings.Builder, a audit.Record) {

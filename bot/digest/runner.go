@@ -14,8 +14,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 )
@@ -37,9 +39,16 @@ type States interface {
 	ClusterStates() []bot.ClusterState
 }
 
-// Exposures lists the NodePorts the bot opened.
+// Exposures lists the NodePort exposures in place: executed expose
+// proposals not rolled back; *approval.Store implements it. A partial list
+// comes with an error.
 type Exposures interface {
-	Exposures(ctx context.Context) ([]Exposure, error)
+	Exposures(ctx context.Context) ([]approval.Proposal, error)
+}
+
+// Silences lists the silences active at now; *silence.Store implements it.
+type Silences interface {
+	Active(now time.Time) []silence.Silence
 }
 
 // Config of a Runner.
@@ -49,8 +58,10 @@ type Config struct {
 	Out     notify.Notifier
 	// Mode is Compact for Slack, Full for the console.
 	Mode Mode
-	// Exposures and Audit are optional.
+	// Exposures, Silences and Audit are optional; nil leaves their part
+	// out of the digest.
 	Exposures Exposures
+	Silences  Silences
 	Audit     audit.Reader
 	// Replicas of the KV buckets (0 means 1).
 	Replicas int
@@ -201,9 +212,17 @@ func (r *Runner) post(ctx context.Context, d configs.Digest, key string, at time
 	// Exposures and actions are extras: without them the digest is still
 	// worth posting.
 	if r.cfg.Exposures != nil {
-		if in.Exposures, err = r.cfg.Exposures.Exposures(ctx); err != nil {
-			r.cfg.Log.Warn().Err(err).Msg("exposures left out of the digest")
+		ps, err := r.cfg.Exposures.Exposures(ctx)
+		if err != nil {
+			in.ExposuresIncomplete = true
+			r.cfg.Log.Warn().Err(err).Int("read", len(ps)).Msg("exposures incomplete in the digest")
 		}
+		for _, p := range ps {
+			in.Exposures = append(in.Exposures, ExposureOf(p))
+		}
+	}
+	if r.cfg.Silences != nil {
+		in.Silences = r.cfg.Silences.Active(at)
 	}
 	if r.cfg.Audit != nil {
 		if in.Actions, err = r.cfg.Audit.Recent(ctx, recentActions); err != nil {

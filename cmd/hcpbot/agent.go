@@ -221,6 +221,11 @@ func connectNATS(ctx context.Context, urls, storeDir, creds, name string, log ze
 		cfg.Embedded = bus.EmbeddedConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Logger: log}
 		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server")
 	}
+	if pd := bus.ProxyFromEnvironment(); pd != nil && len(cfg.URLs) > 0 {
+		// Behind a corporate proxy, NATS goes where HTTPS_PROXY/NO_PROXY
+		// send it, like the Slack traffic.
+		cfg.Dialer = pd
+	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	return bus.Connect(cctx, cfg, log)

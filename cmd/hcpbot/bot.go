@@ -167,6 +167,10 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		}
 		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, Replicas: cfg.NATS.StreamReplicas, Log: log}
 		dc.Audit = auditLog
+		dc.Silences = silences
+		if acts != nil && acts.Store != nil {
+			dc.Exposures = acts.Store
+		}
 		r, err := digest.NewRunner(ctx, conn.JS, dc)
 		if err != nil {
 			return err
