@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -156,7 +157,9 @@ log: {level: debug, format: json}
 				t.Errorf("hcpbot all exited %d; its output ends:\n%s", code, out[max(0, len(out)-4000):])
 			}
 		case <-time.After(30 * time.Second):
-			t.Error("hcpbot all did not stop")
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			t.Errorf("hcpbot all did not stop; goroutines:\n%s", stacks.String())
 		}
 	}
 	t.Cleanup(stop)
