@@ -41,8 +41,17 @@ test-short:
 demo: build
 	@assets=$$(bash hack/testenv/build.sh) && HCPBOT_TESTENV_ASSETS=$$assets $(BIN) demo
 
+## bench: the benchmarks of docs/performance.md (B1–B5) on the real parts;
+## results in bench/out/results.json with CPU and heap profiles beside it,
+## then a table. BENCH=B2 runs one. No race detector: it would be measured.
+BENCH      ?= .
+BENCH_OUT  ?= bench/out
 bench:
-	@echo "make bench: the benchmark harness is not built yet (issue: benchmarks)"; exit 1
+	@mkdir -p $(BENCH_OUT)
+	@assets=$$(bash hack/testenv/build.sh) && \
+	  HCPBOT_TESTENV_ASSETS=$$assets HCPBOT_BENCH_OUT=$(abspath $(BENCH_OUT)) HCPBOT_BENCH_COMMIT=$(COMMIT) \
+	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 -timeout 40m $(TESTFLAGS) ./bench
+	@$(GO) run ./bench/benchtable $(BENCH_OUT)/results.json
 
 ## fuzz: run every fuzz target for FUZZTIME each (corpora live in testdata/fuzz).
 FUZZTIME ?= 30s

@@ -536,6 +536,11 @@ func (b *Bot) flushStorm(ctx context.Context, s *Storm, now time.Time, next *tim
 	if open == 0 && s.Open() {
 		s.Resolved, s.dirty = resolved, true
 	}
+	if !s.sent.IsZero() {
+		// Members that joined after the message went out are listed at
+		// once, not when the group interval lets the message change.
+		b.listStormMembers(ctx, s)
+	}
 	if !s.dirty {
 		return
 	}
@@ -556,8 +561,27 @@ func (b *Bot) flushStorm(ctx context.Context, s *Storm, now time.Time, next *tim
 	}
 	b.metrics.sent.WithLabelValues("storm").Inc()
 	s.sent, s.dirty = now, false
+	b.listStormMembers(ctx, s)
+}
+
+// stormPageBytes bounds the text of one storm page: far below Slack's
+// message limit, and few pages, since each is a post (one per second).
+const stormPageBytes = 12000
+
+// listStormMembers replies with pages listing the members not listed yet:
+// at most StormPage members and stormPageBytes of text per page.
+func (b *Bot) listStormMembers(ctx context.Context, s *Storm) {
+	main := mainRule(s)
 	for s.listed < len(s.Members) {
-		to := min(s.listed+b.cfg.StormPage, len(s.Members))
+		to, size := s.listed, 0
+		for to < len(s.Members) && to-s.listed < b.cfg.StormPage {
+			n := len(stormLine(s.Members[to], main))
+			if to > s.listed && size+n > stormPageBytes {
+				break
+			}
+			size += n
+			to++
+		}
 		r := notify.Reply{Key: s.Key, Channel: s.Channel, ID: fmt.Sprintf("members-%d-%d", s.listed, to),
 			Text: StormPage(s, s.listed, to)}
 		if err := b.out.Reply(ctx, r); err != nil {

@@ -119,7 +119,8 @@ func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 			continue
 		}
 		d := m.Diagnoses[0]
-		byTitle[d.Title]++
+		// Titles name their cluster: count kinds by rule.
+		byTitle[ruleTitle(d)]++
 		if d.Fix != nil {
 			fixes++
 		}
@@ -173,18 +174,54 @@ func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 	return text, notify.ClampBlocks(blocks)
 }
 
-// StormPage lists members [from, to) of a storm for its thread.
+// StormPage lists members [from, to) of a storm for its thread, one
+// short line each (cluster and incident); a member whose diagnosis differs
+// from the storm's main one says which it has.
 func StormPage(s *Storm, from, to int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*Clusters %d–%d of the storm*\n", from+1, to)
+	main := mainRule(s)
 	for _, m := range s.Members[from:to] {
-		title := "resolved"
-		if m.Open() && len(m.Diagnoses) > 0 {
-			title = m.Diagnoses[0].Title
-		}
-		fmt.Fprintf(&b, "• `%s` — %s (`%s`)\n", chatops.EscapeText(m.Cluster.String()), chatops.EscapeText(title), m.Key)
+		b.WriteString(stormLine(m, main))
 	}
 	return b.String()
+}
+
+// stormLine is one member's line of a StormPage.
+func stormLine(m *Incident, main string) string {
+	what := ""
+	switch {
+	case !m.Open():
+		what = " — resolved"
+	case len(m.Diagnoses) > 0 && m.Diagnoses[0].Rule != main:
+		what = " — " + chatops.EscapeText(ruleTitle(m.Diagnoses[0]))
+	}
+	return fmt.Sprintf("• `%s` (`%s`)%s\n", chatops.EscapeText(m.Cluster.String()), m.Key, what)
+}
+
+// mainRule is the rule most open members of s are diagnosed with.
+func mainRule(s *Storm) string {
+	n := map[string]int{}
+	best := ""
+	for _, m := range s.Members {
+		if m.Open() && len(m.Diagnoses) > 0 {
+			r := m.Diagnoses[0].Rule
+			n[r]++
+			if n[r] > n[best] || (n[r] == n[best] && r < best) {
+				best = r
+			}
+		}
+	}
+	return best
+}
+
+// ruleTitle is a diagnosis's kind without its cluster: the rule's summary,
+// else (an unknown rule) its title.
+func ruleTitle(d diagnose.Diagnosis) string {
+	if t := diagnose.RuleSummary(d.Rule); t != "" {
+		return t
+	}
+	return d.Title
 }
 
 func severityRank(s diagnose.Severity) int {

@@ -121,7 +121,9 @@ func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Conn, error)
 		return nil, fmt.Errorf("bus: connect to %v: %w (last error: %v)", redacted, ctx.Err(), nc.LastError())
 	}
 
-	js, err := jetstream.New(nc)
+	// Asynchronous publishes whose acknowledgement never comes (a stream
+	// leader died) must leave the client's pending set, or they fill it.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(asyncPublishTimeout))
 	if err != nil {
 		c.closing.Store(true)
 		nc.Close()
@@ -314,3 +316,8 @@ func redactURLs(urls []string) []string {
 	}
 	return out
 }
+
+// asyncPublishTimeout bounds how long the client waits for the
+// acknowledgement of an asynchronous publish; the publisher retries
+// sooner (watchers.JetStreamPublisher), this only bounds the bookkeeping.
+const asyncPublishTimeout = 10 * time.Second

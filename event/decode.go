@@ -16,8 +16,16 @@ import (
 // is checked against its type, so a successful Decode guarantees that
 // DecodePayload succeeds. The returned event does not alias data.
 func Decode(data []byte) (Event, error) {
+	e, _, err := DecodeAll(data)
+	return e, err
+}
+
+// DecodeAll is Decode that also returns the typed payload (as
+// DecodePayload would), for consumers that need both: the payload is
+// decoded once.
+func DecodeAll(data []byte) (Event, Payload, error) {
 	if len(data) > MaxSize {
-		return Event{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxSize)
+		return Event{}, nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxSize)
 	}
 	var e Event
 	if err := json.Unmarshal(data, &e); err != nil {
@@ -27,32 +35,37 @@ func Decode(data []byte) (Event, error) {
 			Version int `json:"v"`
 		}
 		if json.Unmarshal(data, &probe) == nil && probe.Version > Version {
-			return Event{Version: probe.Version}, fmt.Errorf("%w: v %d, this build reads up to %d", ErrUnsupportedVersion, probe.Version, Version)
+			return Event{Version: probe.Version}, nil, fmt.Errorf("%w: v %d, this build reads up to %d", ErrUnsupportedVersion, probe.Version, Version)
 		}
-		return Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Event{}, nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if e.Version > Version {
-		return e, fmt.Errorf("%w: v %d, this build reads up to %d", ErrUnsupportedVersion, e.Version, Version)
+		return e, nil, fmt.Errorf("%w: v %d, this build reads up to %d", ErrUnsupportedVersion, e.Version, Version)
 	}
 	if err := e.check(); err != nil {
-		return Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Event{}, nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	// Normalise so that decoding what Encode wrote yields the same value:
 	// times compare equal only in the same location, and the encoder
 	// compacts the raw payload.
 	e.Time = e.Time.UTC()
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, e.Payload); err != nil {
-		return Event{}, fmt.Errorf("%w: payload: %w", ErrMalformed, err)
+	// Encode's output has no blanks at all: only another producer's payload
+	// needs the (costly) compaction. Unmarshal copied it out of data.
+	if bytes.ContainsAny(e.Payload, " \t\r\n") {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, e.Payload); err != nil {
+			return Event{}, nil, fmt.Errorf("%w: payload: %w", ErrMalformed, err)
+		}
+		e.Payload = buf.Bytes()
 	}
-	e.Payload = buf.Bytes()
 	if !e.Type.Known() {
-		return e, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
+		return e, nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
 	}
-	if _, err := e.DecodePayload(); err != nil {
-		return Event{}, err
+	p, err := e.DecodePayload()
+	if err != nil {
+		return Event{}, nil, err
 	}
-	return e, nil
+	return e, p, nil
 }
 
 // DecodePayload returns the typed payload of e as a value (NodeReadiness,

@@ -35,15 +35,25 @@ type JetStreamPublisher struct {
 	// dropped and NATS accepts events again.
 	resync func()
 
-	buf     chan event.Event
+	buf    chan event.Event
+	window int
+	// Run's own state.
+	seq     uint64         // events sent
+	busy    map[string]int // in-flight events by objectKey
+	held    *event.Event   // waits for its object's event in flight
 	mu      sync.Mutex
 	dropped bool
 }
 
 // NewJetStreamPublisher returns a publisher with room for size events.
 func NewJetStreamPublisher(js jetstream.JetStream, size int, m *Metrics, log zerolog.Logger) *JetStreamPublisher {
-	return &JetStreamPublisher{js: js, log: log, metrics: m, buf: make(chan event.Event, size)}
+	return &JetStreamPublisher{js: js, log: log, metrics: m, buf: make(chan event.Event, size), window: DefaultPublishWindow, busy: map[string]int{}}
 }
+
+// DefaultPublishWindow is how many events a publisher has in flight at
+// most: enough to keep JetStream busy, and far below the client's own
+// limit of pending asynchronous publishes (4,000).
+const DefaultPublishWindow = 256
 
 // OnResync sets the function called after dropped events can be restated.
 func (p *JetStreamPublisher) OnResync(fn func()) { p.resync = fn }
@@ -74,59 +84,194 @@ func (p *JetStreamPublisher) PublishWait(ctx context.Context, e event.Event) err
 	}
 }
 
-// Run publishes buffered events until ctx ends.
+// Run publishes buffered events until ctx ends, up to Window of them in
+// flight at once: waiting for each acknowledgement before sending the next
+// would cap the agent at one event per round trip.
 func (p *JetStreamPublisher) Run(ctx context.Context) {
+	var q []inflight // oldest first
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var timed uint64 // the entry the timer runs for
 	for {
+		buf := p.buf
+		if len(q) >= p.window {
+			buf = nil // full window: settle the oldest first
+		}
+		if p.held != nil {
+			// The next event is about an object already in flight: its
+			// facts keep their order, so the earlier one settles first.
+			if p.busy[objectKey(*p.held)] == 0 {
+				e := *p.held
+				p.held = nil
+				q = p.send(ctx, q, e)
+				continue
+			}
+			buf = nil
+		}
+		if len(q) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case e := <-buf:
+				q = p.send(ctx, q, e)
+			}
+			continue
+		}
+		head := &q[0]
+		if timed != head.seq {
+			timer.Reset(time.Until(head.deadline))
+			timed = head.seq
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case e := <-p.buf:
-			p.metrics.bufferDepth.Set(float64(len(p.buf)))
-			p.publish(ctx, e)
+		case e := <-buf:
+			q = p.send(ctx, q, e)
+		case ack := <-head.fut.Ok():
+			p.delivered(head.e, ack.Duplicate)
+			q = p.pop(q)
+		case err := <-head.fut.Err():
+			p.retry(ctx, head.e, head.msg, err)
+			q = p.pop(q)
+		case <-timer.C:
+			timed = 0
+			p.retry(ctx, head.e, head.msg, errAckTimeout)
+			q = p.pop(q)
 		}
 	}
 }
 
-// publish retries one event until NATS takes it or ctx ends: order matters
-// (a Ready must not overtake the NotReady before it), so nothing is skipped.
-func (p *JetStreamPublisher) publish(ctx context.Context, e event.Event) {
+// pop drops the settled head of the window.
+func (p *JetStreamPublisher) pop(q []inflight) []inflight {
+	k := objectKey(q[0].e)
+	if p.busy[k]--; p.busy[k] <= 0 {
+		delete(p.busy, k)
+	}
+	q[0] = inflight{}
+	return q[1:]
+}
+
+// objectKey names the object an event is about: at most one event per
+// object is in flight, so a failed publish retried behind later ones can
+// reorder different objects only, never the facts of one.
+func objectKey(e event.Event) string {
+	src, ns, name := e.Source, "", ""
+	if e.Cluster != nil {
+		ns, name = e.Cluster.Namespace, e.Cluster.Name
+	}
+	o := e.Object
+	return src + "/" + ns + "/" + name + "/" + string(e.Type) + "/" + o.Kind + "/" + o.Namespace + "/" + o.Name
+}
+
+// inflight is an event sent and not yet acknowledged.
+type inflight struct {
+	e        event.Event
+	msg      *nats.Msg
+	fut      jetstream.PubAckFuture
+	deadline time.Time
+	seq      uint64 // identity for the timer, from 1
+}
+
+var errAckTimeout = errors.New("no acknowledgement within the attempt timeout")
+
+// send publishes e asynchronously and appends it to the window; an event
+// that cannot be sent at once goes the synchronous retrying way, which
+// keeps the order of what follows.
+func (p *JetStreamPublisher) send(ctx context.Context, q []inflight, e event.Event) []inflight {
+	p.metrics.bufferDepth.Set(float64(len(p.buf)))
+	k := objectKey(e)
+	if p.busy[k] > 0 {
+		p.held = &e
+		return q
+	}
+	msg, ok := p.message(e)
+	if !ok {
+		return q
+	}
+	fut, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(e.ID))
+	p.seq++
+	if err != nil {
+		// Settle what is in flight first, so the retry is the newest.
+		for len(q) > 0 {
+			p.settle(ctx, q[0])
+			q = p.pop(q)
+		}
+		p.retry(ctx, e, msg, err)
+		return q
+	}
+	p.busy[k]++
+	return append(q, inflight{e: e, msg: msg, fut: fut, deadline: time.Now().Add(publishAttemptTimeout), seq: p.seq})
+}
+
+// settle waits for one in-flight event, retrying it if it failed.
+func (p *JetStreamPublisher) settle(ctx context.Context, f inflight) {
+	t := time.NewTimer(time.Until(f.deadline))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case ack := <-f.fut.Ok():
+		p.delivered(f.e, ack.Duplicate)
+	case err := <-f.fut.Err():
+		p.retry(ctx, f.e, f.msg, err)
+	case <-t.C:
+		p.retry(ctx, f.e, f.msg, errAckTimeout)
+	}
+}
+
+// message encodes e, or drops it (counted and logged) if it cannot be.
+func (p *JetStreamPublisher) message(e event.Event) (*nats.Msg, bool) {
 	subject, err := event.Subject(e)
 	if err != nil {
 		p.metrics.publishErrors.WithLabelValues("invalid").Inc()
 		p.log.Error().Err(err).Str("type", string(e.Type)).Msg("event has no valid subject; dropped")
-		return
+		return nil, false
 	}
 	data, err := event.Encode(e)
 	if err != nil {
 		p.metrics.publishErrors.WithLabelValues("invalid").Inc()
 		p.log.Error().Err(err).Str("type", string(e.Type)).Msg("event does not encode; dropped")
+		return nil, false
+	}
+	return &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}, true
+}
+
+func (p *JetStreamPublisher) delivered(e event.Event, duplicate bool) {
+	if duplicate {
+		p.metrics.duplicates.Inc()
+	} else {
+		p.metrics.published.WithLabelValues(string(e.Type)).Inc()
+	}
+	p.metrics.lastPublish.SetToCurrentTime()
+	p.afterDelivery()
+}
+
+// retry publishes one event synchronously until NATS takes it or ctx
+// ends. Events behind it in the window may land first: the bot orders the
+// facts about an object by their own times (diagnose.stamp), and the
+// message ID makes a copy that did land harmless.
+func (p *JetStreamPublisher) retry(ctx context.Context, e event.Event, msg *nats.Msg, first error) {
+	if ctx.Err() != nil {
 		return
 	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	p.metrics.publishErrors.WithLabelValues("nats").Inc()
+	p.log.Warn().Err(first).Str("subject", msg.Subject).Msg("publish failed; retrying until NATS takes it")
 	backoff := 50 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+	for attempt := 1; ; attempt++ {
 		// A publish whose stream leader died gets no ack ever; a short
-		// attempt retries it sooner, and the message ID makes the retry
-		// harmless if the first one did land.
+		// attempt retries it sooner.
 		pctx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
 		ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(e.ID))
 		cancel()
 		if err == nil {
-			if ack.Duplicate {
-				p.metrics.duplicates.Inc()
-			} else {
-				p.metrics.published.WithLabelValues(string(e.Type)).Inc()
-			}
-			p.metrics.lastPublish.SetToCurrentTime()
-			p.afterDelivery()
+			p.delivered(e, ack.Duplicate)
 			return
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		p.metrics.publishErrors.WithLabelValues("nats").Inc()
-		if attempt == 0 || attempt%20 == 0 {
-			p.log.Warn().Err(err).Str("subject", subject).Int("attempt", attempt+1).Msg("publish failed; retrying until NATS takes it")
+		if attempt%20 == 0 {
+			p.log.Warn().Err(err).Str("subject", msg.Subject).Int("attempt", attempt+1).Msg("publish failed; retrying until NATS takes it")
 		}
 		select {
 		case <-ctx.Done():

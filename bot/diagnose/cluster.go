@@ -62,6 +62,8 @@ type Cluster struct {
 	launchers  table[launcherRec]
 	reach      table[reachRec] // one entry, key ""
 	ocp        table[ocpRec]   // one entry, key ""; management scope only
+
+	memo memo
 }
 
 // NewCluster returns an empty Cluster for k.

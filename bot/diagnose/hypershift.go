@@ -48,6 +48,8 @@ type verdict struct {
 	in       noproxy.HyperShiftInput
 	// recent and legacy are whether each rule bypasses the proxy.
 	recent, legacy bool
+	// text is explain's answer, kept by Cluster.decide.
+	text string
 }
 
 // hyperShiftInput is what HyperShift reads: the spec noProxy, the first
@@ -119,6 +121,9 @@ func ruleName(r noproxy.ReleaseRule) string {
 
 // explain says, in a sentence or two, what HyperShift decides and why.
 func (v verdict) explain() string {
+	if v.text != "" {
+		return v.text
+	}
 	if !v.proxy {
 		return "No httpsProxy is set, so the kube-apiserver-proxy on the workers connects straight to the API server."
 	}

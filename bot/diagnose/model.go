@@ -28,6 +28,12 @@ func (m *Model) Apply(e event.Event) ([]Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("diagnose: event %s (%s): %w", e.ID, e.Type, err)
 	}
+	return m.ApplyDecoded(e, p), nil
+}
+
+// ApplyDecoded is Apply with the payload already decoded
+// (event.DecodeAll).
+func (m *Model) ApplyDecoded(e event.Event, p event.Payload) []Key {
 	k := KeyOf(e)
 	c := m.clusters[k]
 	if c == nil {
@@ -46,7 +52,7 @@ func (m *Model) Apply(e event.Event) ([]Key, error) {
 		}
 	}
 	slices.SortFunc(changed, compareKeys)
-	return changed, nil
+	return changed
 }
 
 // Cluster returns the Cluster of k, or nil.

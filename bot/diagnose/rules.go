@@ -23,6 +23,26 @@ const (
 // DefaultRules returns the built-in rules in priority order. Adding a rule
 // is one RuleFunc and one entry here; rules before it explain symptoms for
 // it, rules after it see what it explained.
+// RuleSummary names what a rule finds without naming a cluster, for lists
+// of many clusters; "" for an unknown rule.
+func RuleSummary(id string) string {
+	switch id {
+	case RuleProxyTunnel:
+		return "API traffic tunnelled through the HTTPS proxy"
+	case RuleRiskyProxyChange:
+		return "a proxy change makes the workers tunnel API traffic"
+	case RuleHostedAPIUnreachable:
+		return "hosted cluster API unreachable"
+	case RuleNodesNotReady:
+		return "nodes NotReady without a proxy cause"
+	case RuleOperatorCrashLoop:
+		return "operator crashlooping without a proxy cause"
+	case RuleManagementProxyLint:
+		return "management cluster proxy lint"
+	}
+	return ""
+}
+
 func DefaultRules() RuleSet {
 	return RuleSet{
 		{RuleProxyTunnel, proxyTunnel},
@@ -97,7 +117,7 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 		return Diagnosis{}, false
 	}
 	spec, since := c.effectiveProxy()
-	v := decide(hc, spec)
+	v := c.decide(hc, spec)
 	if !v.tunnel() {
 		return Diagnosis{}, false
 	}
@@ -109,7 +129,7 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 	d := Diagnosis{
 		Severity: SeverityCritical,
 		Title:    "API traffic of " + c.label() + " is tunnelled through the HTTPS proxy",
-		Fix:      noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc),
+		Fix:      c.noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc),
 	}
 	d.Symptoms = append(d.Symptoms, c.proxyKey())
 	d.Evidence = append(d.Evidence, c.proxySpecEvidence(spec, since))
@@ -190,7 +210,7 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 	}
 	d.Confidence = Confidence{Level: level, Why: why}
 
-	d.NextSteps = c.noProxyFixSteps(d.Fix, spec)
+	d.NextSteps = c.fixSteps(d.Fix, spec)
 	d.NextSteps = append(d.NextSteps,
 		"The change rolls out every NodePool of the cluster; afterwards the kube-apiserver-proxy pods (namespace kube-system of the hosted cluster, label k8s-app=kube-apiserver-proxy) run plain HAProxy without the kubernetes-default-proxy container.")
 	if len(s.tunnelPods) > 0 {
@@ -234,7 +254,7 @@ func riskyProxyChange(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		return Diagnosis{}, false
 	}
 	spec, since := c.effectiveProxy()
-	v := decide(hc, spec)
+	v := c.decide(hc, spec)
 	trigger := changeRef(ch)
 	what := "changed"
 	if strings.TrimSpace(ch.old.HTTPSProxy) == "" {
@@ -246,7 +266,7 @@ func riskyProxyChange(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		RootCause: fmt.Sprintf("At %s the proxy of HostedCluster %s %s: noProxy %q → %q. %s No symptoms yet: as the NodePools roll out, every worker whose kube-apiserver-proxy cannot CONNECT through the proxy loses the API server, its node goes NotReady and service-ca-operator fails its apiserver connectivity check.",
 			ch.st.obs.Format(time.RFC3339), c.key.Cluster, what, trigger.OldNoProxy, trigger.NewNoProxy, v.explain()),
 		Evidence: []Evidence{changeEvidence(ch), c.proxySpecEvidence(spec, since)},
-		Fix:      noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc),
+		Fix:      c.noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc),
 		Symptoms: []string{c.proxyKey()},
 		Trigger:  trigger,
 	}
@@ -255,7 +275,7 @@ func riskyProxyChange(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	} else {
 		d.Confidence = Confidence{ConfidenceMedium, reason}
 	}
-	d.NextSteps = c.noProxyFixSteps(d.Fix, spec)
+	d.NextSteps = c.fixSteps(d.Fix, spec)
 	d.NextSteps = append(d.NextSteps,
 		"Fix it before the NodePool rollout replaces the workers: each new worker comes up with a tunnelling kube-apiserver-proxy.",
 		"If API traffic must go through the proxy, make sure it allows CONNECT to the API server and watch for nodes going NotReady.")
@@ -433,7 +453,7 @@ func (c *Cluster) proxyStatement() (string, bool) {
 		return "The HostedCluster has not been seen yet, so a proxy cause is not ruled out.", false
 	}
 	spec, _ := c.effectiveProxy()
-	v := decide(hc, spec)
+	v := c.decide(hc, spec)
 	if !v.proxy {
 		return "The cluster has no HTTPS proxy, so the proxy is not the cause.", true
 	}

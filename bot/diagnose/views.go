@@ -62,16 +62,16 @@ func (c *Cluster) hcChanges() []proxyChange {
 // first whose old spec did not tunnel (it bypassed, or had no proxy).
 func (c *Cluster) riskyChange(hc event.HostedClusterState) (proxyChange, bool) {
 	spec, _ := c.effectiveProxy()
-	if !decide(hc, spec).tunnel() {
+	if !c.decide(hc, spec).tunnel() {
 		return proxyChange{}, false
 	}
 	hist := c.hcChanges()
 	for i := len(hist) - 1; i >= 0; i-- {
 		ch := hist[i]
-		if !decide(hc, ch.new).tunnel() {
+		if !c.decide(hc, ch.new).tunnel() {
 			return proxyChange{}, false // an edit we did not see made it tunnel
 		}
-		if !decide(hc, ch.old).tunnel() {
+		if !c.decide(hc, ch.old).tunnel() {
 			return ch, true
 		}
 	}

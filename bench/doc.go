@@ -1,0 +1,17 @@
+// Package bench is the benchmark harness of issue 8 (`make bench`): each
+// benchmark runs the real parts — the agent's code against a real
+// kube-apiserver, JetStream on disk in the embedded nats-server, the bot's
+// correlator, the Slack recorder — measures the figures of its scenario and,
+// in the same run, a physical reference (the bare operation the product
+// builds on), so that results read as ratios that survive a noisy machine.
+//
+// A benchmark records one Result; results are merged by id into
+// results.json in the output folder (HCPBOT_BENCH_OUT, default bench/out),
+// with CPU and heap profiles next to it, and benchtable prints them:
+//
+//	make bench                      # all of B1–B5, then the table
+//	make bench BENCH=B2             # one of them
+//
+// Scale: HCPBOT_BENCH_QUICK=1 runs every scenario small, for developing
+// the harness; figures measured so are marked quick and never meet targets.
+package bench
