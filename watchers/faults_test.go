@@ -488,6 +488,14 @@ func TestFaultNATSOutage(t *testing.T) {
 // HostedCluster it holds, whose kubeconfig points back at it.
 func privateManagement(t *testing.T, name string) (kubernetes.Interface, dynamic.Interface, []byte) {
 	t.Helper()
+	_, kube, dyn, kubeconfig := privateManagementServer(t, name)
+	return kube, dyn, kubeconfig
+}
+
+// privateManagementServer is privateManagement with its API server, for
+// tests that stop and restart it.
+func privateManagementServer(t *testing.T, name string) (*controlplane.APIServer, kubernetes.Interface, dynamic.Interface, []byte) {
+	t.Helper()
 	ctx := context.Background()
 	srv, err := env.CP.AddAPIServer(ctx, name)
 	if err != nil {
@@ -505,7 +513,7 @@ func privateManagement(t *testing.T, name string) (kubernetes.Interface, dynamic
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kube, dyn, kubeconfig
+	return srv, kube, dyn, kubeconfig
 }
 
 // With NATS down, more changes happen than the publish buffer holds: the

@@ -102,7 +102,7 @@ func (a *Agent) startSecretWatch(ctx context.Context, hc *hostedCluster) {
 func (hc *hostedCluster) stop() {
 	if hc.stopSecret != nil {
 		hc.stopSecret()
-		hc.secretFactory.Shutdown()
+		shutdown(hc.secretFactory)
 	}
 	hc.mu.Lock()
 	conn := hc.conn
@@ -116,12 +116,35 @@ func (c *hostedConn) stop() {
 		return
 	}
 	c.cancel()
-	for _, f := range c.factories {
-		f.Shutdown()
-	}
+	// Closing the connections first makes requests in flight fail now.
+	c.dialer.closeAll()
+	shutdown(c.factories...)
 	<-c.probeDone
 	c.httpClient.CloseIdleConnections()
-	c.dialer.closeAll()
+}
+
+// informerStopWait bounds how long stopping waits for informers to return.
+const informerStopWait = 5 * time.Second
+
+// shutdown stops factories whose context is cancelled, waiting at most
+// informerStopWait. client-go's reflector sleeps out a watch-list backoff
+// (up to 30 s against an unreachable API server) without looking at its
+// context, and a worker or the agent's shutdown must not wait for that;
+// such informers end on their own once the backoff is over.
+func shutdown(factories ...informers.SharedInformerFactory) {
+	done := make(chan struct{})
+	go func() {
+		for _, f := range factories {
+			f.Shutdown()
+		}
+		close(done)
+	}()
+	t := time.NewTimer(informerStopWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // syncSecret converges the hosted informers on the Secret's kubeconfig.

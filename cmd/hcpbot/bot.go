@@ -100,6 +100,10 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	return err
 }
 
+// commandDrain bounds how long a stopping bot waits for running slash
+// commands and their delayed replies.
+const commandDrain = 5 * time.Second
+
 func joinURLs(urls []string) string {
 	out := ""
 	for i, u := range urls {
@@ -200,7 +204,13 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		}
 		extra[chatops.CommandsPath] = srv
 		extra[chatops.ActionsPath] = srv
-		defer srv.Shutdown(context.WithoutCancel(ctx))
+		defer func() {
+			// Slash commands still running get a moment to answer, not
+			// longer: the pod's grace period is short.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandDrain)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
 	}
 	ops, err := serveOps(ctx, cfg.Bot.Listen, reg, func() error {
 		if !conn.NC.IsConnected() {
