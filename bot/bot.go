@@ -221,7 +221,7 @@ func (b *Bot) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case d := <-decoded:
-				b.apply(d.e, d.p, d.err)
+				b.apply(d.e, d.p, d.err, d.seq)
 				if d.seq >= until {
 					b.markCaughtUp()
 				}
@@ -267,13 +267,14 @@ func (b *Bot) wake() {
 // logged without their content, and skipped, so they never block the stream.
 func (b *Bot) Handle(_ context.Context, data []byte) {
 	e, p, err := event.DecodeAll(data)
-	b.apply(e, p, err)
+	b.apply(e, p, err, 0)
 }
 
-// apply applies a decoded event, or dead-letters it if it did not decode.
-func (b *Bot) apply(e event.Event, p event.Payload, err error) {
+// apply applies a decoded event, or dead-letters it if it did not decode;
+// seq is its stream sequence (0 when unknown).
+func (b *Bot) apply(e event.Event, p event.Payload, err error, seq uint64) {
 	if err != nil {
-		b.deadLetter(err, e)
+		b.deadLetter(err, e, seq)
 		return
 	}
 	b.mu.Lock()
@@ -285,7 +286,10 @@ func (b *Bot) apply(e event.Event, p event.Payload, err error) {
 	}
 }
 
-func (b *Bot) deadLetter(err error, e event.Event) {
+// deadLetter counts and logs a bad event without its content (a bad event
+// may carry anything): the reason, what is wrong in general terms, and the
+// stream sequence to look the message up by (nats stream get).
+func (b *Bot) deadLetter(err error, e event.Event, seq uint64) {
 	reason := "malformed"
 	switch {
 	case errors.Is(err, event.ErrTooLarge):
@@ -296,7 +300,31 @@ func (b *Bot) deadLetter(err error, e event.Event) {
 		reason = "unknown_type"
 	}
 	b.metrics.deadLetter.WithLabelValues(reason).Inc()
-	b.log.Warn().Err(err).Str("reason", reason).Str("id", e.ID).Str("type", string(e.Type)).Msg("event dead-lettered")
+	l := b.log.Warn().Str("reason", reason).Str("error", event.Describe(err))
+	if seq > 0 {
+		l = l.Uint64("stream_seq", seq)
+	}
+	if isToken(e.ID, 64) {
+		l = l.Str("id", e.ID)
+	}
+	if isToken(string(e.Type), 40) {
+		l = l.Str("type", string(e.Type))
+	}
+	l.Msg("event dead-lettered")
+}
+
+// isToken reports whether s is a short lower-case identifier: such an id
+// or type from a bad event is safe to log, anything else may be content.
+func isToken(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // evaluate diagnoses a cluster and opens, changes or resolves its

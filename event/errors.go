@@ -1,6 +1,12 @@
 package event
 
-import "errors"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
 
 // Sentinel errors. Every error returned by this package wraps exactly one of
 // them, so a consumer can branch with errors.Is and decide between retrying,
@@ -34,3 +40,36 @@ var (
 	// described in the package documentation.
 	ErrInvalidSubject = errors.New("event: invalid subject")
 )
+
+// Describe says what is wrong with data that did not decode, without any
+// of its content: a bad event may carry anything, secrets included, and
+// Go's JSON and time errors quote the values they reject. It names the
+// sentinel and, for JSON errors, the byte offset or the field.
+func Describe(err error) string {
+	if err == nil {
+		return ""
+	}
+	class := "error"
+	for _, s := range []error{ErrTooLarge, ErrUnsupportedVersion, ErrUnknownType, ErrMalformed, ErrInvalid, ErrInvalidSubject} {
+		if errors.Is(err, s) {
+			class = s.Error()
+			break
+		}
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var tm *time.ParseError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Sprintf("%s: JSON syntax error at byte %d", class, syntax.Offset)
+	case errors.As(err, &typ):
+		// Field is a path of this package's field names; Value is a JSON
+		// kind ("string", "number"), not the value.
+		return fmt.Sprintf("%s: field %s: JSON %s where %s belongs", class, typ.Field, typ.Value, typ.Type)
+	case errors.As(err, &tm):
+		return class + ": a time is not in RFC 3339 format"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return class + ": truncated JSON"
+	}
+	return class
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,10 +69,12 @@ func TestAgentCommand(t *testing.T) {
 			"--listen", addr, "--lease-namespace", ns, "--identity", "test-agent", "--log-format", "json"})
 	}()
 	testenv.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
-	testenv.Eventually(t, 30*time.Second, "leader and one hosted cluster watched", func() bool {
+	// The agent watches every HostedCluster of the management cluster,
+	// those earlier tests of this package left included: at least ours.
+	testenv.Eventually(t, 60*time.Second, "leader and the hosted cluster watched", func() bool {
 		_, body := get("http://" + addr + "/metrics")
-		return strings.Contains(body, "hcpbot_agent_leader 1") && strings.Contains(body, "hcpbot_agent_hosted_clusters_watched 1") &&
-			strings.Contains(body, `hcpbot_agent_events_published_total{type="hostedcluster"} 1`)
+		return strings.Contains(body, "hcpbot_agent_leader 1") && metricAtLeast(body, "hcpbot_agent_hosted_clusters_watched", 1) &&
+			metricAtLeast(body, `hcpbot_agent_events_published_total{type="hostedcluster"}`, 1)
 	})
 	cancel()
 	select {
@@ -88,4 +91,16 @@ func TestAgentCommand(t *testing.T) {
 	if !strings.Contains(logs.String(), `"acquired the agent lease"`) {
 		t.Errorf("no leader election in logs:\n%s", logs.String())
 	}
+}
+
+// metricAtLeast reports whether the sample named series (name and labels,
+// as exposed) of a /metrics page is at least min.
+func metricAtLeast(body, series string, min float64) bool {
+	for line := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return err == nil && f >= min
+		}
+	}
+	return false
 }
