@@ -71,7 +71,7 @@ fuzz-short:
 ## variants, then a table of every case with its figures. Each case appends
 ## one JSON line to CHAOS_REPORT (internal/testenv/chaosreport); make test
 ## runs the same tests in their short variants.
-CHAOS_PKGS   ?= ./bus ./bot ./bot/notify ./bot/chatops ./cmd/hcpbot
+CHAOS_PKGS   ?= ./bus ./watchers ./bot ./bot/notify ./bot/chatops ./cmd/hcpbot
 CHAOS_REPORT ?= bench/out/chaos.jsonl
 chaos:
 	@mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)

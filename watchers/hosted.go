@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,7 +68,11 @@ type hostedConn struct {
 	synced     []cache.InformerSynced
 	probeDone  chan struct{}
 	nudge      chan struct{}
-	dialer     *connDialer
+	// stale is set when the API server came back after an outage: the
+	// informers would wait out client-go's watch backoff (up to a minute
+	// and more, then a 410 and a re-list), so the conn is rebuilt.
+	stale  atomic.Bool
+	dialer *connDialer
 }
 
 type reachability struct {
@@ -181,10 +186,14 @@ func (a *Agent) syncSecret(ctx context.Context, ref event.ClusterRef) error {
 	old := hc.conn
 	hc.noCred = false
 	hc.mu.Unlock()
-	if old != nil && old.credsHash == hash {
+	if old != nil && old.credsHash == hash && !old.stale.Load() {
 		return nil
 	}
-	if old != nil {
+	switch {
+	case old != nil && old.credsHash == hash:
+		a.log.Info().Str("cluster", ref.String()).Msg("hosted cluster API back; reconnecting so that the informers list at once")
+		old.stop()
+	case old != nil:
 		a.log.Info().Str("cluster", ref.String()).Msg("admin kubeconfig changed; reconnecting")
 		old.stop()
 	}
@@ -290,7 +299,7 @@ func (a *Agent) watchFailed(conn *hostedConn) {
 func (a *Agent) health(ctx context.Context, hc *hostedCluster, conn *hostedConn) {
 	t := time.NewTicker(a.cfg.ProbeInterval)
 	defer t.Stop()
-	failures := 0
+	failures, down := 0, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -306,6 +315,13 @@ func (a *Agent) health(ctx context.Context, hc *hostedCluster, conn *hostedConn)
 		}
 		if err == nil {
 			failures = 0
+			if down {
+				// Back after an outage: a fresh conn lists at once and
+				// reports the cluster reachable once it has.
+				conn.stale.Store(true)
+				a.queue.Add(key{kind: kindSecret, cluster: hc.ref})
+				return
+			}
 			if conn.hasSynced() {
 				a.metrics.hostedSynced.WithLabelValues(hc.ref.String()).Set(1)
 				a.setReachable(ctx, hc, conn.endpoint, true, "")
@@ -314,6 +330,7 @@ func (a *Agent) health(ctx context.Context, hc *hostedCluster, conn *hostedConn)
 		}
 		// Two failures in a row: one lost request is not an outage.
 		if failures++; failures == 2 {
+			down = true
 			a.metrics.hostedSynced.WithLabelValues(hc.ref.String()).Set(0)
 			a.setReachable(ctx, hc, conn.endpoint, false, err.Error())
 		}
