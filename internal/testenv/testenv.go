@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -145,6 +146,17 @@ func (e *Env) HostedCluster(t testing.TB, c scenario.Cluster) *Hosted {
 	if err != nil {
 		t.Fatalf("create HostedCluster: %v", err)
 	}
+	// Gone with the test: an agent of a later test in the package watches
+	// every HostedCluster and would wait for this one's stopped API server.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := e.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete HostedCluster %s/%s: %v", c.Namespace, c.Name, err)
+		}
+		if err := e.Kube.CoreV1().Secrets(c.Namespace).Delete(ctx, c.KubeconfigSecretName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete Secret %s/%s: %v", c.Namespace, c.KubeconfigSecretName(), err)
+		}
+	})
 	kc, dc, err := srv.Clients()
 	if err != nil {
 		t.Fatal(err)
