@@ -304,9 +304,19 @@ func yamlProblem(file string, err error) Problem {
 	msg := err.Error()
 	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		return Problem{File: file, Line: line, Message: "invalid YAML: " + m[2]}
+		return Problem{File: file, Line: line, Message: "invalid YAML: " + unquote(m[2])}
 	}
-	return Problem{File: file, Message: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	return Problem{File: file, Message: "invalid YAML: " + unquote(strings.TrimPrefix(msg, "yaml: "))}
 }
 
 var yamlLineRE = regexp.MustCompile(`(?s)^(?:yaml: )?line (\d+): (.*)$`)
+
+// yamlQuotedRE matches what the YAML parser quotes from the file (an
+// anchor name, a scalar), which may be a secret put in the wrong place.
+var yamlQuotedRE = regexp.MustCompile("'[^']*'|`[^`]*`|\"[^\"]*\"")
+
+// unquote replaces the file's content quoted in a YAML error with "…":
+// the line number says where to look.
+func unquote(msg string) string {
+	return yamlQuotedRE.ReplaceAllStringFunc(msg, func(q string) string { return q[:1] + "…" + q[len(q)-1:] })
+}

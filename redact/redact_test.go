@@ -89,6 +89,12 @@ func FuzzRedactNoPassword(f *testing.F) {
 			strings.ContainsAny(host, "@ \t\r\n\v\f") || strings.ContainsAny(scheme, " \t\r\n\v\f") {
 			t.Skip()
 		}
+		// Without a scheme, a password starting with "//" makes
+		// "user://..." — a URL whose scheme is the user name, not userinfo
+		// (found by the fuzzer: "0" + ":" + "//#0" + "@0").
+		if scheme == "" && strings.HasPrefix(pass, "//") {
+			t.Skip()
+		}
 		r, ok := uniqueRune(pass, scheme, user, host, prefix, suffix)
 		if !ok {
 			t.Skip()
