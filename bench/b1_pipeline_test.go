@@ -239,24 +239,6 @@ func waitConsumed(ctx context.Context, reg *prometheus.Registry, n int, timeout 
 	}
 }
 
-// counterSum adds up every series of a counter family.
-func counterSum(reg *prometheus.Registry, name string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
-}
-
 // cpuTime is the CPU (user + system) this process has used.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage

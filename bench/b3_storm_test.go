@@ -160,7 +160,7 @@ func b3Storm(b *testing.B) {
 	var consumed time.Duration
 	openAt := time.Duration(0)
 	for deadline := t0.Add(b3Deadline); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if consumed == 0 && b3Counter(b, reg, "hcpbot_bot_events_consumed_total") >= float64(len(events)) {
+		if consumed == 0 && counterSum(reg, "hcpbot_bot_events_consumed_total") >= float64(len(events)) {
 			consumed = time.Since(t0)
 		}
 		if openAt == 0 && b3Open(bt) >= clusters {
@@ -424,25 +424,6 @@ func b3Open(bt *bot.Bot) int {
 		}
 	}
 	return n
-}
-
-// b3Counter adds up every series of a counter in reg.
-func b3Counter(b *testing.B, reg *prometheus.Registry, name string) float64 {
-	b.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }
 
 // b3BotMetrics summarises the notifier's and the correlator's counters.

@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hcpbot/hcpbot/internal/testenv"
 )
@@ -126,13 +128,10 @@ func rss() uint64 {
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb uint64
-			for _, c := range strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")) {
-				if c >= '0' && c <= '9' {
-					kb = kb*10 + uint64(c-'0')
-				}
+			if f := strings.Fields(v); len(f) > 0 { // "123456 kB"
+				kb, _ := strconv.ParseUint(f[0], 10, 64)
+				return kb * 1024
 			}
-			return kb * 1024
 		}
 	}
 	return 0
@@ -153,4 +152,22 @@ func countTo(b testing.TB, cons jetstream.Consumer, n int64) (done <-chan struct
 		b.Fatal(err)
 	}
 	return ch, got, cc
+}
+
+// counterSum adds up every series of a counter family.
+func counterSum(reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }

@@ -304,27 +304,10 @@ func (b *Bot) deadLetter(err error, e event.Event, seq uint64) {
 	if seq > 0 {
 		l = l.Uint64("stream_seq", seq)
 	}
-	if isToken(e.ID, 64) {
-		l = l.Str("id", e.ID)
-	}
-	if isToken(string(e.Type), 40) {
-		l = l.Str("type", string(e.Type))
+	if id, typ := event.Loggable(e); id != "" || typ != "" {
+		l = l.Str("id", id).Str("type", string(typ))
 	}
 	l.Msg("event dead-lettered")
-}
-
-// isToken reports whether s is a short lower-case identifier: such an id
-// or type from a bad event is safe to log, anything else may be content.
-func isToken(s string, max int) bool {
-	if s == "" || len(s) > max {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return false
-		}
-	}
-	return true
 }
 
 // evaluate diagnoses a cluster and opens, changes or resolves its

@@ -32,3 +32,21 @@ func TestDescribeLeavesContentOut(t *testing.T) {
 		})
 	}
 }
+
+// Loggable keeps an ID or type only when it has the syntax this package
+// gives it.
+func TestLoggable(t *testing.T) {
+	for _, tc := range []struct {
+		e       Event
+		id, typ string
+	}{
+		{Event{ID: "0123456789abcdef0123456789abcdef", Type: "node"}, "0123456789abcdef0123456789abcdef", "node"},
+		{Event{ID: "hunter2 s3cr3t", Type: "Bad Type!"}, "", ""},
+		{Event{ID: "0123456789ABCDEF0123456789ABCDEF", Type: "widget"}, "", "widget"},
+	} {
+		id, typ := Loggable(tc.e)
+		if id != tc.id || string(typ) != tc.typ {
+			t.Errorf("Loggable(%q, %q) = %q, %q, want %q, %q", tc.e.ID, tc.e.Type, id, typ, tc.id, tc.typ)
+		}
+	}
+}

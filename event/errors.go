@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -72,4 +73,18 @@ func Describe(err error) string {
 		return class + ": truncated JSON"
 	}
 	return class
+}
+
+// Loggable returns the ID and type of an event that failed to decode, as
+// far as they are safe to log: each only when it has the syntax this
+// package gives it (a hex ID of idLen digits, a lower-case type word),
+// since anything else may be content.
+func Loggable(e Event) (id string, typ Type) {
+	if len(e.ID) == idLen && strings.Trim(e.ID, "0123456789abcdef") == "" {
+		id = e.ID
+	}
+	if checkType(e.Type) == nil {
+		typ = e.Type
+	}
+	return id, typ
 }

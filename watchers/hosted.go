@@ -189,12 +189,12 @@ func (a *Agent) syncSecret(ctx context.Context, ref event.ClusterRef) error {
 	if old != nil && old.credsHash == hash && !old.stale.Load() {
 		return nil
 	}
-	switch {
-	case old != nil && old.credsHash == hash:
-		a.log.Info().Str("cluster", ref.String()).Msg("hosted cluster API back; reconnecting so that the informers list at once")
-		old.stop()
-	case old != nil:
-		a.log.Info().Str("cluster", ref.String()).Msg("admin kubeconfig changed; reconnecting")
+	if old != nil {
+		why := "admin kubeconfig changed; reconnecting"
+		if old.credsHash == hash {
+			why = "hosted cluster API back; reconnecting so that the informers list at once"
+		}
+		a.log.Info().Str("cluster", ref.String()).Msg(why)
 		old.stop()
 	}
 	conn, err := a.connectHosted(ctx, hc, kubeconfig, hash)

@@ -84,8 +84,8 @@ func (p *JetStreamPublisher) PublishWait(ctx context.Context, e event.Event) err
 	}
 }
 
-// Run publishes buffered events until ctx ends, up to Window of them in
-// flight at once: waiting for each acknowledgement before sending the next
+// Run publishes buffered events until ctx ends, up to DefaultPublishWindow
+// of them in flight at once: waiting for each acknowledgement before sending the next
 // would cap the agent at one event per round trip.
 func (p *JetStreamPublisher) Run(ctx context.Context) {
 	var q []inflight // oldest first
@@ -128,14 +128,14 @@ func (p *JetStreamPublisher) Run(ctx context.Context) {
 		case e := <-buf:
 			q = p.send(ctx, q, e)
 		case ack := <-head.fut.Ok():
-			p.delivered(head.e, ack.Duplicate)
+			p.finish(ctx, *head, ack, nil)
 			q = p.pop(q)
 		case err := <-head.fut.Err():
-			p.retry(ctx, head.e, head.msg, err)
+			p.finish(ctx, *head, nil, err)
 			q = p.pop(q)
 		case <-timer.C:
 			timed = 0
-			p.retry(ctx, head.e, head.msg, errAckTimeout)
+			p.finish(ctx, *head, nil, errAckTimeout)
 			q = p.pop(q)
 		}
 	}
@@ -143,7 +143,7 @@ func (p *JetStreamPublisher) Run(ctx context.Context) {
 
 // pop drops the settled head of the window.
 func (p *JetStreamPublisher) pop(q []inflight) []inflight {
-	k := objectKey(q[0].e)
+	k := q[0].key
 	if p.busy[k]--; p.busy[k] <= 0 {
 		delete(p.busy, k)
 	}
@@ -166,6 +166,7 @@ func objectKey(e event.Event) string {
 // inflight is an event sent and not yet acknowledged.
 type inflight struct {
 	e        event.Event
+	key      string // objectKey(e)
 	msg      *nats.Msg
 	fut      jetstream.PubAckFuture
 	deadline time.Time
@@ -200,7 +201,7 @@ func (p *JetStreamPublisher) send(ctx context.Context, q []inflight, e event.Eve
 		return q
 	}
 	p.busy[k]++
-	return append(q, inflight{e: e, msg: msg, fut: fut, deadline: time.Now().Add(publishAttemptTimeout), seq: p.seq})
+	return append(q, inflight{e: e, key: k, msg: msg, fut: fut, deadline: time.Now().Add(publishAttemptTimeout), seq: p.seq})
 }
 
 // settle waits for one in-flight event, retrying it if it failed.
@@ -210,12 +211,22 @@ func (p *JetStreamPublisher) settle(ctx context.Context, f inflight) {
 	select {
 	case <-ctx.Done():
 	case ack := <-f.fut.Ok():
-		p.delivered(f.e, ack.Duplicate)
+		p.finish(ctx, f, ack, nil)
 	case err := <-f.fut.Err():
-		p.retry(ctx, f.e, f.msg, err)
+		p.finish(ctx, f, nil, err)
 	case <-t.C:
-		p.retry(ctx, f.e, f.msg, errAckTimeout)
+		p.finish(ctx, f, nil, errAckTimeout)
 	}
+}
+
+// finish records the outcome of an in-flight event: delivered, or retried
+// until it is.
+func (p *JetStreamPublisher) finish(ctx context.Context, f inflight, ack *jetstream.PubAck, err error) {
+	if err != nil {
+		p.retry(ctx, f.e, f.msg, err)
+		return
+	}
+	p.delivered(f.e, ack.Duplicate)
 }
 
 // message encodes e, or drops it (counted and logged) if it cannot be.

@@ -23,6 +23,17 @@ const (
 // DefaultRules returns the built-in rules in priority order. Adding a rule
 // is one RuleFunc and one entry here; rules before it explain symptoms for
 // it, rules after it see what it explained.
+func DefaultRules() RuleSet {
+	return RuleSet{
+		{RuleProxyTunnel, proxyTunnel},
+		{RuleRiskyProxyChange, riskyProxyChange},
+		{RuleHostedAPIUnreachable, hostedAPIUnreachable},
+		{RuleNodesNotReady, nodesNotReady},
+		{RuleOperatorCrashLoop, operatorCrashLoop},
+		{RuleManagementProxyLint, managementProxyLint},
+	}
+}
+
 // RuleSummary names what a rule finds without naming a cluster, for lists
 // of many clusters; "" for an unknown rule.
 func RuleSummary(id string) string {
@@ -41,17 +52,6 @@ func RuleSummary(id string) string {
 		return "management cluster proxy lint"
 	}
 	return ""
-}
-
-func DefaultRules() RuleSet {
-	return RuleSet{
-		{RuleProxyTunnel, proxyTunnel},
-		{RuleRiskyProxyChange, riskyProxyChange},
-		{RuleHostedAPIUnreachable, hostedAPIUnreachable},
-		{RuleNodesNotReady, nodesNotReady},
-		{RuleOperatorCrashLoop, operatorCrashLoop},
-		{RuleManagementProxyLint, managementProxyLint},
-	}
 }
 
 // maxEvidencePerKind bounds the evidence lines of one kind in a diagnosis.
