@@ -73,6 +73,9 @@ const (
 // in a label value, so it must stay a valid one.
 var idPattern = regexp.MustCompile(`^[a-z]{1,8}-[0-9a-z]{4,32}$`)
 
+// ValidID reports whether id has the shape of an action id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
 // ClusterRef names a HostedCluster (or, for TargetProxy, Proxy/cluster).
 type ClusterRef struct {
 	Namespace string `json:"namespace,omitempty"`

@@ -1,9 +1,7 @@
 package actions
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/redact"
@@ -77,6 +76,8 @@ func CodeOf(err error) Code {
 		return CodeInvalid
 	case errors.Is(err, ErrRejected):
 		return CodeRejected
+	case errors.Is(err, ErrUnauthorized):
+		return CodeUnauthorized
 	}
 	return CodeInternal
 }
@@ -95,6 +96,8 @@ func (c Code) Err() error {
 		return ErrInvalid
 	case CodeRejected:
 		return ErrRejected
+	case CodeUnauthorized:
+		return ErrUnauthorized
 	}
 	return ErrInternal
 }
@@ -117,8 +120,51 @@ func errorReply(err error) Reply {
 	return Reply{Error: redact.RedactText(err.Error()), Code: CodeOf(err)}
 }
 
-// Serve answers action requests for source on nc until ctx ends: each
-// request is decoded, validated, run with x and answered with a Reply.
+// ServeConfig configures Serve.
+type ServeConfig struct {
+	// Source is this agent's management cluster.
+	Source string
+	// Executor carries out verified requests.
+	Executor *Executor
+	// Verifier decides which requests were approved; required. Every
+	// other request is refused, audited and answered with CodeUnauthorized
+	// (or CodeInvalid), and the cluster is not touched.
+	Verifier *Verifier
+	// Audit records the refusals; nil only logs them.
+	Audit Auditor
+	Log   zerolog.Logger
+}
+
+// Auditor records the requests the agent refused.
+type Auditor interface {
+	Refused(ctx context.Context, r Refusal) error
+}
+
+// Refusal is one refused request, as far as it could be read.
+type Refusal struct {
+	Time time.Time
+	// ActionID, Cluster, RequestedBy and ApprovedBy are what the request
+	// claimed; empty when it did not decode.
+	ActionID    string
+	Cluster     string
+	RequestedBy string
+	ApprovedBy  string
+	// Key is the public key the request was signed with, if any.
+	Key    string
+	Code   Code
+	Reason string
+}
+
+// Refusals beyond this rate are logged and counted but not audited one by
+// one, so that a flood of forged requests cannot flood the audit trail.
+const (
+	auditRefusalsPerSecond = 1
+	auditRefusalsBurst     = 20
+)
+
+// Serve answers action requests for cfg.Source on nc until ctx ends: each
+// request is verified (cfg.Verifier), run with cfg.Executor and answered
+// with a Reply.
 //
 // Only one agent replica may execute actions, so the caller starts Serve
 // inside the leader's run function (whose context ends when leadership is
@@ -130,15 +176,29 @@ func errorReply(err error) Reply {
 // execution is in flight, so consecutive leadership terms never overlap.
 //
 // The action id identifies an execution: a request whose id was executed
-// recently gets the stored Result without running again (a retried or
-// replayed request), and the same id with different content is refused.
+// recently gets the stored Result without running again (a retried
+// request), and the same id with different content is refused.
 // Beyond that memory, the actions are idempotent themselves (a noProxy
 // patch that is already applied reports "unchanged"; an exposure finds its
-// Services by the action id label).
-func Serve(ctx context.Context, nc *nats.Conn, source string, x *Executor, log zerolog.Logger) error {
-	subject, err := event.ActionRequestSubject(source)
+// Services by the action id label), and the Verifier refuses a proposal
+// the approval store no longer holds as approved (executed, failed).
+func Serve(ctx context.Context, nc *nats.Conn, cfg ServeConfig) error {
+	subject, err := event.ActionRequestSubject(cfg.Source)
 	if err != nil {
 		return fmt.Errorf("actions: serve: %w", err)
+	}
+	switch {
+	case cfg.Executor == nil:
+		return errors.New("actions: serve: no executor")
+	case cfg.Verifier == nil || cfg.Verifier.Store == nil:
+		return errors.New("actions: serve: no verifier: unverified requests are never executed")
+	case cfg.Verifier.Source != cfg.Source:
+		return fmt.Errorf("actions: serve: verifier for %q, serving %q", cfg.Verifier.Source, cfg.Source)
+	}
+	if len(cfg.Verifier.Keys) > 0 {
+		if err := CheckKeys(cfg.Verifier.Keys); err != nil {
+			return fmt.Errorf("actions: serve: %w", err)
+		}
 	}
 	// Buffered so that a burst does not count as a slow consumer; a full
 	// buffer drops requests, which their senders see as a timeout.
@@ -148,15 +208,19 @@ func Serve(ctx context.Context, nc *nats.Conn, source string, x *Executor, log z
 		return fmt.Errorf("actions: subscribe %s: %w", subject, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	log = log.With().Str("subject", subject).Logger()
+	log := cfg.Log.With().Str("subject", subject).Logger()
 	// The flush only confirms the subscription early; while NATS is
 	// unreachable the client re-subscribes on reconnect, so serving goes on.
 	if err := nc.FlushTimeout(5 * time.Second); err != nil {
 		log.Warn().Err(err).Msg("action subscription not confirmed yet")
 	}
-	log.Info().Msg("serving action requests")
+	if len(cfg.Verifier.Keys) == 0 {
+		log.Warn().Msg("no trusted signing keys configured: every action request will be refused")
+	}
+	log.Info().Int("trustedKeys", len(cfg.Verifier.Keys)).Bool("fourEyes", cfg.Verifier.FourEyes).Msg("serving action requests")
 
-	s := &server{x: x, log: log, recent: newResultCache(recentResults)}
+	s := &server{x: cfg.Executor, v: cfg.Verifier, audit: cfg.Audit, log: log, recent: newResultCache(recentResults),
+		auditLimit: rate.NewLimiter(auditRefusalsPerSecond, auditRefusalsBurst)}
 	for {
 		select {
 		case <-ctx.Done():
@@ -169,9 +233,15 @@ func Serve(ctx context.Context, nc *nats.Conn, source string, x *Executor, log z
 }
 
 type server struct {
-	x      *Executor
-	log    zerolog.Logger
-	recent *resultCache
+	x          *Executor
+	v          *Verifier
+	audit      Auditor
+	log        zerolog.Logger
+	recent     *resultCache
+	auditLimit *rate.Limiter
+	// unaudited counts refusals over the audit rate since the last one
+	// audited.
+	unaudited int
 }
 
 func (s *server) handle(ctx context.Context, msg *nats.Msg) {
@@ -193,25 +263,21 @@ func (s *server) handle(ctx context.Context, msg *nats.Msg) {
 
 func (s *server) execute(ctx context.Context, data []byte) Reply {
 	if len(data) > MaxRequestBytes {
-		return errorReply(fmt.Errorf("%w: request of %d bytes exceeds %d", ErrInvalid, len(data), MaxRequestBytes))
-	}
-	var req Request
-	dec := json.NewDecoder(bytes.NewReader(data))
-	// An unknown field could carry something the approver never saw.
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return errorReply(fmt.Errorf("%w: decode request: %w", ErrInvalid, err))
-	}
-	if dec.More() {
-		return errorReply(fmt.Errorf("%w: trailing data after the request", ErrInvalid))
-	}
-	if err := req.Validate(); err != nil {
-		s.log.Warn().Str("action", req.ID).Str("code", string(CodeInvalid)).Msg("action request refused")
+		err := fmt.Errorf("%w: request of %d bytes exceeds %d", ErrInvalid, len(data), MaxRequestBytes)
+		s.refuse(ctx, Verified{}, err)
 		return errorReply(err)
 	}
+	vr, err := s.v.Open(ctx, data)
+	if err != nil {
+		if !errors.Is(err, ErrInternal) {
+			s.refuse(ctx, vr, err)
+		}
+		return errorReply(err)
+	}
+	req := vr.Request
 	log := s.log.With().Str("action", req.ID).Str("type", string(req.Type)).Str("cluster", req.Cluster.String()).
-		Str("requestedBy", req.RequestedBy).Logger()
-	digest, err := requestDigest(req)
+		Str("requestedBy", req.RequestedBy).Str("approvedBy", vr.Approval.ApprovedBy).Logger()
+	digest, err := RequestDigest(req)
 	if err != nil {
 		return errorReply(err)
 	}
@@ -239,14 +305,42 @@ func (s *server) execute(ctx context.Context, data []byte) Reply {
 	return Reply{Result: res}
 }
 
-// requestDigest identifies a request's content, so that a replay of an id
-// can be told from a reuse of it.
-func requestDigest(req Request) ([32]byte, error) {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return [32]byte{}, fmt.Errorf("encode request %s: %w", req.ID, err)
+// refuse logs and audits a request the agent will not run.
+func (s *server) refuse(ctx context.Context, vr Verified, cause error) {
+	r := Refusal{
+		Time: time.Now(), ActionID: vr.Request.ID, RequestedBy: vr.Approval.RequestedBy, ApprovedBy: vr.Approval.ApprovedBy,
+		Key: vr.Key, Code: CodeOf(cause), Reason: redact.RedactText(cause.Error()),
 	}
-	return sha256.Sum256(b), nil
+	if vr.Request.Cluster.Name != "" {
+		r.Cluster = vr.Request.Cluster.String()
+	}
+	// The claimed ids are attacker-controlled: logged as data, bounded.
+	s.log.Warn().Str("action", truncateForLog(r.ActionID)).Str("cluster", truncateForLog(r.Cluster)).
+		Str("code", string(r.Code)).Str("reason", r.Reason).Msg("action request refused")
+	if s.audit == nil {
+		return
+	}
+	if !s.auditLimit.Allow() {
+		s.unaudited++
+		return
+	}
+	if s.unaudited > 0 {
+		r.Reason = fmt.Sprintf("%s (and %d more refusals not audited one by one)", r.Reason, s.unaudited)
+		s.unaudited = 0
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.audit.Refused(actx, r); err != nil {
+		s.log.Error().Err(err).Msg("refused action request not audited")
+	}
+}
+
+func truncateForLog(s string) string {
+	const max = 128
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }
 
 // resultCache holds the latest results by action id, oldest evicted first.
@@ -258,7 +352,7 @@ type resultCache struct {
 }
 
 type cachedResult struct {
-	digest [32]byte
+	digest string
 	result *Result
 }
 
@@ -266,7 +360,7 @@ func newResultCache(max int) *resultCache {
 	return &resultCache{max: max, byID: make(map[string]cachedResult, max)}
 }
 
-func (c *resultCache) get(id string, digest [32]byte) (res *Result, ok, same bool) {
+func (c *resultCache) get(id string, digest string) (res *Result, ok, same bool) {
 	e, ok := c.byID[id]
 	if !ok {
 		return nil, false, false
@@ -274,7 +368,7 @@ func (c *resultCache) get(id string, digest [32]byte) (res *Result, ok, same boo
 	return e.result, true, e.digest == digest
 }
 
-func (c *resultCache) put(id string, digest [32]byte, res *Result) {
+func (c *resultCache) put(id string, digest string, res *Result) {
 	if _, ok := c.byID[id]; !ok {
 		c.order = append(c.order, id)
 		if len(c.order) > c.max {

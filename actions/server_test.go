@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,10 +18,64 @@ import (
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
 
+// approvals is an approval store for the server's tests: what
+// bot/approval would hold once a proposal is approved. The real store
+// against the agent is tested in bot (TestForgedActionRequests).
+type approvals struct {
+	mu sync.Mutex
+	m  map[string]actions.ApprovalRecord
+}
+
+func (a *approvals) LookupApproval(_ context.Context, id string) (actions.ApprovalRecord, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.m[id]
+	if !ok {
+		return actions.ApprovalRecord{}, actions.ErrNoApproval
+	}
+	return r, nil
+}
+
+// sealer plays the bot: it records a request as approved by two people
+// (unless its id is approved already) and seals it.
+type sealer struct {
+	source string
+	signer *actions.Signer
+	store  *approvals
+}
+
+func (s *sealer) seal(t *testing.T, req actions.Request) []byte {
+	t.Helper()
+	now := time.Now().UTC()
+	req.RequestedBy = "U0REQUESTER"
+	s.store.mu.Lock()
+	rec, ok := s.store.m[req.ID]
+	if !ok {
+		rec = actions.ApprovalRecord{
+			ID: req.ID, State: "approved", Source: s.source, RequestedBy: req.RequestedBy, DecidedBy: "U0APPROVER",
+			CreatedAt: now, DecidedAt: now, ExpiresAt: now.Add(time.Hour), FourEyes: true, Request: req,
+		}
+		s.store.m[req.ID] = rec
+	}
+	s.store.mu.Unlock()
+	digest, err := actions.RequestDigest(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := s.signer.Seal(req, actions.Approval{
+		ProposalID: req.ID, Source: s.source, RequestedBy: rec.RequestedBy, ApprovedBy: rec.DecidedBy, FourEyes: true,
+		CreatedAt: rec.CreatedAt, ApprovedAt: rec.DecidedAt, ExpiresAt: rec.ExpiresAt, RequestSHA256: digest,
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 // serve starts actions.Serve for source on an embedded NATS server and
-// returns a client connection and the request subject; Serve is stopped
-// (and must return) when the test ends.
-func serve(t *testing.T, source string, x *actions.Executor) (*nats.Conn, string) {
+// returns a client connection, the request subject and the bot's sealer;
+// Serve is stopped (and must return) when the test ends.
+func serve(t *testing.T, source string, x *actions.Executor) (*nats.Conn, string, *sealer) {
 	t.Helper()
 	srv := natstest.RunServer(t)
 	connect := func(name string) *bus.Conn {
@@ -34,9 +89,19 @@ func serve(t *testing.T, source string, x *actions.Executor) (*nats.Conn, string
 		return c
 	}
 	agent, client := connect("agent"), connect("bot")
+	signer, err := actions.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sealer{source: source, signer: signer, store: &approvals{m: map[string]actions.ApprovalRecord{}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- actions.Serve(ctx, agent.NC, source, x, natstest.Logger(t)) }()
+	go func() {
+		done <- actions.Serve(ctx, agent.NC, actions.ServeConfig{
+			Source: source, Executor: x, Log: natstest.Logger(t),
+			Verifier: &actions.Verifier{Keys: []string{signer.PublicKey()}, Store: s.store, Source: source, FourEyes: true},
+		})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -52,7 +117,7 @@ func serve(t *testing.T, source string, x *actions.Executor) (*nats.Conn, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client.NC, subject
+	return client.NC, subject, s
 }
 
 // call sends data and decodes the reply, waiting for Serve to subscribe.
@@ -76,15 +141,6 @@ func call(t *testing.T, nc *nats.Conn, subject string, data []byte) actions.Repl
 	}
 }
 
-func encode(t *testing.T, req actions.Request) []byte {
-	t.Helper()
-	b, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // An approved noProxy request is executed and answered with its result;
 // the same request again gets the stored result without touching the
 // cluster, and the same id with other content is refused.
@@ -93,10 +149,10 @@ func TestServeNoProxyPatch(t *testing.T) {
 	c := scenario.BehindProxy(env.Namespace(t), "served")
 	seedCluster(t, c)
 	x, mgmt, _ := executor(t)
-	nc, subject := serve(t, "mgmt-serve", x)
+	nc, subject, s := serve(t, "mgmt-serve", x)
 
 	req := patchRequest("fix-serve0001", c, scenario.SeedNoProxy)
-	r := call(t, nc, subject, encode(t, req))
+	r := call(t, nc, subject, s.seal(t, req))
 	if err := r.Err(); err != nil {
 		t.Fatalf("reply: %v", err)
 	}
@@ -110,7 +166,7 @@ func TestServeNoProxyPatch(t *testing.T) {
 	}
 
 	// A replayed request: the stored result, no API call at all.
-	again := call(t, nc, subject, encode(t, req))
+	again := call(t, nc, subject, s.seal(t, req))
 	if err := again.Err(); err != nil {
 		t.Fatalf("duplicate: %v", err)
 	}
@@ -122,19 +178,20 @@ func TestServeNoProxyPatch(t *testing.T) {
 		t.Errorf("duplicate changed the HostedCluster: resourceVersion %s → %s", rv, rv2)
 	}
 
-	// The same id for something else is a bug or an attack, not a replay.
+	// The same id for something else is a bug or an attack, not a replay:
+	// it is not what the approval store holds for that id.
 	other := req
 	other.NoProxy = &actions.NoProxyParams{Expected: fixedNoProxy, Add: []string{"example.com"}}
-	r = call(t, nc, subject, encode(t, other))
-	if r.Code != actions.CodeInvalid || !errors.Is(r.Err(), actions.ErrInvalid) {
-		t.Errorf("reused id: reply %+v, want code invalid", r)
+	r = call(t, nc, subject, s.seal(t, other))
+	if r.Code != actions.CodeUnauthorized || !errors.Is(r.Err(), actions.ErrUnauthorized) {
+		t.Errorf("reused id: reply %+v, want code unauthorized", r)
 	}
 	mgmt.expect(t, "reused id")
 
 	// A new proposal computed from a value the cluster no longer holds.
 	stale := patchRequest("fix-serve0002", c, scenario.SeedNoProxy+",changed")
 	stale.NoProxy.Add = []string{"example.org"}
-	r = call(t, nc, subject, encode(t, stale))
+	r = call(t, nc, subject, s.seal(t, stale))
 	if r.Code != actions.CodeConflict || !errors.Is(r.Err(), actions.ErrConflict) || r.Result != nil {
 		t.Errorf("stale: reply %+v, want code conflict", r)
 	}
@@ -151,16 +208,16 @@ func TestServeInvalidRequests(t *testing.T) {
 	seedCluster(t, c)
 	before, rv := readHC(t, c.Namespace, c.Name)
 	x, mgmt, _ := executor(t)
-	nc, subject := serve(t, "mgmt-invalid", x)
+	nc, subject, s := serve(t, "mgmt-invalid", x)
 
 	wildcard := patchRequest("fix-inval001", c, scenario.SeedNoProxy)
 	wildcard.NoProxy.Add = []string{"*"}
-	unknownField := strings.Replace(string(encode(t, patchRequest("fix-inval002", c, scenario.SeedNoProxy))), `"type"`, `"force":true,"type"`, 1)
+	unknownField := strings.Replace(string(s.seal(t, patchRequest("fix-inval002", c, scenario.SeedNoProxy))), `"key"`, `"force":true,"key"`, 1)
 	for name, data := range map[string][]byte{
-		"wildcard":      encode(t, wildcard),
+		"wildcard":      s.seal(t, wildcard),
 		"not json":      []byte("{nope"),
 		"unknown field": []byte(unknownField),
-		"trailing data": append(encode(t, patchRequest("fix-inval003", c, scenario.SeedNoProxy)), []byte(` {}`)...),
+		"trailing data": append(s.seal(t, patchRequest("fix-inval003", c, scenario.SeedNoProxy)), []byte(` {}`)...),
 		"too large":     []byte(`{"id":"` + strings.Repeat("a", actions.MaxRequestBytes) + `"}`),
 	} {
 		r := call(t, nc, subject, data)
@@ -185,6 +242,7 @@ func TestReplyCodes(t *testing.T) {
 		{&actions.PortCollisionError{NodePort: 30080, Err: actions.ErrRejected}, actions.CodePortCollision},
 		{actions.ErrInvalid, actions.CodeInvalid},
 		{actions.ErrRejected, actions.CodeRejected},
+		{actions.ErrUnauthorized, actions.CodeUnauthorized},
 		{actions.ErrKubeconfig, actions.CodeInternal},
 		{context.DeadlineExceeded, actions.CodeInternal},
 	} {

@@ -2,10 +2,13 @@ package bot
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +48,9 @@ type Approvals struct {
 	// executor would refuse). Nil skips them.
 	Audit audit.Appender
 	NC    *nats.Conn
+	// Signer seals every request it sends with the approval it carries
+	// out; agents refuse anything unsealed. Required to dispatch.
+	Signer *actions.Signer
 	// Timeout bounds the wait for the agent; 0 means DefaultActionTimeout.
 	Timeout time.Duration
 	// Log receives what has no user to tell (the expiry sweep's
@@ -75,28 +81,106 @@ func (a *Approvals) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *dia
 }
 
 // DiagnosisRequester is who requested a fix approved straight from its
-// incident message: the diagnosis, not a person.
-const DiagnosisRequester = "hcpbot-diagnosis"
+// incident message without four-eyes: the diagnosis, not a person.
+const DiagnosisRequester = actions.SystemRequesterPrefix + "diagnosis"
+
+// fixPrefix names the proposals made by an incident's Approve button.
+const fixPrefix = "fix-"
 
 // ApproveFix implements FixApprover: the Approve button of an incident
-// message, whose diff the approver is looking at, proposes the diagnosed
-// fix on the diagnosis' behalf and approves it as user in one step. The
-// four-eyes rule holds: the diagnosis proposed, a person approved. A
-// non-approver is refused before anything is proposed (and audited).
+// message, whose diff the approver is looking at. A non-approver is
+// refused before anything is proposed (and audited).
+//
+// Without four-eyes the presser's approval is enough: the fix is proposed
+// on the diagnosis' behalf and approved as user in one step.
+//
+// With four-eyes two people must approve, and the diagnosis is not one of
+// them: the first press proposes the fix with the presser as requester (their
+// approval) and says that one more approver is needed; a press by another
+// approver, on this button or the proposal's, approves it and runs it. The
+// proposal of a fix has an id derived from its content, so that every
+// press on the incident meets the same pending proposal.
 func (a *Approvals) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, user string) chatops.Reply {
 	if err := a.Store.Authorize(ctx, user); err != nil {
 		a.auditRefusal(ctx, k, user, fmt.Errorf("approve the diagnosed fix: %w", err))
 		text, _ := refusal("approve", "the fix of "+esc(k.String()), approval.Proposal{}, err)
 		return chatops.Reply{Text: text}
 	}
-	p, warning, refused, ok := a.propose(ctx, k, noProxyRequest(k, fix, nil), DiagnosisRequester)
-	if !ok {
-		return refused
+	req := noProxyRequest(k, fix, nil)
+	if !a.Store.FourEyes() {
+		p, warning, refused, ok := a.propose(ctx, k, req, DiagnosisRequester)
+		if !ok {
+			return refused
+		}
+		r := a.Approve(ctx, p.ID, user)
+		r.Text += warning
+		return r
 	}
-	r := a.Approve(ctx, p.ID, user)
-	r.Text += warning
-	return r
+	// The proposal of this fix is the first of its ids (fixID, by
+	// generation) that is not decided yet: every press meets the same
+	// pending one, and a fix needed again after a rejection or expiry
+	// gets the next id. Two attempts per id: a concurrent first press by
+	// someone else may create it between our read and our write.
+	for gen, attempt := 0, 0; gen < maxFixGenerations; {
+		req.ID = fixID(k, req, gen)
+		p, err := a.Store.Get(ctx, req.ID)
+		switch {
+		case err == nil && p.State == approval.StatePending && !p.Expired(time.Now()):
+			if p.RequestedBy == user {
+				return chatops.Reply{Text: fmt.Sprintf("You already approved the fix of %s (`%s`). Four-eyes rule: another approver has to approve it too.", esc(k.String()), esc(p.ID))}
+			}
+			return a.Approve(ctx, p.ID, user)
+		case err == nil:
+			gen, attempt = gen+1, 0
+			continue
+		case !errors.Is(err, approval.ErrNotFound):
+			return chatops.Reply{Text: "Could not read the proposal: " + errText(err)}
+		}
+		p, err = a.Store.Propose(ctx, req, user, approval.ForSource(k.Source))
+		if errors.Is(err, approval.ErrExists) && attempt == 0 {
+			attempt++
+			continue
+		}
+		return a.firstApproval(ctx, k, req, p, user, err)
+	}
+	return chatops.Reply{Text: fmt.Sprintf("The fix of %s was proposed %d times already; propose it with `/hcp fix noproxy %s`.", esc(k.String()), maxFixGenerations, esc(k.Cluster.String()))}
 }
+
+// maxFixGenerations bounds how often one diagnosed fix is proposed from
+// its incident's button (each rejection or expiry moves to the next id).
+const maxFixGenerations = 16
+
+// firstApproval answers the first press under four-eyes: the proposal
+// Propose stored (or why not).
+func (a *Approvals) firstApproval(ctx context.Context, k diagnose.Key, req actions.Request, p approval.Proposal, user string, err error) chatops.Reply {
+	warning := ""
+	switch {
+	case errors.Is(err, approval.ErrAudit) && p.ID != "":
+		warning = "\n_Warning: the audit record of this proposal could not be written._"
+	case err != nil:
+		a.auditRefusal(ctx, k, user, err)
+		return chatops.Reply{Text: "Could not store the proposal: " + errText(err)}
+	}
+	_, diff := noProxyDiff(req.NoProxy)
+	text := fmt.Sprintf("%s approved the fix of %s as `%s` (1 of 2 approvals): add %s to the noProxy.\n```%s```\n"+
+		"Four-eyes rule: one more approver is needed — press Approve (here or on the incident) or `/hcp approve %s`; reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s",
+		mention(user), esc(k.String()), p.ID, esc(strings.Join(req.NoProxy.Add, ", ")), esc(diff), p.ID, p.ID,
+		p.ExpiresAt.UTC().Format("15:04 UTC"), warning)
+	return proposalReply(p.ID, text)
+}
+
+// fixID is the id of generation gen of the proposal of a diagnosed fix:
+// the same cluster, starting value and entries give the same ids.
+func fixID(k diagnose.Key, req actions.Request, gen int) string {
+	h := sha256.New()
+	for _, s := range []string{k.Source, req.Cluster.String(), string(req.NoProxy.Target), req.NoProxy.Expected, strings.Join(req.NoProxy.Add, ","), strconv.Itoa(gen)} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return fixPrefix + fixIDEncoding.EncodeToString(h.Sum(nil)[:10])
+}
+
+var fixIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // noProxyRequest is the action that applies fix, plus the entries the user
 // added, computed from the value the diagnosis saw (fix.Before) so that the
@@ -347,6 +431,8 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 		text = fmt.Sprintf("`%s` approved by %s and executed.", id, mention(user))
 	case errors.Is(err, actions.ErrConflict) && p.Request.Type == actions.TypeNoProxyPatch:
 		text = fmt.Sprintf("`%s` was not applied: the %s changed since the proposal; propose again%s.", id, targetKind(p.Request), proposeAgain(p.Request))
+	case errors.Is(err, actions.ErrUnauthorized):
+		text = fmt.Sprintf("`%s` was refused by the agent of %s, which could not verify the approval: %s. Nothing was changed; the refusal is audited.", id, esc(p.Source), errText(err))
 	case errors.Is(err, ErrNoAgent):
 		text = fmt.Sprintf("`%s` is approved but the agent of %s did not answer, so whether it ran is unknown; it is marked failed. Check the cluster and propose again if needed (re-running is safe).", id, esc(p.Source))
 	case errors.Is(err, approval.ErrAudit) && p.State == approval.StateExecuted:
@@ -412,9 +498,16 @@ func (a *Approvals) dispatch(ctx context.Context, p approval.Proposal) (actions.
 	if err != nil {
 		return actions.Result{}, fmt.Errorf("proposal %s names no usable management cluster: %w", p.ID, err)
 	}
-	data, err := json.Marshal(p.Request)
+	if a.Signer == nil {
+		return actions.Result{}, fmt.Errorf("%w: no signing key configured, so the agent would refuse %s", actions.ErrUnauthorized, p.ID)
+	}
+	att, err := p.Attestation()
 	if err != nil {
-		return actions.Result{}, fmt.Errorf("encode request %s: %w", p.ID, err)
+		return actions.Result{}, err
+	}
+	data, err := a.Signer.Seal(p.Request, att, time.Now())
+	if err != nil {
+		return actions.Result{}, err
 	}
 	timeout := a.Timeout
 	if timeout <= 0 {

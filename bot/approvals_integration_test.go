@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/slack-go/slack"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -164,6 +165,9 @@ type liveEnv struct {
 	cmds    *bot.Commands
 	slack   *slackFront
 	cluster string // as commands name it
+	source  string
+	signer  *actions.Signer // the bot's key, trusted by the agent
+	botNC   *nats.Conn
 }
 
 func newLiveEnv(t *testing.T) *liveEnv {
@@ -201,8 +205,15 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	x := &actions.Executor{Dynamic: env.Dynamic, Kube: env.Kube}
+	signer, verifier := agentKeys(t, agentConn.JS, source)
+	refusals, err := audit.ForAgent(agentConn.JS, source)
+	if err != nil {
+		t.Fatal(err)
+	}
 	wg.Go(func() {
-		if err := actions.Serve(runCtx, agentConn.NC, source, x, natstest.Logger(t)); err != nil {
+		if err := actions.Serve(runCtx, agentConn.NC, actions.ServeConfig{
+			Source: source, Executor: x, Verifier: verifier, Audit: audit.Refusals{Log: refusals}, Log: natstest.Logger(t),
+		}); err != nil {
 			t.Errorf("actions.Serve: %v", err)
 		}
 	})
@@ -222,7 +233,7 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	}})
 	cmds := &bot.Commands{
 		Bot: b, Audit: log,
-		Actions: &bot.Approvals{Store: store, Audit: log, NC: botConn.NC, Timeout: 2 * time.Minute},
+		Actions: &bot.Approvals{Store: store, Audit: log, NC: botConn.NC, Signer: signer, Timeout: 2 * time.Minute},
 	}
 	// The agent's subscription must be in place before the first approval.
 	testenv.Eventually(t, 10*time.Second, "agent subscribed", func() bool {
@@ -230,7 +241,8 @@ func newLiveEnv(t *testing.T) *liveEnv {
 		_, err := botConn.NC.Request(subject, []byte("{}"), 2*time.Second)
 		return err == nil
 	})
-	return &liveEnv{ns: ns, c: c, hosted: hosted, store: store, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv"}
+	return &liveEnv{ns: ns, c: c, hosted: hosted, store: store, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
+		source: source, signer: signer, botNC: botConn.NC}
 }
 
 // petclinic is the seed 004 app in the hosted cluster.
@@ -437,11 +449,11 @@ func seedSymptoms(t *testing.T, b *bot.Bot, source, ns, name string) {
 }
 
 // From the seed 000 incident: the Approve button of the incident message,
-// pressed by an approver (a signed interaction payload), patches the
-// HostedCluster's noProxy on the real API server so that it holds
-// `kubernetes` and the service CIDR and keeps every earlier entry, and the
-// audit trail records it. A non-approver's press changes nothing and
-// proposes nothing; a second press changes nothing.
+// pressed by two approvers (signed interaction payloads; four-eyes is on),
+// patches the HostedCluster's noProxy on the real API server so that it
+// holds `kubernetes` and the service CIDR and keeps every earlier entry,
+// and the audit trail records it. A non-approver's press changes nothing
+// and proposes nothing; the first approver's press alone changes nothing.
 func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	e := newLiveEnv(t)
 	ctx := context.Background()
@@ -472,7 +484,15 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 		t.Fatalf("a non-approver's press changed noProxy to %q", got)
 	}
 
-	call = e.slack.press(approver1, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "approved by") })
+	// Four-eyes: the first approver's press is one approval of two.
+	call = e.slack.press(approver1, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
+	if txt := call.Form.Get("text"); !strings.Contains(txt, "<@"+approver1+">") || !strings.Contains(txt, "one more approver") {
+		t.Errorf("first approval answered %q", txt)
+	}
+	if got := noProxy(); got != scenario.SeedNoProxy {
+		t.Fatalf("one approver's press changed noProxy to %q", got)
+	}
+	call = e.slack.press(approver2, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "approved by") })
 	t.Logf("approve answered: %s", call.Form.Get("text"))
 	got := noProxy()
 	entries := strings.Split(got, ",")
@@ -494,8 +514,10 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	}
 
 	// The bot here does not watch the cluster, so it still shows the fix:
-	// a second press proposes it again from the old value, and the agent
-	// refuses to overwrite the changed HostedCluster.
+	// a later press proposes it again from the old value (one approval of
+	// two), and a second approver's would meet the agent's refusal to
+	// overwrite the changed HostedCluster.
+	e.slack.press(approver1, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
 	e.slack.press(approver2, chatops.ActionApprove, inc.Key, func(s string) bool {
 		return strings.Contains(s, "not applied") || strings.Contains(s, "nothing to change")
 	})

@@ -77,12 +77,10 @@ func newApprovals(t *testing.T, source string) *approvalsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	signer, verifier := agentKeys(t, agentConn.JS, source)
 	_, err = agentConn.NC.QueueSubscribe(subject, actions.QueueGroup, func(msg *nats.Msg) {
 		fa.calls.Add(1)
-		var req actions.Request
-		if err := json.Unmarshal(msg.Data, &req); err != nil {
-			t.Errorf("agent: decode: %v", err)
-		}
+		req, _ := openRequest(t, verifier, msg.Data)
 		fa.mu.Lock()
 		fa.last = req
 		answer := fa.answer
@@ -99,7 +97,7 @@ func newApprovals(t *testing.T, source string) *approvalsEnv {
 		t.Fatal(err)
 	}
 	return &approvalsEnv{
-		approvals: &bot.Approvals{Store: store, Audit: log, NC: botConn.NC, Timeout: 10 * time.Second},
+		approvals: &bot.Approvals{Store: store, Audit: log, NC: botConn.NC, Signer: signer, Timeout: 10 * time.Second},
 		store:     store, log: log, agent: fa,
 	}
 }

@@ -78,10 +78,11 @@ func TestChaosAuthorisation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	signer, verifier := agentKeys(t, agentConn.JS, source)
+	verifier.Now = clk.Now
 	if _, err := agentConn.NC.QueueSubscribe(subject, actions.QueueGroup, func(msg *nats.Msg) {
-		var req actions.Request
-		if err := json.Unmarshal(msg.Data, &req); err != nil {
-			t.Errorf("agent: decode: %v", err)
+		req, ok := openRequest(t, verifier, msg.Data)
+		if !ok {
 			return
 		}
 		executed.Add(1)
@@ -96,11 +97,15 @@ func TestChaosAuthorisation(t *testing.T) {
 	if err := agentConn.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	approvals := &bot.Approvals{Store: store, Audit: alog, NC: botConn.NC, Timeout: 20 * time.Second}
+	approvals := &bot.Approvals{Store: store, Audit: alog, NC: botConn.NC, Signer: signer, Timeout: 20 * time.Second}
 	// The same NATS request the bot makes, for the one refusal the bot's
 	// Approve has no parameter for (the cluster the decision came from).
 	dispatch := approval.DispatcherFunc(func(ctx context.Context, p approval.Proposal) (actions.Result, error) {
-		data, err := json.Marshal(p.Request)
+		att, err := p.Attestation()
+		if err != nil {
+			return actions.Result{}, err
+		}
+		data, err := signer.Seal(p.Request, att, clk.Now())
 		if err != nil {
 			return actions.Result{}, err
 		}

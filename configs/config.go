@@ -77,6 +77,21 @@ type Agent struct {
 	// HostedProbeInterval is how often each hosted API server is probed
 	// for reachability. Default 15s.
 	HostedProbeInterval time.Duration
+	// TrustedKeys are the public keys (nkeys user keys, U…) whose
+	// signature the agent accepts on action requests: the bot's, two
+	// during a key rotation. Default: none, and every action request is
+	// refused — except in `hcpbot all`, whose agent trusts the key of the
+	// bot in the same process.
+	TrustedKeys []string
+	// RequireFourEyes makes the agent refuse actions not approved by two
+	// distinct people (a person who requested, another who approved),
+	// whatever the bot's policy. Default: approvals.fourEyes when the file
+	// has an approvals section, else true.
+	RequireFourEyes bool
+	// Approvers, if set, are the only Slack user IDs whose approval the
+	// agent accepts (approver groups cannot be checked by the agent).
+	// Default: none, trust the bot's check.
+	Approvers []string
 }
 
 // LeaderElection makes only one agent replica watch and publish.
@@ -172,6 +187,12 @@ type Approvals struct {
 	FourEyes bool
 	// ProposalTTL is how long a proposed fix can be approved. Default 1h.
 	ProposalTTL time.Duration
+	// SigningKey is the bot's ed25519 key (an nkeys user seed, SU…, as
+	// `hcpbot keygen` writes), as signingKeyEnv or signingKeyFile. Every
+	// approved request the bot sends is signed with it; agents list its
+	// public key in agent.trustedKeys. Required unless the file has an
+	// agent section (`hcpbot all`, which makes a key per process).
+	SigningKey SecretRef
 }
 
 // Digest is a scheduled summary posted to a channel.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"github.com/robfig/cron/v3"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -175,6 +176,31 @@ func (d *decoder) agent(n *yaml.Node, path string, a *Agent) bool {
 			if t, ok := d.duration(v, p, time.Second); ok {
 				a.HostedProbeInterval = t
 			}
+		}},
+		{"trustedKeys", func(v *yaml.Node, p string) {
+			seen := map[string]int{}
+			d.strings(v, p, func(v *yaml.Node, p, s string) {
+				switch {
+				case !nkeys.IsValidPublicUserKey(s):
+					d.problem(v, p, "%q is not an nkeys user public key (U…, 56 characters; `hcpbot keygen` prints one)", s)
+				case seen[s] > 0:
+					d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
+				default:
+					seen[s] = v.Line
+					a.TrustedKeys = append(a.TrustedKeys, s)
+				}
+			})
+			if len(a.TrustedKeys) > 2 {
+				d.problem(v, p, "%d keys: at most two (the current key and, during a rotation, the next or the previous one)", len(a.TrustedKeys))
+			}
+		}},
+		{"requireFourEyes", func(v *yaml.Node, p string) {
+			if b, ok := d.boolean(v, p); ok {
+				a.RequireFourEyes = b
+			}
+		}},
+		{"approvers", func(v *yaml.Node, p string) {
+			d.userIDs(v, p, &a.Approvers)
 		}},
 	}, nil)
 }
@@ -372,20 +398,7 @@ func (d *decoder) slack(n *yaml.Node, path string, s *Slack) bool {
 func (d *decoder) approvals(n *yaml.Node, path string, a *Approvals) bool {
 	return d.mapping(n, path, []field{
 		{"approvers", func(v *yaml.Node, p string) {
-			seen := map[string]int{}
-			d.strings(v, p, func(v *yaml.Node, p, s string) {
-				switch {
-				case groupIDRE.MatchString(s):
-					d.problem(v, p, "%q is a user group ID: put it in approvals.approverGroups", s)
-				case !userIDRE.MatchString(s):
-					d.problem(v, p, "%q is not a Slack user ID (U…/W…; names and @handles change, IDs do not: Slack profile → ⋮ → Copy member ID)", s)
-				case seen[s] > 0:
-					d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
-				default:
-					seen[s] = v.Line
-					a.Approvers = append(a.Approvers, s)
-				}
-			})
+			d.userIDs(v, p, &a.Approvers)
 		}},
 		{"approverGroups", func(v *yaml.Node, p string) {
 			seen := map[string]int{}
@@ -419,7 +432,29 @@ func (d *decoder) approvals(n *yaml.Node, path string, a *Approvals) bool {
 				a.ProposalTTL = t
 			}
 		}},
-	}, nil)
+		{"signingKeyEnv", d.secretEnv(&a.SigningKey.Env)},
+		{"signingKeyFile", d.secretFile(&a.SigningKey.File)},
+	}, map[string]string{
+		"signingKey": "use signingKeyEnv (an environment variable) or signingKeyFile (a file) holding the nkeys seed",
+	})
+}
+
+// userIDs reads a list of Slack user IDs into dst.
+func (d *decoder) userIDs(n *yaml.Node, path string, dst *[]string) {
+	seen := map[string]int{}
+	d.strings(n, path, func(v *yaml.Node, p, s string) {
+		switch {
+		case groupIDRE.MatchString(s):
+			d.problem(v, p, "%q is a user group ID: put it in approvals.approverGroups", s)
+		case !userIDRE.MatchString(s):
+			d.problem(v, p, "%q is not a Slack user ID (U…/W…; names and @handles change, IDs do not: Slack profile → ⋮ → Copy member ID)", s)
+		case seen[s] > 0:
+			d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
+		default:
+			seen[s] = v.Line
+			*dst = append(*dst, s)
+		}
+	})
 }
 
 func (d *decoder) digest(n *yaml.Node, path string, dg *Digest) {
@@ -776,6 +811,7 @@ func (d *decoder) check(c *Config) {
 		if fourEyes && len(a.ApproverGroups) == 0 && len(a.Approvers) == 1 && !d.problemUnder("approvals.approver") {
 			d.problem(d.at("approvals.approvers"), "approvals.approvers", "four-eyes approval (fourEyes, default true) needs at least two approvers or a group: with one, nobody can approve that person's own request")
 		}
+		d.oneOf("approvals", "signingKey", c.Agent == nil, "signs every approved request: agents run only requests signed with a key they trust (create one with `hcpbot keygen`; only `hcpbot all` can do without, with a key made per process)")
 	}
 
 	names := map[string]int{}
@@ -886,6 +922,13 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 		if !set("approvals.fourEyes") {
 			a.FourEyes = true
 		}
+	}
+	if ag := c.Agent; ag != nil && !set("agent.requireFourEyes") {
+		// The agent enforces what the bot in the same file promises; on
+		// its own it assumes the safe default.
+		ag.RequireFourEyes = c.Approvals == nil || c.Approvals.FourEyes
+	}
+	if a := c.Approvals; a != nil {
 		a.ProposalTTL = orDuration(a.ProposalTTL, DefaultProposalTTL)
 	}
 	for i := range c.Digests {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/nats-io/nkeys"
 )
 
 // Secrets are the credentials a configuration refers to, resolved. They
@@ -19,6 +21,9 @@ type Secrets struct {
 	// (and re-reads it on reconnect, so rotation works), Secrets only
 	// checks that it is readable.
 	NATSCreds []byte
+	// SigningKey is the approvals' signing seed (an nkeys user seed);
+	// empty when not configured.
+	SigningKey []byte
 }
 
 // String never shows the values: Secrets printed by mistake (%v in a log
@@ -102,8 +107,23 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 			}
 		}
 	}
+	if a := c.Approvals; a != nil && a.SigningKey.IsSet() {
+		if b, ok := get("approvals.signingKey", a.SigningKey); ok {
+			b = bytes.TrimSpace(b)
+			if kp, err := nkeys.FromSeed(b); err != nil || !isUserSeed(kp) {
+				errs = append(errs, fmt.Errorf("%s: approvals.signingKey (%s) is not an nkeys user seed (SU…; create one with `hcpbot keygen`)", c.File, a.SigningKey))
+			} else {
+				out.SigningKey = b
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return &out, nil
+}
+
+func isUserSeed(kp nkeys.KeyPair) bool {
+	pub, err := kp.PublicKey()
+	return err == nil && nkeys.IsValidPublicUserKey(pub)
 }

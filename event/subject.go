@@ -173,6 +173,14 @@ func AuditSubject(source string) (string, error) {
 	return sourceSubject(source, "audit", "")
 }
 
+// AgentAuditSubject carries the audit records the agent of source writes
+// itself (the action requests it refused): hcpbot.audit.<source>.agent.
+// A subject of its own, so that the agent's NATS user may append there and
+// nowhere else, and its records are never mistaken for the bot's.
+func AgentAuditSubject(source string) (string, error) {
+	return sourceSubject(source, "audit", "agent")
+}
+
 func sourceSubject(source, kind, suffix string) (string, error) {
 	if err := checkSource(source); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -8,3 +8,7 @@ import "context"
 func (s *Store) Authorize(ctx context.Context, userID string) error {
 	return s.authorize(ctx, userID)
 }
+
+// FourEyes reports whether the policy requires two people: a requester
+// and a different approver.
+func (s *Store) FourEyes() bool { return s.policy.FourEyes }

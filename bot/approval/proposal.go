@@ -67,11 +67,14 @@ type Proposal struct {
 	ID      string          `json:"id"`
 	Request actions.Request `json:"request"`
 	// Source is the management cluster whose agent executes the request.
-	Source      string    `json:"source,omitempty"`
-	RequestedBy string    `json:"requestedBy"`
-	CreatedAt   time.Time `json:"createdAt"`
-	ExpiresAt   time.Time `json:"expiresAt"`
-	State       State     `json:"state"`
+	Source      string `json:"source,omitempty"`
+	RequestedBy string `json:"requestedBy"`
+	// FourEyes records that the policy required two people when the
+	// proposal was made; the agent checks it again before executing.
+	FourEyes  bool      `json:"fourEyes,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	State     State     `json:"state"`
 	// DecidedBy and DecidedAt record the approval, rejection or expiry.
 	DecidedBy string    `json:"decidedBy,omitempty"`
 	DecidedAt time.Time `json:"decidedAt,omitzero"`

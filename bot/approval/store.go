@@ -157,7 +157,7 @@ func (s *Store) Propose(ctx context.Context, req actions.Request, requestedBy st
 	}
 	now := s.now().UTC()
 	p := Proposal{
-		ID: req.ID, Request: req, Source: o.source, RequestedBy: requestedBy,
+		ID: req.ID, Request: req, Source: o.source, RequestedBy: requestedBy, FourEyes: s.policy.FourEyes,
 		CreatedAt: now, ExpiresAt: now.Add(s.policy.TTL), State: StatePending,
 	}
 	data, err := json.Marshal(p)

@@ -114,6 +114,8 @@ type Log struct {
 	stream        jetstream.Stream
 	defaultSource string
 	now           func() time.Time
+	// subject maps a record's source onto its subject.
+	subject func(source string) (string, error)
 }
 
 var (
@@ -195,7 +197,20 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, er
 	if err != nil {
 		return nil, fmt.Errorf("audit: ensure stream %s: %w", StreamName, err)
 	}
-	return &Log{js: js, stream: s, defaultSource: o.defaultSource, now: o.now}, nil
+	return &Log{js: js, stream: s, defaultSource: o.defaultSource, now: o.now, subject: event.AuditSubject}, nil
+}
+
+// ForAgent returns a Log for the agent of source: it appends on
+// event.AgentAuditSubject(source), into the stream the bot created with
+// Open, and never creates or changes the stream (the agent's NATS user
+// may not). Its Recent fails: the agent does not read the trail.
+func ForAgent(js jetstream.JetStream, source string) (*Log, error) {
+	if _, err := event.AgentAuditSubject(source); err != nil {
+		return nil, fmt.Errorf("audit: agent source: %w", err)
+	}
+	return &Log{js: js, defaultSource: source, now: time.Now, subject: func(string) (string, error) {
+		return event.AgentAuditSubject(source)
+	}}, nil
 }
 
 // idPattern keeps record IDs short and free of characters that would need
@@ -226,7 +241,7 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	if r.Source == "" {
 		r.Source = l.defaultSource
 	}
-	subject, err := event.AuditSubject(r.Source)
+	subject, err := l.subject(r.Source)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -282,6 +297,9 @@ const recentFetchWait = 2 * time.Second
 // holes and the start sequence is exact. Records that cannot be decoded
 // (not written by Append) are skipped.
 func (l *Log) Recent(ctx context.Context, n int) ([]Record, error) {
+	if l.stream == nil {
+		return nil, errors.New("audit: this log only appends (ForAgent)")
+	}
 	if n <= 0 {
 		return nil, nil
 	}

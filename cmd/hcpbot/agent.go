@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/internal/logging"
@@ -52,6 +54,10 @@ type agentFlags struct {
 	logFormat      string
 	probeInterval  time.Duration
 	lease          watchers.LeaderConfig
+	// Which action requests the agent runs (actions.Verifier).
+	trustedKeys     []string
+	requireFourEyes bool
+	approvers       []string
 }
 
 func runAgent(ctx context.Context, c *cli, args []string) error {
@@ -74,8 +80,17 @@ func runAgent(ctx context.Context, c *cli, args []string) error {
 	fs.IntVar(&f.bufferEvents, "buffer-events", 10000, "events held in memory while NATS is unreachable; beyond, a resync restates")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or console")
+	keys := fs.String("trusted-keys", c.getenv("HCPBOT_TRUSTED_KEYS"), "comma-separated public keys (U…) whose signed action requests the agent runs; two during a rotation (env HCPBOT_TRUSTED_KEYS; none: every action is refused)")
+	fs.BoolVar(&f.requireFourEyes, "require-four-eyes", true, "run only actions approved by two distinct people")
+	approvers := fs.String("approvers", "", "comma-separated Slack user IDs whose approvals the agent accepts (default: any the bot accepted)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	f.trustedKeys, f.approvers = splitList(*keys), splitList(*approvers)
+	if len(f.trustedKeys) > 0 {
+		if err := actions.CheckKeys(f.trustedKeys); err != nil {
+			return usageErrorf("--trusted-keys: %v", err)
+		}
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q", fs.Arg(0))
@@ -159,13 +174,26 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	// Approved actions are executed by the replica that watches: inside
 	// the leader's run, so that one replica at a time acts and stops
 	// acting (and finishes what it started) before losing the lease.
-	executor := &actions.Executor{Dynamic: dyn, Kube: kube}
+	refusals, err := audit.ForAgent(conn.JS, f.source)
+	if err != nil {
+		return err
+	}
+	serve := actions.ServeConfig{
+		Source:   f.source,
+		Executor: &actions.Executor{Dynamic: dyn, Kube: kube},
+		Verifier: &actions.Verifier{
+			Keys: f.trustedKeys, Store: approval.NewLookup(conn.JS), Source: f.source,
+			FourEyes: f.requireFourEyes, Approvers: f.approvers,
+		},
+		Audit: audit.Refusals{Log: refusals},
+		Log:   log,
+	}
 	run := func(ctx context.Context) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var served sync.WaitGroup
 		served.Go(func() {
-			if err := actions.Serve(ctx, conn.NC, f.source, executor, log); err != nil {
+			if err := actions.Serve(ctx, conn.NC, serve); err != nil {
 				log.Error().Err(err).Msg("not serving action requests")
 			}
 		})
@@ -185,6 +213,16 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	wg.Wait()
 	log.Info().Msg("stopped")
 	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for v := range strings.SplitSeq(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // kubeConfig: an explicit file, else in-cluster, else the usual loading rules.
@@ -276,6 +314,7 @@ func agentFlagsFromConfig(cfg *configs.Config) agentFlags {
 		kubeconfig: a.Kubeconfig, source: a.Source, listen: a.Listen,
 		leaderElect: a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
 		identity: os.Getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval,
-		lease: watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
+		lease:       watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
+		trustedKeys: a.TrustedKeys, requireFourEyes: a.RequireFourEyes, approvers: a.Approvers,
 	}
 }

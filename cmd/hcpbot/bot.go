@@ -16,6 +16,7 @@ import (
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
 
+	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
@@ -86,18 +87,52 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 		return err
 	}
 
+	signer, err := approvalSigner(cfg, sec, name, log)
+	if err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	if name == "all" {
 		f := agentFlagsFromConfig(cfg)
+		if len(f.trustedKeys) == 0 && signer != nil {
+			// One process: the agent trusts the bot beside it.
+			f.trustedKeys = []string{signer.PublicKey()}
+		}
 		wg.Go(func() {
 			if err := agentRun(ctx, f, conn, log); err != nil {
 				log.Error().Err(err).Msg("agent stopped")
 			}
 		})
 	}
-	err = botRun(ctx, c, cfg, sec, conn, log)
+	err = botRun(ctx, c, cfg, sec, signer, conn, log)
 	wg.Wait()
 	return err
+}
+
+// approvalSigner is the key approved requests are signed with: the
+// configured one, or in `hcpbot all` without one a key made for this
+// process (its agent trusts it; nothing else ever sees it). Nil without
+// approvals.
+func approvalSigner(cfg *configs.Config, sec *configs.Secrets, mode string, log zerolog.Logger) (*actions.Signer, error) {
+	switch {
+	case cfg.Approvals == nil:
+		return nil, nil
+	case len(sec.SigningKey) > 0:
+		s, err := actions.NewSigner(sec.SigningKey)
+		if err != nil {
+			return nil, err
+		}
+		log.Info().Str("publicKey", s.PublicKey()).Msg("approved actions are signed with the configured key")
+		return s, nil
+	case mode == "all":
+		s, err := actions.NewEphemeralSigner()
+		if err != nil {
+			return nil, err
+		}
+		log.Info().Str("publicKey", s.PublicKey()).Msg("no approvals.signingKey: approved actions are signed with a key made for this process, trusted by its own agent only")
+		return s, nil
+	}
+	return nil, errors.New("approvals need approvals.signingKeyEnv or approvals.signingKeyFile: agents run only requests signed with a key they trust (create one with `hcpbot keygen`)")
 }
 
 // commandDrain bounds how long a stopping bot waits for running slash
@@ -117,7 +152,7 @@ func joinURLs(urls []string) string {
 
 // botRun runs the bot until ctx ends: the pipeline, the notifier, the
 // Slack endpoints (or Socket Mode) and the ops endpoints.
-func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, conn *bus.Conn, log zerolog.Logger) error {
+func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, log zerolog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	log = log.With().Str("component", "bot").Logger()
@@ -160,6 +195,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		if acts, err = newApprovals(ctx, cfg, sec, conn, auditLog); err != nil {
 			return err
 		}
+		acts.Signer = signer
 		acts.Log = log
 		commands.Actions = acts
 	}

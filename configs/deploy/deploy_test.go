@@ -38,6 +38,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -531,7 +533,7 @@ func asAgent(t *testing.T) (*rest.Config, kubernetes.Interface, dynamic.Interfac
 // runAgent runs the agent as cmd/hcpbot's agentRun does (leader election,
 // watchers, action server inside the leader's run) with the given clients,
 // until the test ends.
-func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn *bus.Conn, source string, log zerolog.Logger) {
+func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn *bus.Conn, source string, trusted *actions.Signer, log zerolog.Logger) {
 	t.Helper()
 	metrics := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, metrics, log)
@@ -540,7 +542,10 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 		t.Fatal(err)
 	}
 	pub.OnResync(agent.Resync)
-	executor := &actions.Executor{Dynamic: dc, Kube: kc}
+	serve := actions.ServeConfig{
+		Source: source, Executor: &actions.Executor{Dynamic: dc, Kube: kc}, Log: log,
+		Verifier: &actions.Verifier{Keys: []string{trusted.PublicKey()}, Store: approval.NewLookup(conn.JS), Source: source, FourEyes: true},
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
@@ -551,7 +556,7 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 				defer cancel()
 				var served sync.WaitGroup
 				served.Go(func() {
-					if err := actions.Serve(ctx, conn.NC, source, executor, log); err != nil {
+					if err := actions.Serve(ctx, conn.NC, serve); err != nil {
 						log.Error().Err(err).Msg("not serving action requests")
 					}
 				})
@@ -577,14 +582,54 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 	})
 }
 
-// request sends an action request to the agent and decodes its reply.
-func request(t *testing.T, nc *nats.Conn, source string, req actions.Request) actions.Reply {
+// botSide is the bot's part of an action: the approval store and the key
+// the agent trusts.
+type botSide struct {
+	nc     *nats.Conn
+	store  *approval.Store
+	signer *actions.Signer
+}
+
+func newBotSide(t *testing.T, conn *bus.Conn) *botSide {
 	t.Helper()
+	ctx := context.Background()
+	log, err := audit.Open(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{"UAPPROVER1", "UAPPROVER2"}, FourEyes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := actions.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &botSide{nc: conn.NC, store: store, signer: signer}
+}
+
+// request has req proposed and approved by two people, as the bot does,
+// sends it to the agent and decodes its reply.
+func (b *botSide) request(t *testing.T, source string, req actions.Request) actions.Reply {
+	t.Helper()
+	ctx := context.Background()
+	nc := b.nc
 	subject, err := event.ActionRequestSubject(source)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(req)
+	p, err := b.store.Propose(ctx, req, req.RequestedBy, approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = b.store.Approve(ctx, p.ID, "UAPPROVER1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	att, err := p.Attestation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := b.signer.Seal(p.Request, att, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -696,7 +741,8 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := time.Now()
-	runAgent(t, kc, dc, agentConn, source, log)
+	bot := newBotSide(t, botConn)
+	runAgent(t, kc, dc, agentConn, source, bot.signer, log)
 
 	// Leader election with the Lease in its namespace.
 	testenv.Eventually(t, 30*time.Second, "the agent holding Lease hcpbot/hcpbot-agent", func() bool {
@@ -721,7 +767,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	fix := actions.Request{ID: "fix-deploy01", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
 		NoProxy: &actions.NoProxyParams{Expected: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16", "10.132.0.0/14"}}}
-	res := request(t, botConn.NC, source, fix).Result
+	res := bot.request(t, source, fix).Result
 	if res.Outcome != actions.OutcomeApplied {
 		t.Errorf("noProxy fix: %+v", res)
 	}
@@ -739,7 +785,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	pfix := actions.Request{ID: "fix-deploy02", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Name: hypershift.ProxyName},
 		NoProxy: &actions.NoProxyParams{Target: actions.TargetProxy, Expected: ".corp.example", Add: []string{"kubernetes"}}}
-	if res := request(t, botConn.NC, source, pfix).Result; res.Outcome != actions.OutcomeApplied {
+	if res := bot.request(t, source, pfix).Result; res.Outcome != actions.OutcomeApplied {
 		t.Errorf("Proxy/cluster fix: %+v", res)
 	}
 
@@ -747,7 +793,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	expose := actions.Request{ID: "expo-deploy01", Type: actions.TypeExposeNodePort, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
 		Expose:  &actions.ExposeParams{Namespace: appNS, Service: "petclinic"}}
-	exp := request(t, botConn.NC, source, expose).Result
+	exp := bot.request(t, source, expose).Result
 	if exp.Outcome != actions.OutcomeApplied || len(exp.Created) != 2 || exp.Undo == nil {
 		t.Fatalf("expose: %+v", exp)
 	}
@@ -756,7 +802,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	}
 	rollback := actions.Request{ID: "undo-deploy01", Type: actions.TypeRollback, RequestedBy: "alice",
 		Cluster: expose.Cluster, Rollback: &actions.RollbackParams{Undo: *exp.Undo}}
-	if res := request(t, botConn.NC, source, rollback).Result; res.Outcome != actions.OutcomeRolledBack {
+	if res := bot.request(t, source, rollback).Result; res.Outcome != actions.OutcomeRolledBack {
 		t.Errorf("rollback: %+v", res)
 	}
 	if _, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, actions.ManagementServiceName(expose.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
