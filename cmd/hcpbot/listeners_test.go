@@ -203,7 +203,7 @@ log: {level: info, format: json}
 
 // The bot in HTTP mode: bot.listen serves /slack/* only, bot.opsListen
 // health and metrics; the Slack listener cuts off slow and oversized
-// requests (all on loopback, each bounded).
+// requests, the ops listener slow ones (all on loopback, each bounded).
 func TestBotListeners(t *testing.T) {
 	srv := natstest.RunServer(t)
 	rec := slackrec.New(t)
@@ -265,6 +265,12 @@ log: {level: info, format: json}
 		start := time.Now()
 		closed := trickle(t, slackAddr, "POST /slack/commands HTTP/1.1\r\nHost: hcpbot\r\n", "X-Slow: "+strings.Repeat("a", 1000))
 		checkCutOff(t, "headers sent a byte at a time", start, closed, slackLimits.readHeader)
+	})
+	t.Run("slow headers on the ops listener", func(t *testing.T) {
+		t.Parallel()
+		start := time.Now()
+		closed := trickle(t, opsAddr, "GET /metrics HTTP/1.1\r\nHost: hcpbot\r\n", "X-Slow: "+strings.Repeat("a", 1000))
+		checkCutOff(t, "ops headers sent a byte at a time", start, closed, opsLimits.readHeader)
 	})
 	t.Run("slow body", func(t *testing.T) {
 		t.Parallel()
