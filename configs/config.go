@@ -111,9 +111,14 @@ type LeaderElection struct {
 
 // Bot configures `hcpbot bot`: correlation, incident messages, routing.
 type Bot struct {
-	// Listen is the address of the bot's HTTP server (health, metrics
-	// and, without Socket Mode, Slack's requests). Default ":8081".
+	// Listen is the address Slack's requests come to: /slack/* only,
+	// anything else is 404. Not opened with Socket Mode and no signing
+	// secret. Default ":8081".
 	Listen string
+	// OpsListen is the address of /healthz, /readyz and /metrics, kept
+	// apart from Listen so that publishing the Slack endpoints does not
+	// publish the metrics. Default ":8082".
+	OpsListen string
 	// GroupWait is how long the first event of an incident waits for
 	// related events before the first message. Default 5s; 0 posts at once.
 	GroupWait time.Duration
@@ -238,6 +243,7 @@ const (
 	DefaultBufferEvents        = 10000
 	DefaultHostedProbeInterval = 15 * time.Second
 	DefaultBotListen           = ":8081"
+	DefaultBotOpsListen        = ":8082"
 	DefaultGroupWait           = 5 * time.Second
 	DefaultGroupInterval       = time.Minute
 	DefaultResolveTimeout      = 5 * time.Minute

@@ -63,7 +63,7 @@ func TestExampleDefaultsMatchCode(t *testing.T) {
 	}
 	var kept []string
 	drop := map[string]bool{
-		"streamReplicas": true, "eventsMaxAge": true, "duplicateWindow": true, "listen": true,
+		"streamReplicas": true, "eventsMaxAge": true, "duplicateWindow": true, "listen": true, "opsListen": true,
 		"enabled": true, "leaseName": true, "leaseDuration": true, "renewDeadline": true, "retryPeriod": true,
 		"bufferEvents": true, "hostedProbeInterval": true, "groupWait": true, "groupInterval": true,
 		"resolveTimeout": true, "threshold": true, "window": true, "apiURL": true, "socketMode": true,
@@ -101,7 +101,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("agent = %+v", a)
 	}
 	b := c.Bot
-	if b.Listen != ":8081" || b.GroupWait != 5*time.Second || b.GroupInterval != time.Minute || b.ResolveTimeout != 5*time.Minute || b.Storm != (Storm{20, 30 * time.Second}) {
+	if b.Listen != ":8081" || b.OpsListen != ":8082" || b.GroupWait != 5*time.Second || b.GroupInterval != time.Minute || b.ResolveTimeout != 5*time.Minute || b.Storm != (Storm{20, 30 * time.Second}) {
 		t.Errorf("bot = %+v", b)
 	}
 	if c.Slack.APIURL != "https://slack.com/api/" || !c.Approvals.FourEyes || c.Approvals.ProposalTTL != time.Hour {
@@ -185,6 +185,12 @@ func TestRejected(t *testing.T) {
 		{"listen malformed", "agent:\n  source: mgmt-1\n  listen: \"8080\"\n", 3, "agent.listen", `"8080" is not a listen address`},
 		{"listen port out of range", "agent:\n  source: mgmt-1\n  listen: \":80800\"\n", 3, "agent.listen", "port must be a number from 1 to 65535"},
 		{"listen clash", "agent:\n  source: mgmt-1\n  listen: \":9000\"\n" + botBase + "  listen: \"0.0.0.0:9000\"\n", 9, "bot.listen", "collides with agent.listen"},
+		{"ops listen malformed", botBase + "  opsListen: \"localhost\"\n", 6, "bot.opsListen", `"localhost" is not a listen address`},
+		{"ops listen port out of range", botBase + "  opsListen: \":0\"\n", 6, "bot.opsListen", "port must be a number from 1 to 65535"},
+		{"ops listen on the slack listener", botBase + "  listen: \"127.0.0.1:9000\"\n  opsListen: \":9000\"\n", 7, "bot.opsListen", "must not share the listener that faces Slack"},
+		{"ops listen on the default slack port", botBase + "  opsListen: \":8081\"\n", 6, "bot.opsListen", `collides with bot.listen ":8081"`},
+		{"ops listen clash with agent", "agent:\n  source: mgmt-1\n  listen: \":9000\"\n" + botBase + "  opsListen: \"[::]:9000\"\n", 9, "bot.opsListen", "collides with agent.listen"},
+		{"ops listen clash with default agent", "agent:\n  source: mgmt-1\n" + botBase + "  opsListen: \"127.0.0.1:8080\"\n", 8, "bot.opsListen", `collides with agent.listen ":8080"`},
 		{"string where integer", "agent:\n  source: mgmt-1\n  bufferEvents: \"100\"\n", 3, "agent.bufferEvents", "must be an integer"},
 		{"yes is not a boolean", "agent:\n  source: mgmt-1\n  leaderElection:\n    enabled: yes\n", 4, "agent.leaderElection.enabled", "must be true or false"},
 		{"duplicate key", "agent:\n  source: mgmt-1\n  source: mgmt-2\n", 3, "agent.source", "duplicate key (first set on line 2)"},
@@ -458,5 +464,17 @@ func TestSecretsNATSCredsFile(t *testing.T) {
 	s, err := c.Secrets(func(string) string { return "" }, read)
 	if err != nil || s.NATSCreds != nil || s.SlackBotToken != "" {
 		t.Fatalf("%v %v", s, err)
+	}
+}
+
+// With Socket Mode and no signing secret no Slack listener is opened, so
+// bot.listen's port is free for the ops endpoints.
+func TestOpsListenSocketModeOnly(t *testing.T) {
+	c, err := Parse([]byte("bot:\n  defaultChannel: C0123456789\n  opsListen: \":8081\"\nslack:\n  botTokenEnv: B\n  socketMode: true\n  appTokenEnv: A\n"), "socket.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Bot.OpsListen != ":8081" {
+		t.Errorf("opsListen %q", c.Bot.OpsListen)
 	}
 }

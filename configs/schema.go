@@ -247,6 +247,11 @@ func (d *decoder) bot(n *yaml.Node, path string, b *Bot) bool {
 				b.Listen = s
 			}
 		}},
+		{"opsListen", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && d.listen(v, p, s) {
+				b.OpsListen = s
+			}
+		}},
 		{"groupWait", func(v *yaml.Node, p string) {
 			if t, ok := d.duration(v, p, 0); ok {
 				b.GroupWait = t
@@ -773,12 +778,20 @@ func (d *decoder) check(c *Config) {
 		if !set("bot.defaultChannel") {
 			d.problem(d.at("bot"), "bot.defaultChannel", "is required: the channel for incidents no route matches")
 		}
+		bl := orString(c.Bot.Listen, DefaultBotListen)
+		ol := orString(c.Bot.OpsListen, DefaultBotOpsListen)
+		// Without a signing secret (Socket Mode) there is no Slack listener.
+		if slackListener := c.Slack == nil || !c.Slack.SocketMode || c.Slack.SigningSecret.IsSet(); slackListener && listenClash(bl, ol) {
+			d.problem(d.at("bot.opsListen"), "bot.opsListen", "%q collides with bot.listen %q: /metrics must not share the listener that faces Slack", ol, bl)
+		}
 		if c.Agent != nil {
+			// `hcpbot all` runs both in one process.
 			al := orString(c.Agent.Listen, DefaultAgentListen)
-			bl := orString(c.Bot.Listen, DefaultBotListen)
 			if listenClash(al, bl) {
-				// `hcpbot all` runs both in one process.
 				d.problem(d.at("bot.listen"), "bot.listen", "%q collides with agent.listen %q (hcpbot all serves both from one process)", bl, al)
+			}
+			if listenClash(al, ol) {
+				d.problem(d.at("bot.opsListen"), "bot.opsListen", "%q collides with agent.listen %q (hcpbot all serves both from one process)", ol, al)
 			}
 		}
 	} else {
@@ -905,6 +918,7 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 	}
 	if b := c.Bot; b != nil {
 		b.Listen = orString(b.Listen, DefaultBotListen)
+		b.OpsListen = orString(b.OpsListen, DefaultBotOpsListen)
 		if !set("bot.groupWait") {
 			b.GroupWait = DefaultGroupWait // 0s written explicitly means "post at once"
 		}

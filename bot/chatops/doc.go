@@ -23,6 +23,14 @@
 // only posts under an allowed prefix (https://hooks.slack.com/ in
 // production) and at most five times per URL.
 //
-// RunSocketMode serves the same Handler over Socket Mode; Console serves
-// it on a terminal as a fixed local user.
+// Server answers 404 for any other path, so it can be the whole handler of
+// the listener that faces Slack. Bodies are capped with http.MaxBytesReader
+// (WithMaxBodyBytes, default 64 KiB): past the cap the connection is closed.
+//
+// RunSocketMode serves the same Handler over Socket Mode with the same
+// options: give it the same shared ReplayGuard (envelopes are keyed by
+// envelope_id, apart from HTTP keys) and Responder as the Server, so a
+// redelivered envelope reaching another replica is dropped and late
+// replies are checked alike. Console serves it on a terminal as a fixed
+// local user.
 package chatops

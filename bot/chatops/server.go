@@ -135,13 +135,16 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.reject(w, r, http.StatusBadRequest, reasonTooLarge, nil)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, s.o.maxBody+1))
-		if err != nil {
-			s.reject(w, r, http.StatusBadRequest, reasonMalformed, err)
-			return
-		}
-		if int64(len(body)) > s.o.maxBody {
+		// MaxBytesReader, not a LimitReader: past the limit the server also
+		// closes the connection instead of draining what the client sends.
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.o.maxBody))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
 			s.reject(w, r, http.StatusBadRequest, reasonTooLarge, nil)
+			return
+		case err != nil:
+			s.reject(w, r, http.StatusBadRequest, reasonMalformed, err)
 			return
 		}
 		sv, err := slack.NewSecretsVerifier(r.Header, s.secret)

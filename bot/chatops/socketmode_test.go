@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
-	"golang.org/x/net/websocket"
 )
 
 type ack struct {
@@ -238,56 +235,13 @@ func TestSocketModeClientGivesUp(t *testing.T) {
 	}
 }
 
-// TestRunSocketModeLoopback drives RunSocketMode end to end against a
-// loopback stand-in for Slack: apps.connections.open hands out a ws://
+// TestRunSocketModeLoopback drives RunSocketMode end to end against
+// slackrec's Socket Mode stand-in: apps.connections.open hands out a ws://
 // URL, whose server sends hello, one slash command and one button press
 // as Slack's Socket Mode does, and reads the acknowledgements.
 func TestRunSocketModeLoopback(t *testing.T) {
 	rec := slackrec.New(t)
-	responseURL := rec.ResponseURL("C0OPS")
-	type envelope struct {
-		EnvelopeID string          `json:"envelope_id"`
-		Payload    json.RawMessage `json:"payload"`
-	}
-	acks := make(chan envelope, 10)
-	cmd, _ := json.Marshal(slack.SlashCommand{Command: "/hcp", Text: "status clusters/example", TeamID: slackrec.TeamID,
-		UserID: "U0ALICE", UserName: "alice", ChannelID: "C0OPS", ResponseURL: responseURL, TriggerID: "1.2.abc"})
-	press, _ := json.Marshal(slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ChannelID: "C0OPS",
-		ActionID: ActionApprove, Value: "act-7f3k9q", ResponseURL: rec.ResponseURL("C0OPS")}))
-
-	var wsURL string
-	mux := http.NewServeMux()
-	mux.HandleFunc("/api/apps.connections.open", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer xapp-test" {
-			http.Error(w, `{"ok":false,"error":"invalid_auth"}`, http.StatusOK)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "url": wsURL})
-	})
-	mux.Handle("/ws", websocket.Server{Handler: func(ws *websocket.Conn) {
-		send := func(v any) {
-			if err := websocket.JSON.Send(ws, v); err != nil {
-				t.Errorf("send: %v", err)
-			}
-		}
-		send(map[string]any{"type": "hello", "num_connections": 1})
-		send(map[string]any{"type": "slash_commands", "envelope_id": "env-cmd", "payload": json.RawMessage(cmd), "accepts_response_payload": true})
-		send(map[string]any{"type": "interactive", "envelope_id": "env-btn", "payload": json.RawMessage(press), "accepts_response_payload": false})
-		for range 2 {
-			var e envelope
-			if err := websocket.JSON.Receive(ws, &e); err != nil {
-				return
-			}
-			acks <- e
-		}
-		var discard json.RawMessage
-		_ = websocket.JSON.Receive(ws, &discard) // hold the connection until the client leaves
-	}})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	wsURL = "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
-
-	api := slack.New("xoxb-test", slack.OptionAppLevelToken("xapp-test"), slack.OptionAPIURL(srv.URL+"/api/"))
+	api := slack.New("xoxb-test", slack.OptionAppLevelToken("xapp-test"), slack.OptionAPIURL(rec.APIURL()))
 	client := socketmode.New(api)
 	h := newFakeHandler()
 	responder, _ := NewResponder(rec.APIURL()+"response/", nil)
@@ -295,20 +249,20 @@ func TestRunSocketModeLoopback(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- RunSocketMode(ctx, client, h, zerolog.Nop(), WithResponder(responder)) }()
 
-	got := map[string]json.RawMessage{}
-	for range 2 {
-		select {
-		case e := <-acks:
-			got[e.EnvelopeID] = e.Payload
-		case <-time.After(10 * time.Second):
-			t.Fatalf("acks so far: %v", got)
-		}
+	conn := rec.Socket(t, "xapp-test", 10*time.Second)
+	if err := conn.Send("slash_commands", "env-cmd", slack.SlashCommand{Command: "/hcp", Text: "status clusters/example", TeamID: slackrec.TeamID,
+		UserID: "U0ALICE", UserName: "alice", ChannelID: "C0OPS", ResponseURL: rec.ResponseURL("C0OPS"), TriggerID: "1.2.abc"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Send("interactive", "env-btn", slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ChannelID: "C0OPS",
+		ActionID: ActionApprove, Value: "act-7f3k9q", ResponseURL: rec.ResponseURL("C0OPS")})); err != nil {
+		t.Fatal(err)
 	}
 	var reply wireReply
-	if err := json.Unmarshal(got["env-cmd"], &reply); err != nil || reply.Text != "echo: status clusters/example" {
-		t.Errorf("command ack %s: %v", got["env-cmd"], err)
+	if got := conn.Ack(t, "env-cmd", 10*time.Second); json.Unmarshal(got, &reply) != nil || reply.Text != "echo: status clusters/example" {
+		t.Errorf("command ack %s", got)
 	}
-	if p, found := got["env-btn"]; !found || len(p) != 0 {
+	if p := conn.Ack(t, "env-btn", 10*time.Second); len(p) != 0 {
 		t.Errorf("button ack %q", p)
 	}
 	rec.WaitFor(t, 5*time.Second, func(r *slackrec.Recorder) bool {

@@ -163,7 +163,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 			return errors.New("NATS not connected")
 		}
 		return nil
-	}, log, nil)
+	}, log)
 	if err != nil {
 		return err
 	}
@@ -272,12 +272,27 @@ func connectNATS(ctx context.Context, urls, storeDir, creds, name string, log ze
 	return bus.Connect(cctx, cfg, log)
 }
 
+// listenerLimits bound what one client can hold of an HTTP listener: a
+// slow or oversized request is cut off instead of pinning a goroutine and
+// a connection.
+type listenerLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+}
+
+var (
+	// opsLimits: probes and scrapes are small and quick; a scrape of a
+	// large registry still fits in write.
+	opsLimits = listenerLimits{readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 2 * time.Minute, maxHeaderBytes: 64 << 10}
+	// slackLimits: Slack sends small signed forms (bodies are capped by
+	// chatops.Server) and wants the answer within 3 s; write covers the
+	// body, chatops' acknowledgement deadline and the reply.
+	slackLimits = listenerLimits{readHeader: 5 * time.Second, read: 10 * time.Second, write: 15 * time.Second, idle: time.Minute, maxHeaderBytes: 16 << 10}
+)
+
 // serveOps serves /healthz, /readyz and /metrics until ctx ends.
-func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, ready func() error, log zerolog.Logger, extra map[string]http.Handler) (*http.Server, error) {
+func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, ready func() error, log zerolog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
-	for path, h := range extra {
-		mux.Handle(path, h)
-	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {
@@ -287,14 +302,21 @@ func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, ready 
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return serveHTTP(ctx, addr, mux, opsLimits, "/healthz, /readyz, /metrics", log)
+}
+
+// serveHTTP serves h on addr within limits until ctx ends; what names the
+// endpoints in logs.
+func serveHTTP(ctx context.Context, addr string, h http.Handler, lim listenerLimits, what string, log zerolog.Logger) (*http.Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write,
+		IdleTimeout: lim.idle, MaxHeaderBytes: lim.maxHeaderBytes}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("ops server")
+			log.Error().Err(err).Str("endpoints", what).Msg("http server")
 		}
 	}()
 	go func() {
@@ -303,7 +325,7 @@ func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, ready 
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	log.Info().Str("addr", l.Addr().String()).Msg("serving /healthz, /readyz, /metrics")
+	log.Info().Str("addr", l.Addr().String()).Msg("serving " + what)
 	return srv, nil
 }
 

@@ -46,7 +46,7 @@ func TestAllCommand(t *testing.T) {
 	}
 	srv := natstest.RunServer(t)
 	rec := slackrec.New(t)
-	agentAddr, botAddr := freeAddr(t), freeAddr(t)
+	agentAddr, botAddr, opsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	const channel = "C0ALLCMD01"
 	cfg := fmt.Sprintf(`nats:
   urls: [%q]
@@ -57,6 +57,7 @@ agent:
   leaderElection: {namespace: %s}
 bot:
   listen: %q
+  opsListen: %q
   groupWait: 0s
   defaultChannel: %s
 slack:
@@ -72,7 +73,7 @@ digests:
     timezone: Europe/Berlin
     channel: %s
 log: {level: info, format: json}
-`, srv.ClientURL(), kubeconfig, agentAddr, ns, botAddr, channel, rec.APIURL(), channel)
+`, srv.ClientURL(), kubeconfig, agentAddr, ns, botAddr, opsAddr, channel, rec.APIURL(), channel)
 	path := filepath.Join(dir, "hcpbot.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -103,6 +104,20 @@ log: {level: info, format: json}
 			t.Error("a secret reached the logs")
 		}
 	}()
+
+	// Each side's health on its own ops listener (bot.opsListen,
+	// agent.listen); the listener that faces Slack serves /slack/* only.
+	for _, addr := range []string{opsAddr, agentAddr} {
+		testenv.Eventually(t, 30*time.Second, "/readyz on "+addr, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 })
+	}
+	if code, body := get("http://" + opsAddr + "/metrics"); code != 200 || !strings.Contains(body, "hcpbot_slack_requests_rejected_total") {
+		t.Errorf("bot /metrics on opsListen: %d", code)
+	}
+	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+		if code, _ := get("http://" + botAddr + p); code != http.StatusNotFound {
+			t.Errorf("GET %s on bot.listen: %d, want 404", p, code)
+		}
+	}
 
 	if err := scenario.SetNodeReady(ctx, hosted.Kube, nodes[0], corev1.ConditionFalse, "KubeletNotReady", "x"); err != nil {
 		t.Fatal(err)

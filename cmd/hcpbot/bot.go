@@ -219,41 +219,40 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		commands.Digester = runner
 	}
 
-	extra := map[string]http.Handler{}
+	// Slack's requests, over HTTP and over Socket Mode, share one replay
+	// guard in NATS KV (a replay reaching another replica is refused too)
+	// and one responder for late replies (response_urls checked alike).
+	slackOpts, err := slackOptions(ctx, cfg, conn, reg, log)
+	if err != nil {
+		return err
+	}
 	if sec.SlackSigningSecret != "" {
-		kv, err := chatops.EnsureReplayBucket(ctx, conn.JS, cfg.NATS.StreamReplicas)
+		srv, err := chatops.NewServer(sec.SlackSigningSecret, commands, slackOpts...)
 		if err != nil {
 			return err
 		}
-		guard, err := chatops.NewKVReplayGuard(ctx, kv)
+		// The listener that faces Slack serves only /slack/*: the Server
+		// answers 404 for any other path. Health and metrics are on
+		// bot.opsListen, which stays inside the cluster.
+		web, err := serveHTTP(ctx, cfg.Bot.Listen, srv, slackLimits, chatops.CommandsPath+", "+chatops.ActionsPath, log)
 		if err != nil {
 			return err
 		}
-		responder, err := chatops.NewResponder(responseURLPrefix(cfg.Slack.APIURL), &http.Client{Timeout: 10 * time.Second})
-		if err != nil {
-			return err
-		}
-		srv, err := chatops.NewServer(sec.SlackSigningSecret, commands, chatops.WithReplayGuard(guard), chatops.WithRegisterer(reg),
-			chatops.WithLogger(log), chatops.WithResponder(responder))
-		if err != nil {
-			return err
-		}
-		extra[chatops.CommandsPath] = srv
-		extra[chatops.ActionsPath] = srv
 		defer func() {
 			// Slash commands still running get a moment to answer, not
 			// longer: the pod's grace period is short.
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandDrain)
 			defer cancel()
+			_ = web.Shutdown(sctx)
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	ops, err := serveOps(ctx, cfg.Bot.Listen, reg, func() error {
+	ops, err := serveOps(ctx, cfg.Bot.OpsListen, reg, func() error {
 		if !conn.NC.IsConnected() {
 			return errors.New("NATS not connected")
 		}
 		return nil
-	}, log, extra)
+	}, log)
 	if err != nil {
 		return err
 	}
@@ -280,7 +279,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	if cfg.Slack != nil && cfg.Slack.SocketMode && sec.SlackAppToken != "" {
 		api := slack.New(sec.SlackBotToken, slack.OptionAppLevelToken(sec.SlackAppToken), slack.OptionAPIURL(cfg.Slack.APIURL))
 		wg.Go(func() {
-			if err := chatops.RunSocketMode(ctx, socketmode.New(api), commands, log, chatops.WithRegisterer(reg)); err != nil && ctx.Err() == nil {
+			if err := chatops.RunSocketMode(ctx, socketmode.New(api), commands, log, slackOpts...); err != nil && ctx.Err() == nil {
 				log.Error().Err(err).Msg("socket mode stopped")
 			}
 		})
@@ -288,6 +287,29 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	err = b.Run(ctx)
 	wg.Wait()
 	return err
+}
+
+// slackOptions are the chatops options of both transports: the replay
+// guard shared by all replicas (bucket ensured whichever transport runs),
+// the responder for late replies, metrics and log.
+func slackOptions(ctx context.Context, cfg *configs.Config, conn *bus.Conn, reg prometheus.Registerer, log zerolog.Logger) ([]chatops.Option, error) {
+	kv, err := chatops.EnsureReplayBucket(ctx, conn.JS, cfg.NATS.StreamReplicas)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := chatops.NewKVReplayGuard(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	var apiURL string // "" means Slack's own hosts
+	if cfg.Slack != nil {
+		apiURL = cfg.Slack.APIURL
+	}
+	responder, err := chatops.NewResponder(responseURLPrefix(apiURL), &http.Client{Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	return []chatops.Option{chatops.WithReplayGuard(guard), chatops.WithResponder(responder), chatops.WithRegisterer(reg), chatops.WithLogger(log)}, nil
 }
 
 // newApprovals opens the proposal store, audited to log, with the

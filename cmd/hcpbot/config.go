@@ -174,8 +174,8 @@ func configSummary(cfg *configs.Config) []string {
 		out = append(out, fmt.Sprintf("agent: source %s, kubeconfig %s, listen %s, %s, buffer %d events, probe every %s", a.Source, kc, a.Listen, le, a.BufferEvents, configDur(a.HostedProbeInterval)))
 	}
 	if b := cfg.Bot; b != nil {
-		out = append(out, fmt.Sprintf("bot: listen %s, %d route(s), default channel %s, group wait %s, interval %s, resolve after %s, storm > %d in %s",
-			b.Listen, len(b.Routes), b.DefaultChannel, configDur(b.GroupWait), configDur(b.GroupInterval), configDur(b.ResolveTimeout), b.Storm.Threshold, configDur(b.Storm.Window)))
+		out = append(out, fmt.Sprintf("bot: listen %s, ops %s, %d route(s), default channel %s, group wait %s, interval %s, resolve after %s, storm > %d in %s",
+			b.Listen, b.OpsListen, len(b.Routes), b.DefaultChannel, configDur(b.GroupWait), configDur(b.GroupInterval), configDur(b.ResolveTimeout), b.Storm.Threshold, configDur(b.Storm.Window)))
 	}
 	if s := cfg.Slack; s != nil {
 		mode := "HTTP requests (signing secret from " + s.SigningSecret.String() + ")"

@@ -39,7 +39,7 @@ func TestConfigCheckExample(t *testing.T) {
 	for _, want := range []string{
 		"nats: embedded server, store /var/lib/hcpbot/nats",
 		"agent: source mgmt-1, kubeconfig in-cluster, listen :8080",
-		"bot: listen :8081, 2 route(s), default channel C0123456789",
+		"bot: listen :8081, ops :8082, 2 route(s), default channel C0123456789",
 		"slack: https://slack.com/api/, bot token from env SLACK_BOT_TOKEN",
 		`digest daily: "0 8 * * 1-5" (Europe/Berlin) → C0123456789`,
 	} {

@@ -47,6 +47,7 @@ func TestChaosBotSIGKILLMidStorm(t *testing.T) {
   urls: [%q]
 bot:
   listen: %q
+  opsListen: %q
   groupWait: 2s
   groupInterval: 5s
   storm: {threshold: 20, window: 30s}
@@ -56,7 +57,7 @@ slack:
   botTokenEnv: TEST_SLACK_BOT_TOKEN
   signingSecretEnv: TEST_SLACK_SIGNING_SECRET
 log: {level: info, format: json}
-`, srv.ClientURL(), freeAddr(t), channel, rec.APIURL())
+`, srv.ClientURL(), freeAddr(t), freeAddr(t), channel, rec.APIURL())
 	path := filepath.Join(dir, "hcpbot.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -108,7 +108,7 @@ func TestChaosSecretsNeverLeak(t *testing.T) {
 	srv := natstest.RunServer(t)
 	natsURL := srv.ClientURL()
 	rec := slackrec.New(t)
-	agentAddr, botAddr := freeAddr(t), freeAddr(t)
+	agentAddr, botAddr, botOps := freeAddr(t), freeAddr(t), freeAddr(t)
 	const channel = "C0SECRETS1"
 	cfg := fmt.Sprintf(`nats:
   urls: [%q]
@@ -119,6 +119,7 @@ agent:
   leaderElection: {namespace: %s}
 bot:
   listen: %q
+  opsListen: %q
   groupWait: 0s
   defaultChannel: %s
 slack:
@@ -129,7 +130,7 @@ approvals:
   approvers: [U0SECRET01]
   fourEyes: false
 log: {level: debug, format: json}
-`, natsURL, kubeconfig, agentAddr, ns, botAddr, channel, rec.APIURL())
+`, natsURL, kubeconfig, agentAddr, ns, botAddr, botOps, channel, rec.APIURL())
 	path := filepath.Join(dir, "hcpbot.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ log: {level: debug, format: json}
 
 	// Collect every channel.
 	metrics := map[string]string{}
-	for what, addr := range map[string]string{"agent /metrics": agentAddr, "bot /metrics": botAddr} {
+	for what, addr := range map[string]string{"agent /metrics": agentAddr, "bot /metrics": botOps} {
 		code, body := get("http://" + addr + "/metrics")
 		if code != http.StatusOK || !strings.Contains(body, "hcpbot_") {
 			t.Errorf("%s: status %d, %d bytes", what, code, len(body))

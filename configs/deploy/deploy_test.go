@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -343,16 +344,65 @@ func TestBotManifests(t *testing.T) {
 	if !mountedFromSecret(spec, c, cfg.NATS.Creds.File, "hcpbot-bot-nats") {
 		t.Errorf("NATS creds %+v: want a file mounted from Secret hcpbot-bot-nats", cfg.NATS.Creds)
 	}
-	// The Service reaches the port the bot listens on.
-	svc := as[corev1.Service](t, find(t, objs, "Service", "hcpbot-bot"))
-	if !strings.HasSuffix(cfg.Bot.Listen, ":8081") || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort != intstr.FromString("http") ||
-		c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != 8081 {
-		t.Errorf("listen %q, container ports %+v, service ports %+v", cfg.Bot.Listen, c.Ports, svc.Spec.Ports)
+	// Two container ports, one per listener: slack (bot.listen) and ops
+	// (bot.opsListen), and the probes on ops.
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
 	}
-	for k, v := range svc.Spec.Selector {
-		if d.Spec.Template.Labels[k] != v {
-			t.Errorf("Service selector %v does not select the bot's pods %v", svc.Spec.Selector, d.Spec.Template.Labels)
+	if len(c.Ports) != 2 || !strings.HasSuffix(cfg.Bot.Listen, ":8081") || ports["slack"] != 8081 ||
+		!strings.HasSuffix(cfg.Bot.OpsListen, ":8082") || ports["ops"] != 8082 {
+		t.Errorf("listen %q, opsListen %q, container ports %+v", cfg.Bot.Listen, cfg.Bot.OpsListen, c.Ports)
+	}
+	for what, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port != intstr.FromString("ops") {
+			t.Errorf("%s probe %+v: want port ops", what, p)
 		}
+	}
+	// The Service Slack's traffic reaches targets only the Slack port; the
+	// metrics Service only ops; neither leaves the cluster by itself.
+	for name, port := range map[string]string{"hcpbot-bot": "slack", "hcpbot-bot-metrics": "ops"} {
+		svc := as[corev1.Service](t, find(t, objs, "Service", name))
+		if svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort != intstr.FromString(port) {
+			t.Errorf("Service %s: type %q, ports %+v; want ClusterIP with only port %s", name, svc.Spec.Type, svc.Spec.Ports, port)
+		}
+		for k, v := range svc.Spec.Selector {
+			if d.Spec.Template.Labels[k] != v {
+				t.Errorf("Service %s selector %v does not select the bot's pods %v", name, svc.Spec.Selector, d.Spec.Template.Labels)
+			}
+		}
+	}
+	// Inbound: the Slack port from anywhere, ops only from pods of the
+	// cluster (a namespace selector, no IP block), nothing else.
+	np := as[networkingv1.NetworkPolicy](t, find(t, objs, "NetworkPolicy", "hcpbot-bot"))
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("NetworkPolicy policyTypes %v, want [Ingress]", np.Spec.PolicyTypes)
+	}
+	for k, v := range np.Spec.PodSelector.MatchLabels {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("NetworkPolicy selects %v, not the bot's pods %v", np.Spec.PodSelector.MatchLabels, d.Spec.Template.Labels)
+		}
+	}
+	admitted := map[string]bool{}
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil {
+			t.Errorf("ingress rule %+v: want exactly one named port", rule)
+			continue
+		}
+		port := rule.Ports[0].Port.String()
+		admitted[port] = true
+		switch port {
+		case "slack":
+		case "ops":
+			if len(rule.From) != 1 || rule.From[0].IPBlock != nil || rule.From[0].NamespaceSelector == nil || rule.From[0].PodSelector != nil {
+				t.Errorf("ops port admitted from %+v: want pods of the cluster only", rule.From)
+			}
+		default:
+			t.Errorf("ingress to port %s admitted", port)
+		}
+	}
+	if !admitted["slack"] || !admitted["ops"] {
+		t.Errorf("NetworkPolicy admits %v, want slack and ops", admitted)
 	}
 }
 

@@ -17,6 +17,12 @@
 // FailSequence chains such periods (429, then 5xx, then hangs, ...).
 // ResponseURL hands out response_url endpoints served by the same recorder.
 //
+// Socket Mode: apps.connections.open, called with an app-level token
+// (xapp-…), hands out a ws:// URL on the recorder; Socket returns the
+// connection a client opened with a token, SocketConn.Send delivers
+// envelopes over it as Slack does (hello first, pings every 5 s) and
+// SocketConn.Ack reads the client's acknowledgements back.
+//
 // The other direction, Slack calling the bot, is covered by Sign,
 // CommandRequest and InteractionRequest, which build requests signed exactly
 // as Slack signs them; ButtonPress builds the block_actions payload of a

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/slack-go/slack/slacktest"
+	"golang.org/x/net/websocket"
 )
 
 // Identity of the fake workspace and of the bot, as auth.test reports it and
@@ -128,6 +129,9 @@ type Recorder struct {
 	faults     []fault        // injected failures, in time order, back to back
 	urls       int            // response_url counter
 	urlUses    map[string]int // by response_url path
+
+	socketsOpened []string      // app-level tokens, by apps.connections.open
+	sockets       []*SocketConn // connected, in order
 }
 
 // New starts a Recorder on loopback and stops it when tb ends.
@@ -154,10 +158,12 @@ func New(tb testing.TB, opts ...Option) *Recorder {
 			"/chat.postEphemeral", "/conversations.create", "/conversations.setTopic",
 			"/conversations.setPurpose", "/conversations.rename", "/conversations.invite",
 			"/conversations.inviteShared", "/users.info", "/users.lookupByEmail",
-			"/bots.info", "/auth.test", "/reactions.add", "/apps.connections.open",
+			"/bots.info", "/auth.test", "/reactions.add",
 		} {
 			c.Handle(p, r.serve)
 		}
+		c.Handle("/"+MethodConnectionsOpen, r.openSocket)
+		c.Handle(socketPath, websocket.Server{Handler: r.serveSocket}.ServeHTTP)
 	})
 	r.srv.Start()
 	tb.Cleanup(func() {
