@@ -173,6 +173,23 @@ func AuditSubject(source string) (string, error) {
 	return sourceSubject(source, "audit", "")
 }
 
+// AgentAuditFilter matches every agent's own audit records.
+const AgentAuditFilter = SubjectRoot + ".audit.*.agent"
+
+// AgentAuditSource returns the source whose agent wrote on subject, an
+// AgentAuditSubject.
+func AgentAuditSource(subject string) (string, bool) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 4 || parts[0] != SubjectRoot || parts[1] != "audit" || parts[3] != "agent" {
+		return "", false
+	}
+	source := unescape(parts[2])
+	if checkSource(source) != nil {
+		return "", false
+	}
+	return source, true
+}
+
 // AgentAuditSubject carries the audit records the agent of source writes
 // itself (the action requests it refused): hcpbot.audit.<source>.agent.
 // A subject of its own, so that the agent's NATS user may append there and
