@@ -47,7 +47,7 @@ func refused(format string, args ...any) error {
 }
 
 // inlineOnly ends the reasons for credentials read or run from elsewhere.
-const inlineOnly = "hcpbot accepts inline credentials only"
+const inlineOnly = "accepts inline credentials only"
 
 // strictCodec decodes like clientcmd.Load (same scheme, same v1 types,
 // same conversion to the internal types) but reports unknown and
@@ -188,7 +188,7 @@ func checkUser(name string, ai *clientcmdapi.AuthInfo) error {
 	case ai.Exec != nil:
 		return refused("user %s uses an exec plugin (exec); hcpbot runs no programs and %s", q, inlineOnly)
 	case ai.AuthProvider != nil:
-		return refused("user %s uses an auth-provider plugin (auth-provider); %s", q, inlineOnly)
+		return refused("user %s uses an auth-provider plugin (auth-provider); hcpbot %s", q, inlineOnly)
 	case ai.TokenFile != "":
 		return refused("user %s reads its token from a file (tokenFile); hcpbot opens no files and %s", q, inlineOnly)
 	case ai.ClientCertificate != "":

@@ -230,7 +230,7 @@ func TestRESTConfigRefusesHostileShapes(t *testing.T) {
 		want string // in the reason
 	}{
 		{"exec", doc(p, server, "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [-c, 'touch /tmp/"+leak+"']\n"),
-			kubeconfig.ErrRefused, `user "u" uses an exec plugin (exec); hcpbot runs no programs and hcpbot accepts inline credentials only`},
+			kubeconfig.ErrRefused, `user "u" uses an exec plugin (exec); hcpbot runs no programs and accepts inline credentials only`},
 		{"exec beside a token", doc(p, server, token+"    exec: {apiVersion: client.authentication.k8s.io/v1, command: "+leak+"}\n"),
 			kubeconfig.ErrRefused, `user "u" uses an exec plugin (exec)`},
 		{"auth-provider", doc(p, server, "    auth-provider:\n      name: oidc\n      config: {id-token: "+leak+", idp-issuer-url: https://idp.example}\n"),
