@@ -6,13 +6,18 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/kubeconfig/kubeconfigtest"
 )
 
@@ -21,7 +26,8 @@ import (
 // The real agent, against real API servers, stops watching, publishes one
 // Unwatched reachability event per refusal saying precisely why (not again
 // on a resync), never runs the plugin or opens the FIFO, and watches the
-// cluster again once the Secret is restored.
+// cluster again once the Secret is restored. The real bot on the same
+// stream posts it to Slack (the recorder) and `/hcp status` says why.
 func TestFaultKubeconfigRefused(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -56,8 +62,14 @@ func TestFaultKubeconfigRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	cb := startChaosBot(t, s.js)
 	r := startFaultReplica(t, faultReplicaConfig{source: "mgmt-" + ns, js: s.js})
 	s.waitFor(t, "the hosted cluster watched (its start-up snapshot)", 1, snapshotDone(cluster))
+	key := diagnose.Key{Source: "mgmt-" + ns, Cluster: event.ClusterRef{Namespace: ns, Name: spec.Name}}
+	status := func() string {
+		return (&bot.Commands{Bot: cb.bot}).HandleCommand(ctx, chatops.Request{Command: chatops.Status{
+			Cluster: &chatops.ClusterRef{Mgmt: key.Source, Namespace: ns, Name: spec.Name}}}).Text
+	}
 
 	prefix := "admin kubeconfig refused: Secret " + ns + "/" + spec.KubeconfigSecretName() + ": "
 	execReason := prefix + `user "admin" uses an exec plugin (exec); hcpbot runs no programs and accepts inline credentials only`
@@ -71,6 +83,17 @@ func TestFaultKubeconfigRefused(t *testing.T) {
 	setKubeconfig(execData)
 	s.waitFor(t, "the exec refusal", 1, refusal(execReason))
 	kubeconfigtest.NotRun(t, marker)
+	testenv.Eventually(t, 60*time.Second, "a Slack incident saying why the cluster is not watched", func() bool {
+		for _, m := range cb.roots(cluster) {
+			if strings.Contains(m.Text, "hcpbot does not watch") && strings.Contains(m.Text, "uses an exec plugin (exec)") {
+				return true
+			}
+		}
+		return false
+	})
+	testenv.Eventually(t, 30*time.Second, "/hcp status saying why", func() bool {
+		return strings.Contains(status(), chatops.EscapeText("not watched: "+execReason))
+	})
 
 	setKubeconfig(fifoData)
 	s.waitFor(t, "the tokenFile refusal", 1, refusal(fifoReason))
@@ -89,8 +112,15 @@ func TestFaultKubeconfigRefused(t *testing.T) {
 		t.Errorf("kubeconfig_refused went %v → %v on a resync", refusedBefore, n)
 	}
 
+	testenv.Eventually(t, 30*time.Second, "/hcp status saying the new reason", func() bool {
+		return strings.Contains(status(), chatops.EscapeText("not watched: "+fifoReason))
+	})
+
 	setKubeconfig(good)
 	s.waitFor(t, "reachable once the Secret is restored", 1, reachability(cluster, true))
+	testenv.Eventually(t, 30*time.Second, "/hcp status no longer saying not watched", func() bool {
+		return !strings.Contains(status(), "not watched")
+	})
 
 	for _, why := range []string{execReason, fifoReason} {
 		if n := len(s.matching(refusal(why))); n != 1 {
