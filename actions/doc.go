@@ -22,8 +22,10 @@
 // Privileges: in the management cluster the executor needs only what
 // configs/deploy/agent/rbac.yaml grants. In a hosted cluster it acts with
 // the admin kubeconfig HyperShift stores, which is far more than creating
-// and deleting one Service needs; HostedRESTConfig therefore refuses
-// kubeconfigs that would run plugins or read local files, and Expose and
-// Rollback only ever delete Services carrying their own action id label.
+// and deleting one Service needs; HostedRESTConfig therefore builds its
+// client with package kubeconfig, which accepts inline credentials only
+// and refuses kubeconfigs that would run plugins, read local files, skip
+// TLS verification, use a proxy or impersonate, and Expose and Rollback
+// only ever delete Services carrying their own action id label.
 // Cluster data (node addresses, Service specs) is reported, never dialled.
 package actions

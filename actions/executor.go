@@ -9,9 +9,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/kubeconfig"
 )
 
 // HostedClientFunc returns a client for a hosted cluster.
@@ -79,9 +79,11 @@ func HostedClient(ctx context.Context, mgmt kubernetes.Interface, hc *hypershift
 //
 // The kubeconfig comes from a Secret that anyone able to write Secrets in
 // the HostedCluster's namespace controls, so it is held to what HyperShift
-// writes: inline credentials only. Exec and auth-provider plugins would run
-// programs on the bot's host, and file references (token or certificate
-// files) could send the bot's own credentials to the server named there.
+// writes (package kubeconfig): inline server, CA and credentials only.
+// Exec and auth-provider plugins would run programs where the executor runs,
+// and file references (token or certificate files) could send its
+// own credentials to the server named there. A refusal wraps both
+// ErrKubeconfig and kubeconfig.ErrRefused.
 func HostedRESTConfig(ctx context.Context, mgmt kubernetes.Interface, hc *hypershift.HostedCluster) (*rest.Config, error) {
 	if hc.Status.Kubeconfig == nil || hc.Status.Kubeconfig.Name == "" {
 		return nil, fmt.Errorf("%w: HostedCluster %s/%s has no status.kubeconfig yet", ErrKubeconfig, hc.Namespace, hc.Name)
@@ -98,29 +100,9 @@ func HostedRESTConfig(ctx context.Context, mgmt kubernetes.Interface, hc *hypers
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: Secret %s/%s has no key %q", ErrKubeconfig, hc.Namespace, name, hypershift.KubeconfigKey)
 	}
-	raw, err := clientcmd.Load(data)
+	cfg, err := kubeconfig.RESTConfig(data)
 	if err != nil {
-		// The parse error can quote the Secret's content: keep it out.
-		return nil, fmt.Errorf("%w: Secret %s/%s: not a kubeconfig", ErrKubeconfig, hc.Namespace, name)
-	}
-	ctxName := raw.CurrentContext
-	kctx := raw.Contexts[ctxName]
-	if kctx == nil {
-		return nil, fmt.Errorf("%w: Secret %s/%s: no current context", ErrKubeconfig, hc.Namespace, name)
-	}
-	if ai := raw.AuthInfos[kctx.AuthInfo]; ai != nil {
-		switch {
-		case ai.Exec != nil || ai.AuthProvider != nil:
-			return nil, fmt.Errorf("%w: Secret %s/%s: exec and auth-provider credentials are refused", ErrKubeconfig, hc.Namespace, name)
-		case ai.TokenFile != "" || ai.ClientCertificate != "" || ai.ClientKey != "":
-			return nil, fmt.Errorf("%w: Secret %s/%s: credential file references are refused", ErrKubeconfig, hc.Namespace, name)
-		}
-	}
-	if cl := raw.Clusters[kctx.Cluster]; cl != nil && cl.CertificateAuthority != "" {
-		return nil, fmt.Errorf("%w: Secret %s/%s: certificate-authority file references are refused", ErrKubeconfig, hc.Namespace, name)
-	}
-	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, ctxName, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
-	if err != nil {
+		// The reason names fields and entries, never the Secret's content.
 		return nil, fmt.Errorf("%w: Secret %s/%s: %w", ErrKubeconfig, hc.Namespace, name, err)
 	}
 	cfg.UserAgent = "hcpbot-actions"

@@ -440,6 +440,19 @@ func (b *Bot) Diagnose(k diagnose.Key) ([]diagnose.Diagnosis, bool) {
 	return diagnose.Diagnose(c, b.cfg.Now()), true
 }
 
+// Unwatched says why the agent does not watch a hosted cluster; ok is
+// false while it does (or the cluster is unknown).
+func (b *Bot) Unwatched(k diagnose.Key) (reason string, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.model.Cluster(k)
+	if c == nil {
+		return "", false
+	}
+	reason, _, ok = c.Unwatched()
+	return reason, ok
+}
+
 // Clusters returns the keys of every hosted cluster the bot knows.
 func (b *Bot) Clusters() []diagnose.Key {
 	b.mu.Lock()
@@ -464,6 +477,9 @@ type ClusterState struct {
 	Diagnoses     []diagnose.Diagnosis
 	// Incident is the open incident of the cluster, nil when none.
 	Incident *Incident
+	// Unwatched says why the agent does not watch the cluster (its admin
+	// kubeconfig is missing, invalid or refused); "" while it does.
+	Unwatched string
 }
 
 // ClusterStates returns every live hosted cluster the bot knows, sorted by
@@ -483,6 +499,9 @@ func (b *Bot) ClusterStates() []ClusterState {
 		}
 		if inc := b.incidents[k]; inc != nil && inc.Open() {
 			s.Incident = inc.copy()
+		}
+		if why, _, ok := c.Unwatched(); ok {
+			s.Unwatched = why
 		}
 		out = append(out, s)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -427,7 +428,14 @@ func (c *Commands) status(ref *chatops.ClusterRef) chatops.Reply {
 		}
 		diags, _ := c.Bot.Diagnose(k)
 		state := "healthy"
-		if len(diags) > 0 {
+		if why, ok := c.Bot.Unwatched(k); ok {
+			// Why the bot is blind there comes first, in full.
+			state = "not watched: " + why
+			diags = slices.DeleteFunc(diags, func(d diagnose.Diagnosis) bool { return d.Rule == diagnose.RuleHostedNotWatched })
+			if len(diags) > 0 {
+				state += "; also " + string(diags[0].Severity) + ": " + diags[0].Title
+			}
+		} else if len(diags) > 0 {
 			state = string(diags[0].Severity) + ": " + diags[0].Title
 		}
 		fmt.Fprintf(&b, "%s: %s\n", k, chatops.EscapeText(state))

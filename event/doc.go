@@ -46,7 +46,7 @@
 //	crashloop       PodCrashLoop        restarts, last termination, Signature; Cleared on recovery
 //	apiserverproxy  KubeAPIServerProxy  kube-apiserver-proxy mode (haproxy/tunnel) and CONNECT failures
 //	virtlauncher    VirtLauncher        the KubeVirt VM pod behind a hosted node
-//	reachability    Reachability        whether the agent reaches the hosted API server
+//	reachability    Reachability        whether the agent reaches the hosted API server, or (Unwatched) why it does not watch it
 //	ocpproxy        OpenShiftProxy      Proxy/cluster spec and status of a standalone OpenShift
 //	snapshotdone    SnapshotDone        end of a resync snapshot of one source
 //

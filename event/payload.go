@@ -372,9 +372,13 @@ func (p VirtLauncher) sanitized() Payload { return p }
 // Reachability reports whether the agent can reach a hosted cluster's API
 // server. Carried by TypeReachability; Event.Object is the HostedCluster.
 type Reachability struct {
-	Endpoint  string    `json:"endpoint"` // host:port probed
-	Reachable bool      `json:"reachable"`
-	Error     string    `json:"error,omitempty"` // last probe error, redacted and bounded
+	Endpoint  string `json:"endpoint"` // host:port probed
+	Reachable bool   `json:"reachable"`
+	// Unwatched: the agent does not watch the hosted cluster at all
+	// (its admin kubeconfig Secret is missing, invalid or refused); Error
+	// says why. Reachable is then false.
+	Unwatched bool      `json:"unwatched,omitempty"`
+	Error     string    `json:"error,omitempty"` // last probe error or why unwatched, redacted and bounded
 	Since     time.Time `json:"since,omitzero"`  // when the agent first saw this state
 }
 

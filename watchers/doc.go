@@ -15,4 +15,10 @@
 // the agent publishes a snapshot of the current problem state (events marked
 // with the snapshot run, closed by a SnapshotDone), so a consumer that
 // missed events converges, like a controller's resync.
+//
+// A HostedCluster's admin kubeconfig Secret is untrusted input: the hosted
+// client is built by package kubeconfig from inline data only. A Secret
+// that is missing, does not decode or is refused (an exec plugin, a file
+// path, ...) leaves the cluster unwatched, reported once as a reachability
+// event with Unwatched set and the reason, and again once it is fixed.
 package watchers

@@ -172,6 +172,7 @@ type faultReplica struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	exited  atomic.Bool
+	agent   *watchers.Agent
 	metrics *watchers.Metrics
 	reg     *prometheus.Registry
 }
@@ -195,6 +196,7 @@ func startFaultReplica(t *testing.T, c faultReplicaConfig) *faultReplica {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.agent = agent
 	pub.OnResync(agent.Resync)
 	if c.conn != nil {
 		c.conn.OnReconnect(agent.Resync)

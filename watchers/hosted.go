@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -20,10 +21,10 @@ import (
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/kubeconfig"
 )
 
 // What the agent watches inside a hosted cluster.
@@ -51,6 +52,10 @@ type hostedCluster struct {
 	conn   *hostedConn // nil while no usable kubeconfig
 	reach  reachability
 	noCred bool // the missing-Secret report was made
+	// unusable is the hash of the kubeconfig last found unusable (refused
+	// or invalid) and reported: the same content is not parsed, logged or
+	// counted again on each snapshot, only once it changes.
+	unusable string
 }
 
 // hostedConn is the informers of one set of credentials; a rotated Secret
@@ -78,6 +83,7 @@ type hostedConn struct {
 type reachability struct {
 	known     bool
 	reachable bool
+	unwatched bool
 	since     time.Time
 	lastErr   string
 }
@@ -161,14 +167,14 @@ func (a *Agent) syncSecret(ctx context.Context, ref event.ClusterRef) error {
 	hc.syncMu.Lock()
 	defer hc.syncMu.Unlock()
 	secret, err := hc.secrets.Secrets(ref.Namespace).Get(hc.secretName)
-	var kubeconfig []byte
+	var data []byte
 	if err == nil {
-		kubeconfig = secret.Data[hypershift.KubeconfigKey]
+		data = secret.Data[hypershift.KubeconfigKey]
 	}
-	if len(kubeconfig) == 0 {
+	if len(data) == 0 {
 		hc.mu.Lock()
 		conn, reported := hc.conn, hc.noCred
-		hc.conn, hc.noCred = nil, true
+		hc.conn, hc.noCred, hc.unusable = nil, true, ""
 		hc.mu.Unlock()
 		conn.stop()
 		a.metrics.hostedSynced.WithLabelValues(ref.String()).Set(0)
@@ -176,18 +182,21 @@ func (a *Agent) syncSecret(ctx context.Context, ref event.ClusterRef) error {
 			a.metrics.syncErrors.WithLabelValues("kubeconfig_missing").Inc()
 			a.log.Warn().Str("cluster", ref.String()).Str("secret", hc.secretName).
 				Msg("admin kubeconfig Secret missing or without key kubeconfig; waiting for it")
-			a.setReachable(ctx, hc, "", false, fmt.Sprintf("admin kubeconfig Secret %s/%s not found or has no %q key", ref.Namespace, hc.secretName, hypershift.KubeconfigKey))
+			a.setUnwatched(ctx, hc, fmt.Sprintf("admin kubeconfig Secret %s/%s not found or has no %q key", ref.Namespace, hc.secretName, hypershift.KubeconfigKey))
 		}
 		return nil
 	}
-	sum := sha256.Sum256(kubeconfig)
+	sum := sha256.Sum256(data)
 	hash := hex.EncodeToString(sum[:])
 	hc.mu.Lock()
-	old := hc.conn
+	old, unusable := hc.conn, hc.unusable
 	hc.noCred = false
 	hc.mu.Unlock()
 	if old != nil && old.credsHash == hash && !old.stale.Load() {
 		return nil
+	}
+	if old == nil && unusable == hash {
+		return nil // reported; waiting for the Secret to change
 	}
 	if old != nil {
 		why := "admin kubeconfig changed; reconnecting"
@@ -197,25 +206,51 @@ func (a *Agent) syncSecret(ctx context.Context, ref event.ClusterRef) error {
 		a.log.Info().Str("cluster", ref.String()).Msg(why)
 		old.stop()
 	}
-	conn, err := a.connectHosted(ctx, hc, kubeconfig, hash)
+	conn, err := a.connectHosted(ctx, hc, data, hash)
 	if err != nil {
-		// A kubeconfig that does not parse will not start parsing by
-		// itself: report it and wait for the Secret to change.
-		// The parse error can quote the Secret's content: never log or
-		// publish it.
-		a.metrics.syncErrors.WithLabelValues("kubeconfig_invalid").Inc()
-		a.log.Error().Str("cluster", ref.String()).Str("secret", hc.secretName).Msg("admin kubeconfig unusable: not a valid kubeconfig")
-		a.setReachable(ctx, hc, "", false, fmt.Sprintf("admin kubeconfig unusable: Secret %s/%s does not hold a valid kubeconfig", ref.Namespace, hc.secretName))
+		// A kubeconfig that is refused or does not parse will not change
+		// by itself: report it once and wait for the Secret to change.
+		label, why := unusableKubeconfig(err)
+		a.metrics.syncErrors.WithLabelValues(label).Inc()
+		text := fmt.Sprintf("admin kubeconfig %s: Secret %s/%s: %s", why, ref.Namespace, hc.secretName, reason(err))
+		a.log.Error().Str("cluster", ref.String()).Str("secret", hc.secretName).Str("reason", text).Msg("admin kubeconfig unusable; the hosted cluster is not watched")
+		// The old conn, if any, was stopped above: none is left.
+		hc.mu.Lock()
+		hc.conn, hc.unusable = nil, hash
+		hc.mu.Unlock()
+		a.metrics.hostedSynced.WithLabelValues(ref.String()).Set(0)
+		a.setUnwatched(ctx, hc, text)
 		return nil
 	}
 	hc.mu.Lock()
-	hc.conn = conn
+	hc.conn, hc.unusable = conn, ""
 	hc.mu.Unlock()
 	return nil
 }
 
-func (a *Agent) connectHosted(ctx context.Context, hc *hostedCluster, kubeconfig []byte, hash string) (*hostedConn, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+// unusableKubeconfig names the metric label and the word for why a
+// kubeconfig is not used.
+func unusableKubeconfig(err error) (label, why string) {
+	if errors.Is(err, kubeconfig.ErrRefused) {
+		return "kubeconfig_refused", "refused"
+	}
+	return "kubeconfig_invalid", "unusable"
+}
+
+// reason is what may be said of a connect error: package kubeconfig's
+// reasons name fields and entries only; any other error (building the
+// client) could quote the kubeconfig's data and is not passed on.
+func reason(err error) string {
+	var ke *kubeconfig.Error
+	if errors.As(err, &ke) {
+		return ke.Reason
+	}
+	return "no client can be built from it"
+}
+
+func (a *Agent) connectHosted(ctx context.Context, hc *hostedCluster, data []byte, hash string) (*hostedConn, error) {
+	// Untrusted input: inline credentials only, nothing read or run.
+	cfg, err := kubeconfig.RESTConfig(data)
 	if err != nil {
 		return nil, err
 	}
@@ -337,27 +372,40 @@ func (a *Agent) health(ctx context.Context, hc *hostedCluster, conn *hostedConn)
 	}
 }
 
+// setUnwatched publishes that the cluster is not watched at all (its
+// admin kubeconfig is missing, invalid or refused), and why.
+func (a *Agent) setUnwatched(ctx context.Context, hc *hostedCluster, why string) {
+	a.publishReach(ctx, hc, "", false, true, why)
+}
+
 // setReachable publishes a reachability change (only changes).
 func (a *Agent) setReachable(ctx context.Context, hc *hostedCluster, endpoint string, reachable bool, errText string) {
+	a.publishReach(ctx, hc, endpoint, reachable, false, errText)
+}
+
+func (a *Agent) publishReach(ctx context.Context, hc *hostedCluster, endpoint string, reachable, unwatched bool, errText string) {
 	hc.mu.Lock()
-	if hc.reach.known && hc.reach.reachable == reachable && hc.reach.lastErr == errText {
+	if hc.reach.known && hc.reach.reachable == reachable && hc.reach.unwatched == unwatched && hc.reach.lastErr == errText {
 		hc.mu.Unlock()
 		return
 	}
 	// A first "reachable" is not news.
 	first := !hc.reach.known
-	hc.reach = reachability{known: true, reachable: reachable, since: a.now(), lastErr: errText}
+	hc.reach = reachability{known: true, reachable: reachable, unwatched: unwatched, since: a.now(), lastErr: errText}
 	since := hc.reach.since
 	hc.mu.Unlock()
 	if first && reachable {
 		return
 	}
-	if !reachable {
+	switch {
+	case unwatched:
+		a.log.Warn().Str("cluster", hc.ref.String()).Str("error", errText).Msg("hosted cluster not watched")
+	case !reachable:
 		a.log.Warn().Str("cluster", hc.ref.String()).Str("error", errText).Msg("hosted cluster API unreachable")
-	} else {
+	default:
 		a.log.Info().Str("cluster", hc.ref.String()).Msg("hosted cluster API reachable again")
 	}
-	p := event.Reachability{Endpoint: endpoint, Reachable: reachable, Error: errText, Since: since}
+	p := event.Reachability{Endpoint: endpoint, Reachable: reachable, Unwatched: unwatched, Error: errText, Since: since}
 	state := "reachable=" + boolStr(reachable)
 	// The reason is part of the key: "Secret missing" then "kubeconfig
 	// invalid" within one second are two facts, not one.

@@ -284,6 +284,7 @@ type launcherRec struct {
 type reachRec struct {
 	endpoint  string
 	reachable bool
+	unwatched bool // the agent does not watch the cluster; err says why
 	err       string
 	since     time.Time
 }
@@ -435,7 +436,7 @@ func (c *Cluster) Apply(e event.Event, p event.Payload) (changed bool) {
 		rec := launcherRec{namespace: e.Object.Namespace, pod: pod, vmi: p.VMI, node: p.Node, ip: p.PodIP, phase: p.Phase, nodePool: p.NodePool}
 		return c.launchers.put(e.Object.Namespace+"/"+pod, st, ref, p.Deleted, rec, equal[launcherRec])
 	case event.Reachability:
-		rec := reachRec{endpoint: p.Endpoint, reachable: p.Reachable, err: p.Error, since: norm(p.Since)}
+		rec := reachRec{endpoint: p.Endpoint, reachable: p.Reachable, unwatched: p.Unwatched, err: p.Error, since: norm(p.Since)}
 		return c.reach.put("", st, ref, false, rec, equal[reachRec])
 	case event.OpenShiftProxy:
 		rec := ocpRec{spec: cloneSpec(p.Spec), status: p.Status}

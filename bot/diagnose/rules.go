@@ -14,6 +14,7 @@ import (
 const (
 	RuleProxyTunnel          = "proxy-tunnel"
 	RuleRiskyProxyChange     = "risky-proxy-change"
+	RuleHostedNotWatched     = "hosted-not-watched"
 	RuleHostedAPIUnreachable = "hosted-api-unreachable"
 	RuleNodesNotReady        = "nodes-notready"
 	RuleOperatorCrashLoop    = "operator-crashloop"
@@ -27,6 +28,7 @@ func DefaultRules() RuleSet {
 	return RuleSet{
 		{RuleProxyTunnel, proxyTunnel},
 		{RuleRiskyProxyChange, riskyProxyChange},
+		{RuleHostedNotWatched, hostedNotWatched},
 		{RuleHostedAPIUnreachable, hostedAPIUnreachable},
 		{RuleNodesNotReady, nodesNotReady},
 		{RuleOperatorCrashLoop, operatorCrashLoop},
@@ -42,6 +44,8 @@ func RuleSummary(id string) string {
 		return "API traffic tunnelled through the HTTPS proxy"
 	case RuleRiskyProxyChange:
 		return "a proxy change makes the workers tunnel API traffic"
+	case RuleHostedNotWatched:
+		return "hosted cluster not watched (admin kubeconfig unusable)"
 	case RuleHostedAPIUnreachable:
 		return "hosted cluster API unreachable"
 	case RuleNodesNotReady:
@@ -282,15 +286,50 @@ func riskyProxyChange(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	return d, true
 }
 
+// hostedNotWatched: the agent does not watch the hosted cluster because
+// its admin kubeconfig Secret is missing, invalid or refused (an exec
+// plugin, a file, ...): the bot is blind inside it until the Secret is
+// fixed. The agent's reason is the root cause, word for word.
+func hostedNotWatched(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
+	if _, ok := c.live(); !ok {
+		return Diagnosis{}, false
+	}
+	e := c.unwatched()
+	if e == nil {
+		return Diagnosis{}, false
+	}
+	at := firstTime(e.rec.since, e.since)
+	reason := firstNonEmpty(e.rec.err, "the agent did not say why")
+	secret := firstNonEmpty(c.hc.p.KubeconfigSecret, "<status.kubeconfig.name>")
+	d := Diagnosis{
+		Severity: SeverityWarning,
+		Title:    "hcpbot does not watch " + c.label() + ": " + clip(reason, maxTitleReason),
+		RootCause: "The agent does not watch the hosted cluster since " + at.Format(time.RFC3339) + ": " + reason + ". " +
+			"Until the admin kubeconfig Secret is fixed, the bot sees only what the management cluster shows of it (HostedCluster, NodePools, KubeVirt VMs): " +
+			"nodes, operators and the API server inside it are not checked, and actions that reach into it (NodePort exposure) are refused.",
+		Confidence: Confidence{ConfidenceHigh, "the agent reports why it does not watch the cluster"},
+		Evidence:   []Evidence{{At: at, Kind: "reachability", Object: c.hcObject(), Text: clip("not watched: "+reason, maxEvidenceText)}},
+		NextSteps: []string{
+			fmt.Sprintf("oc get secret -n %s %s -o jsonpath='{.data.kubeconfig}' | base64 -d (management cluster): HyperShift writes it with an inline CA and client certificate only; hcpbot refuses exec and auth-provider plugins, file paths, insecure-skip-tls-verify, proxy-url, basic auth and impersonation", c.key.Cluster.Namespace, secret),
+			"If it was changed by hand or by something other than HyperShift, treat it as a security event: find who wrote it (audit log) before restoring it.",
+		},
+	}
+	return d, true
+}
+
+// maxTitleReason bounds the reason quoted in a title.
+const maxTitleReason = 160
+
 // hostedAPIUnreachable: the agent's probe fails or HyperShift reports the
-// kube-apiserver unavailable.
+// kube-apiserver unavailable. A cluster the agent does not watch has no
+// probe; that is hostedNotWatched.
 func hostedAPIUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	hc, ok := c.live()
 	if !ok || x.Has(c.apiKey()) {
 		return Diagnosis{}, false
 	}
 	var probe *entry[reachRec]
-	if es := c.reach.live(); len(es) == 1 && !es[0].rec.reachable {
+	if es := c.reach.live(); len(es) == 1 && !es[0].rec.reachable && !es[0].rec.unwatched {
 		probe = es[0]
 	}
 	var conds []event.Condition

@@ -561,6 +561,39 @@ func TestHostedAPIUnreachable(t *testing.T) {
 	}
 }
 
+// A cluster the agent does not watch (its admin kubeconfig refused) is
+// diagnosed as such, with the agent's reason; it is not an unreachable API
+// server, and it clears once the agent reaches the cluster again.
+func TestHostedNotWatched(t *testing.T) {
+	const why = `admin kubeconfig refused: Secret clusters/example-admin-kubeconfig: user "admin" uses an exec plugin (exec); hcpbot runs no programs and accepts inline credentials only`
+	unwatched := hosted(t, event.ObjectRef{Kind: "HostedCluster", Namespace: "clusters", Name: "example", UID: "hc-uid"},
+		event.Reachability{Unwatched: true, Error: why, Since: at(30)}, event.TransitionAt("reachable=false:x", at(30)), at(30))
+	ds := Diagnose(build(t, hcFact(t, seedHC(seedNoProxy), at(1)), unwatched), at(60))
+	if got := rulesOf(ds); !slices.Equal(got, []string{RuleHostedNotWatched}) {
+		t.Fatalf("rules = %v, want only %s\n%s", got, RuleHostedNotWatched, render(ds))
+	}
+	d := ds[0]
+	if !strings.Contains(d.Title, "hcpbot does not watch clusters/example on mgmt-east") || !strings.Contains(d.RootCause, why) ||
+		d.Severity != SeverityWarning || len(d.Evidence) != 1 || !strings.Contains(d.Evidence[0].Text, why) || d.Evidence[0].At != at(30) {
+		t.Errorf("diagnosis:\n%s", render(ds))
+	}
+	if !strings.Contains(strings.Join(d.NextSteps, "\n"), "example-admin-kubeconfig") {
+		t.Errorf("next steps should name the Secret: %q", d.NextSteps)
+	}
+	c := build(t, hcFact(t, seedHC(seedNoProxy), at(1)), unwatched)
+	if got, since, ok := c.Unwatched(); !ok || got != why || since != at(30) {
+		t.Errorf("Unwatched() = %q, %v, %v", got, since, ok)
+	}
+	// Watched again: nothing left.
+	c = build(t, hcFact(t, seedHC(seedNoProxy), at(1)), unwatched, reachFact(t, true, at(40), at(40)))
+	if ds := Diagnose(c, at(60)); len(ds) != 0 {
+		t.Errorf("want no diagnosis once watched:\n%s", render(ds))
+	}
+	if _, _, ok := c.Unwatched(); ok {
+		t.Error("Unwatched() after the cluster was reached")
+	}
+}
+
 func TestManagementProxyLint(t *testing.T) {
 	ocp := func(spec, status string) fact {
 		return newFact(t, nil, event.ObjectRef{Kind: "Proxy", Name: "cluster", UID: "proxy-uid"}, event.OpenShiftProxy{

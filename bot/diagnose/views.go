@@ -101,6 +101,31 @@ func (c *Cluster) unhealthyPools() []*entry[nodePoolRec] {
 	return out
 }
 
+// Unwatched says why the agent does not watch the hosted cluster (its
+// admin kubeconfig Secret is missing, invalid or refused), and since when;
+// ok is false while it is watched or nothing was reported.
+func (c *Cluster) Unwatched() (reason string, since time.Time, ok bool) {
+	e := c.unwatched()
+	if e == nil {
+		return "", time.Time{}, false
+	}
+	return e.rec.err, firstTime(e.rec.since, e.since), true
+}
+
+func (c *Cluster) unwatched() *entry[reachRec] {
+	if es := c.reach.live(); len(es) == 1 && !es[0].rec.reachable && es[0].rec.unwatched {
+		return es[0]
+	}
+	return nil
+}
+
+func firstTime(a, b time.Time) time.Time {
+	if a.IsZero() {
+		return b
+	}
+	return a
+}
+
 func (c *Cluster) launcherFor(node string) *entry[launcherRec] {
 	for _, e := range c.launchers.live() {
 		if e.rec.vmi == node {

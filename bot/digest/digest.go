@@ -24,6 +24,9 @@ type Cluster struct {
 	// its first diagnosis.
 	Incident      string
 	IncidentTitle string
+	// Unwatched says why the agent does not watch the cluster (its admin
+	// kubeconfig is missing, invalid or refused); "" while it does.
+	Unwatched string
 }
 
 // Exposure is a hosted Service the bot published on NodePorts (an
@@ -96,6 +99,7 @@ type ClusterReport struct {
 	PoolsUnhealthy []string // nodepool/<ns>/<name> named by diagnoses
 	Incident       string
 	IncidentTitle  string
+	Unwatched      string // why the agent does not watch it; "" while it does
 	Silences       []silence.Silence
 	Exposures      []Exposure
 	Actions        []audit.Record
@@ -140,15 +144,18 @@ type Digest struct {
 }
 
 // Counts of one management cluster, for the summary.
-func (s Source) counts() (incidents, silences, exposures int) {
+func (s Source) counts() (incidents, silences, exposures, unwatched int) {
 	for _, c := range s.Clusters {
 		if c.Incident != "" {
 			incidents++
 		}
+		if c.Unwatched != "" {
+			unwatched++
+		}
 		silences += len(c.Silences)
 		exposures += len(c.Exposures)
 	}
-	return incidents, silences, exposures
+	return incidents, silences, exposures, unwatched
 }
 
 // NonCompliant returns the clusters with critical or warning findings.
@@ -202,7 +209,7 @@ func Build(now time.Time, in Input) Digest {
 	var order []diagnose.Key
 	for _, c := range in.Clusters {
 		r := &ClusterReport{Key: c.Key, Proxy: c.HostedCluster.Proxy.HTTPProxy != "" || c.HostedCluster.Proxy.HTTPSProxy != "",
-			Incident: c.Incident, IncidentTitle: c.IncidentTitle}
+			Incident: c.Incident, IncidentTitle: c.IncidentTitle, Unwatched: c.Unwatched}
 		for _, f := range noproxy.Lint(ClusterProxy(c.HostedCluster)) {
 			id := FindingID(c.Key, f)
 			seen[id] = true

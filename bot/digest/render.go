@@ -53,7 +53,7 @@ func Render(d Digest, name string, mode Mode) (notify.Message, []notify.Reply) {
 	var replies []notify.Reply
 	for _, s := range d.Sources {
 		for _, c := range s.Clusters {
-			if mode == Compact && c.Compliant() && len(c.Fixed) == 0 && c.Incident == "" && len(c.Silences) == 0 && len(c.Exposures) == 0 {
+			if mode == Compact && c.Compliant() && len(c.Fixed) == 0 && c.Incident == "" && len(c.Silences) == 0 && len(c.Exposures) == 0 && c.Unwatched == "" {
 				continue
 			}
 			body := clean(clusterText(c, mode))
@@ -118,11 +118,11 @@ func summaryText(d Digest, name string) string {
 		} else {
 			fmt.Fprintf(&b, "• *%s*: %d clusters, all compliant", s.Name, len(s.Clusters))
 		}
-		inc, sil, exp := s.counts()
+		inc, sil, exp, unw := s.counts()
 		for _, c := range []struct {
 			n          int
 			icon, what string
-		}{{inc, "🚨", "open incident"}, {sil, "🔕", "silence"}, {exp, "🔌", "NodePort exposure"}} {
+		}{{unw, "🙈", "unwatched cluster"}, {inc, "🚨", "open incident"}, {sil, "🔕", "silence"}, {exp, "🔌", "NodePort exposure"}} {
 			if c.n > 0 {
 				fmt.Fprintf(&b, " · %s %d %s", c.icon, c.n, plural(c.n, c.what))
 			}
@@ -158,6 +158,10 @@ func clusterText(c ClusterReport, mode Mode) string {
 		state += " (no proxy)"
 	}
 	fmt.Fprintf(&b, "*%s* on %s — %s\n", c.Key.Cluster, c.Key.Source, state)
+	if c.Unwatched != "" {
+		// Why the bot is blind inside the cluster, before anything else.
+		fmt.Fprintf(&b, "🙈 Not watched by hcpbot: %s\n", c.Unwatched)
+	}
 	// What is in place first: bounded in Compact, so hundreds of findings
 	// cannot push it out of the thread reply.
 	if c.Incident != "" {

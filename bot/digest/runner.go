@@ -200,7 +200,7 @@ func (r *Runner) post(ctx context.Context, d configs.Digest, key string, at time
 	}
 	in := Input{Previous: prev}
 	for _, s := range r.cfg.Bot.ClusterStates() {
-		c := Cluster{Key: s.Key, HostedCluster: s.HostedCluster, Diagnoses: s.Diagnoses}
+		c := Cluster{Key: s.Key, HostedCluster: s.HostedCluster, Diagnoses: s.Diagnoses, Unwatched: s.Unwatched}
 		if s.Incident != nil {
 			c.Incident = s.Incident.Key
 			if len(s.Incident.Diagnoses) > 0 {
