@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/slack-go/slack"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -168,6 +169,7 @@ type liveEnv struct {
 	source  string
 	signer  *actions.Signer // the bot's key, trusted by the agent
 	botNC   *nats.Conn
+	botJS   jetstream.JetStream
 }
 
 func newLiveEnv(t *testing.T) *liveEnv {
@@ -242,7 +244,7 @@ func newLiveEnv(t *testing.T) *liveEnv {
 		return err == nil
 	})
 	return &liveEnv{ns: ns, c: c, hosted: hosted, store: store, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
-		source: source, signer: signer, botNC: botConn.NC}
+		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS}
 }
 
 // petclinic is the seed 004 app in the hosted cluster.

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,10 +22,13 @@ import (
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 )
 
 var (
@@ -254,6 +260,23 @@ func TestForgedActionRequestsLive(t *testing.T) {
 	_ = spy.Unsubscribe()
 	before := e.state(t)
 
+	// The bot's side of the refusals: read from the agent's audit subject
+	// and posted to Slack (the recorder).
+	notifier, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-test", e.slack.rec.APIURL(), nil), Log: natstest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop(); wg.Wait() })
+	notices := &bot.RefusalNotices{JS: e.botJS, Out: notifier, Channel: func(string) string { return opsChannel }, Log: natstest.Logger(t)}
+	wg.Go(func() { _ = notifier.Run(runCtx) })
+	wg.Go(func() {
+		if err := notices.Run(runCtx); err != nil {
+			t.Errorf("refusal notices: %v", err)
+		}
+	})
+
 	expired := propose("expired.example")
 	if _, err := e.store.Expire(ctx, time.Now().Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
@@ -318,6 +341,35 @@ func TestForgedActionRequestsLive(t *testing.T) {
 		if now := e.state(t); now != before {
 			t.Fatalf("%s changed the cluster: %+v → %+v", tc.name, before, now)
 		}
+	}
+	// Slack shows each refusal: one message for the agent, updated with the
+	// count, a thread reply per refusal (the environment's own probe of
+	// the agent's subscription, an empty request, is one more).
+	wants := []string{"unsigned", "untrusted key", "bad signature", "is not approved", "is expired", "is rejected", "is executed"}
+	shown := func(r *slackrec.Recorder) (root slackrec.Message, missing []string) {
+		for _, m := range r.Messages(opsChannel) {
+			if m.ThreadTS != "" || !strings.Contains(m.Text, "refused") || !strings.Contains(m.Text, e.source) {
+				continue
+			}
+			replies := r.Thread(opsChannel, m.TS)[1:]
+			if !strings.Contains(m.Text, fmt.Sprintf("refused %d action requests", len(replies))) {
+				return m, []string{"a count equal to the replies"}
+			}
+			for _, want := range wants {
+				if !slices.ContainsFunc(replies, func(m slackrec.Message) bool { return strings.Contains(m.Text, want) }) {
+					missing = append(missing, want)
+				}
+			}
+			return m, missing
+		}
+		return slackrec.Message{}, []string{"the message"}
+	}
+	e.slack.rec.WaitFor(t, natsWait, func(r *slackrec.Recorder) bool {
+		_, missing := shown(r)
+		return len(missing) == 0
+	})
+	if root, _ := shown(e.slack.rec); !strings.Contains(root.Text, "Nothing was changed") {
+		t.Errorf("refusal notice: %q", root.Text)
 	}
 	for _, p := range []approval.Proposal{pending, expired, rejected} {
 		got, err := e.store.Get(ctx, p.ID)

@@ -269,6 +269,15 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		wg.Go(func() { _ = acts.RunExpiry(ctx, time.Minute) })
 	}
 	wg.Go(func() { _ = notifier.Run(ctx) })
+	refusals := &bot.RefusalNotices{
+		JS: conn.JS, Out: notifier, Leader: lease.Leader, Log: log,
+		Channel: func(source string) string { return cfg.Bot.Channel(source, "", "", "", nil) },
+	}
+	wg.Go(func() {
+		if err := refusals.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error().Err(err).Msg("refusal notices stopped")
+		}
+	})
 	if runner != nil {
 		wg.Go(func() {
 			if err := runner.Run(ctx); err != nil && ctx.Err() == nil {
