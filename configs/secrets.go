@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/nats-io/nkeys"
 )
 
 // Secrets are the credentials a configuration refers to, resolved. They
@@ -99,6 +101,19 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 				errs = append(errs, fmt.Errorf("%s: nats.creds (%s) is not a NATS .creds file (a user JWT and an NKey seed block)", c.File, ref))
 			} else if ref.Env != "" {
 				out.NATSCreds = b
+			}
+		}
+	}
+	if f := c.NATS.NkeySeedFile; f != "" {
+		// Checked here so that a wrong file fails at start with its field
+		// named; the NATS client reads it again itself. Never quoted.
+		if b, ok := get("nats.nkeySeed", SecretRef{File: f}); ok {
+			if kp, err := nkeys.FromSeed(bytes.TrimSpace(b)); err != nil {
+				errs = append(errs, fmt.Errorf("%s: nats.nkeySeedFile (%s) does not hold an nkey seed", c.File, f))
+			} else if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicUserKey(pub) {
+				errs = append(errs, fmt.Errorf("%s: nats.nkeySeedFile (%s) holds a seed of another kind than a user's (SU...)", c.File, f))
+			} else {
+				kp.Wipe()
 			}
 		}
 	}

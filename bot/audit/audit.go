@@ -198,6 +198,26 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, er
 	return &Log{js: js, stream: s, defaultSource: o.defaultSource, now: o.now}, nil
 }
 
+// Attach returns a Log writing to the existing audit stream, without
+// creating or changing it: for a process whose NATS user may only append
+// (an agent, on its own source's subject, see configs/deploy/nats). It
+// fails with jetstream.ErrStreamNotFound until the bot has opened the
+// stream. Options other than the default source and clock are ignored.
+func Attach(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, error) {
+	o := options{defaultSource: DefaultSource, now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if _, err := event.AuditSubject(o.defaultSource); err != nil {
+		return nil, fmt.Errorf("audit: default source: %w", err)
+	}
+	s, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		return nil, fmt.Errorf("audit: look up stream %s: %w", StreamName, err)
+	}
+	return &Log{js: js, stream: s, defaultSource: o.defaultSource, now: o.now}, nil
+}
+
 // idPattern keeps record IDs short and free of characters that would need
 // escaping anywhere they are shown.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)

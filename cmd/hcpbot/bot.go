@@ -26,6 +26,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
 )
@@ -77,7 +78,12 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	if cfg.NATS.Creds.Env != "" {
 		return errors.New("nats.credsEnv is not supported yet: use nats.credsFile")
 	}
-	conn, err := connectNATS(ctx, joinURLs(cfg.NATS.URLs), cfg.NATS.StoreDir, cfg.NATS.Creds.File, "hcpbot-"+name, log)
+	// One connection, one role: `all` shares the bot's (it is meant for
+	// the embedded server, where roles do not exist).
+	conn, err := connectNATS(ctx, natsClient{
+		urls: joinURLs(cfg.NATS.URLs), storeDir: cfg.NATS.StoreDir, creds: cfg.NATS.Creds.File, nkeySeed: cfg.NATS.NkeySeedFile,
+		caFile: cfg.NATS.CAFile, name: "hcpbot-" + name, inboxPrefix: event.BotInboxPrefix,
+	}, log)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -366,22 +366,34 @@ func TestNATSManifests(t *testing.T) {
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("Service nats is not headless: %q", svc.Spec.ClusterIP)
 	}
-	// nats.conf is valid for the nats-server hcpbot is built with.
-	cm := find(t, objs, "ConfigMap", "nats-config")
-	conf, _, _ := unstructured.NestedString(cm.Object, "data", "nats.conf")
-	path := filepath.Join(t.TempDir(), "nats.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
+	// nats.conf is valid for the nats-server hcpbot is built with, and
+	// refuses to start with the placeholders of nkeys.env (fails closed).
+	r := renderNATS(t)
+	if _, _, err := parseNATS(t, r.conf, r.tlsDir, r.nkeys); err == nil {
+		t.Error("nats.conf accepted the placeholder nkeys")
 	}
-	t.Setenv("POD_NAME", "nats-1")
-	t.Setenv("CLUSTER_ADVERTISE", "nats-1.nats.hcpbot.svc")
-	opts, err := natsserver.ProcessConfigFile(path)
+	keys := map[string]string{}
+	for k := range r.nkeys {
+		keys[k] = natstest.NewUser(t).Public
+	}
+	opts, _, err := parseNATS(t, r.conf, r.tlsDir, keys)
 	if err != nil {
 		t.Fatalf("nats.conf: %v", err)
 	}
-	if !opts.JetStream || opts.StoreDir == "" || opts.Cluster.Name != "hcpbot" || len(opts.Routes) != 3 || opts.LeafNode.Port != 7422 || opts.ServerName != "nats-1" {
+	if !opts.JetStream || opts.StoreDir == "" || opts.Cluster.Name != "hcpbot" || len(opts.Routes) != 3 || opts.LeafNode.Port != 0 || opts.ServerName != "nats-0" {
 		t.Errorf("nats.conf: jetstream %v store %q cluster %q routes %d leafnodes %d server %q",
 			opts.JetStream, opts.StoreDir, opts.Cluster.Name, len(opts.Routes), opts.LeafNode.Port, opts.ServerName)
+	}
+	// TLS for clients and mutual TLS for routes; no anonymous user.
+	routeTLS := opts.Cluster.TLSConfig != nil && opts.Cluster.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert
+	if opts.TLSConfig == nil || !routeTLS || opts.NoAuthUser != "" || len(opts.Nkeys) != len(r.nkeys) || len(opts.Users) != 0 {
+		t.Errorf("nats.conf: client TLS %v, route mutual TLS %v, no_auth_user %q, %d nkey users (want %d), %d password users",
+			opts.TLSConfig != nil, routeTLS, opts.NoAuthUser, len(opts.Nkeys), len(r.nkeys), len(opts.Users))
+	}
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "leafnodes" {
+			t.Error("Service nats exposes a leafnode port; agents connect as clients")
+		}
 	}
 	if _, err := os.Stat("nats/README.md"); err != nil {
 		t.Error(err)
