@@ -115,10 +115,7 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 	if err != nil {
 		return usageErrorf("--source: %v", err)
 	}
-	conn, err := connectNATS(ctx, natsClient{
-		urls: f.natsURLs, storeDir: f.natsStore, creds: f.natsCreds, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
-		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox,
-	}, log)
+	conn, err := connectNATS(ctx, agentNATSClient(f, inbox), log)
 	if err != nil {
 		return err
 	}
@@ -127,6 +124,15 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 		return err
 	}
 	return agentRun(ctx, f, conn, log)
+}
+
+// agentNATSClient is the agent's NATS connection from its flags, with
+// the inbox prefix of its source (event.AgentInboxPrefix).
+func agentNATSClient(f agentFlags, inbox string) natsClient {
+	return natsClient{
+		urls: f.natsURLs, storeDir: f.natsStore, creds: f.natsCreds, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
+		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox,
+	}
 }
 
 // agentStream makes sure the events stream exists before the agent

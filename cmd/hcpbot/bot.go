@@ -78,12 +78,7 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	if cfg.NATS.Creds.Env != "" {
 		return errors.New("nats.credsEnv is not supported yet: use nats.credsFile")
 	}
-	// One connection, one role: `all` shares the bot's (it is meant for
-	// the embedded server, where roles do not exist).
-	conn, err := connectNATS(ctx, natsClient{
-		urls: joinURLs(cfg.NATS.URLs), storeDir: cfg.NATS.StoreDir, creds: cfg.NATS.Creds.File, nkeySeed: cfg.NATS.NkeySeedFile,
-		caFile: cfg.NATS.CAFile, name: "hcpbot-" + name, inboxPrefix: event.BotInboxPrefix,
-	}, log)
+	conn, err := connectNATS(ctx, botNATSClient(cfg, name), log)
 	if err != nil {
 		return err
 	}
@@ -104,6 +99,16 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	err = botRun(ctx, c, cfg, sec, conn, log)
 	wg.Wait()
 	return err
+}
+
+// botNATSClient is the NATS connection of `hcpbot bot` or `hcpbot all`
+// from the config file. One connection, one role: `all` shares the bot's
+// inbox prefix (it is meant for the embedded server, which has no roles).
+func botNATSClient(cfg *configs.Config, mode string) natsClient {
+	return natsClient{
+		urls: joinURLs(cfg.NATS.URLs), storeDir: cfg.NATS.StoreDir, creds: cfg.NATS.Creds.File, nkeySeed: cfg.NATS.NkeySeedFile,
+		caFile: cfg.NATS.CAFile, name: "hcpbot-" + mode, inboxPrefix: event.BotInboxPrefix,
+	}
 }
 
 // commandDrain bounds how long a stopping bot waits for running slash

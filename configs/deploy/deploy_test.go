@@ -207,8 +207,10 @@ func TestAgentManifests(t *testing.T) {
 	}
 	checkPod(t, "agent", spec, true)
 	c := spec.Containers[0]
+	// No --stream-replicas: against the shipped NATS the agent never
+	// creates the events stream (the bot owns it).
 	if c.Image != "ghcr.io/hcpbot/hcpbot:latest" || len(c.Args) == 0 || c.Args[0] != "agent" || !slices.Contains(c.Args, "--leader-elect") ||
-		!slices.Contains(c.Args, "--stream-replicas=3") {
+		slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--stream-replicas") }) {
 		t.Errorf("agent image %q args %q", c.Image, c.Args)
 	}
 	envs := map[string]corev1.EnvVar{}
@@ -230,10 +232,18 @@ func TestAgentManifests(t *testing.T) {
 	if src, _, _ := unstructured.NestedString(cm.Object, "data", "source"); event.ValidateSource(src) != nil {
 		t.Errorf("source %q is not a valid event source", src)
 	}
-	// The NATS credentials are a file from a Secret, named by a path.
-	creds := envs["HCPBOT_NATS_CREDS"].Value
-	if !mountedFromSecret(spec, c, creds, "hcpbot-agent-nats") {
-		t.Errorf("HCPBOT_NATS_CREDS=%q is not a file mounted from Secret hcpbot-agent-nats", creds)
+	// The NATS nkey seed and CA are files from a Secret, named by paths;
+	// the URL is TLS.
+	for _, name := range []string{"HCPBOT_NATS_NKEY_SEED", "HCPBOT_NATS_CA"} {
+		if p := envs[name].Value; !mountedFromSecret(spec, c, p, "hcpbot-agent-nats") {
+			t.Errorf("%s=%q is not a file mounted from Secret hcpbot-agent-nats", name, p)
+		}
+	}
+	if u, _, _ := unstructured.NestedString(cm.Object, "data", "natsURL"); !strings.HasPrefix(u, "tls://") {
+		t.Errorf("natsURL %q: want tls://", u)
+	}
+	if _, ok := envs["HCPBOT_NATS_CREDS"]; ok {
+		t.Error("HCPBOT_NATS_CREDS set: the shipped NATS knows nkey users")
 	}
 	// Lease election needs the Lease's namespace: POD_NAMESPACE is the
 	// default of --lease-namespace, and the Role lives there.
@@ -338,8 +348,13 @@ func TestBotManifests(t *testing.T) {
 			t.Errorf("%s %+v: want a file mounted from Secret hcpbot-slack", what, ref)
 		}
 	}
-	if !mountedFromSecret(spec, c, cfg.NATS.Creds.File, "hcpbot-bot-nats") {
-		t.Errorf("NATS creds %+v: want a file mounted from Secret hcpbot-bot-nats", cfg.NATS.Creds)
+	for what, p := range map[string]string{"nats.nkeySeedFile": cfg.NATS.NkeySeedFile, "nats.caFile": cfg.NATS.CAFile} {
+		if !mountedFromSecret(spec, c, p, "hcpbot-bot-nats") {
+			t.Errorf("%s %q: want a file mounted from Secret hcpbot-bot-nats", what, p)
+		}
+	}
+	if cfg.NATS.Creds.IsSet() || !strings.HasPrefix(cfg.NATS.URLs[0], "tls://") {
+		t.Errorf("bot NATS: creds %v, urls %v: want the nkey user and tls://", cfg.NATS.Creds, cfg.NATS.URLs)
 	}
 	// The Service reaches the port the bot listens on.
 	svc := as[corev1.Service](t, find(t, objs, "Service", "hcpbot-bot"))
