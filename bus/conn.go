@@ -1,7 +1,9 @@
 // Package bus is the NATS wiring shared by the agent and the bot: the
-// connection (reconnecting forever, credentials never logged), an optional
-// in-process JetStream server for single-binary and test setups, and
-// idempotent creation of the streams and key-value buckets both sides use.
+// connection (reconnecting forever, credentials — a .creds file or an nkey
+// seed file — never logged, a role's own inbox prefix), an optional
+// in-process JetStream server for single-binary and test setups (open, on
+// loopback only), idempotent creation of the streams and key-value buckets
+// the bot owns, and WaitForStream for processes that may only look them up.
 package bus
 
 import (
