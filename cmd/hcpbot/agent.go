@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,10 @@ type agentFlags struct {
 	natsNkeySeed   string
 	natsCA         string
 	streamReplicas int
+	// ensureStream: agentRun makes sure the events stream exists before
+	// it publishes (agentStream). False in `hcpbot all`, whose bot has
+	// created it with the configured settings.
+	ensureStream   bool
 	listen         string
 	leaderElect    bool
 	leaseNamespace string
@@ -120,9 +125,7 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 		return err
 	}
 	defer conn.Close()
-	if err := agentStream(ctx, conn, f.streamReplicas, log); err != nil {
-		return err
-	}
+	f.ensureStream = true
 	return agentRun(ctx, f, conn, log)
 }
 
@@ -180,9 +183,14 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	pub.OnResync(agent.Resync)
 	conn.OnReconnect(agent.Resync)
 
+	var streamMissing atomic.Bool
+	streamMissing.Store(f.ensureStream)
 	srv, err := serveOps(ctx, f.listen, reg, func() error {
 		if !conn.NC.IsConnected() {
 			return errors.New("NATS not connected")
+		}
+		if streamMissing.Load() {
+			return errors.New("waiting for the events stream")
 		}
 		return nil
 	}, log, nil)
@@ -190,6 +198,17 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		return err
 	}
 	defer srv.Close()
+	// After serveOps: waiting for the bot can take a while, and the
+	// liveness probe must not restart the agent meanwhile.
+	if f.ensureStream {
+		if err := agentStream(ctx, conn, f.streamReplicas, log); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while waiting
+			}
+			return err
+		}
+		streamMissing.Store(false)
+	}
 
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
