@@ -1,7 +1,9 @@
 // Package bus is the NATS wiring shared by the agent and the bot: the
-// connection (reconnecting forever, credentials never logged), an optional
-// in-process JetStream server for single-binary and test setups, and
-// idempotent creation of the streams and key-value buckets both sides use.
+// connection (reconnecting forever, credentials — a .creds file or an nkey
+// seed file — never logged, a role's own inbox prefix), an optional
+// in-process JetStream server for single-binary and test setups (open, on
+// loopback only), idempotent creation of the streams and key-value buckets
+// the bot owns, and WaitForStream for processes that may only look them up.
 package bus
 
 import (
@@ -43,12 +45,20 @@ type Config struct {
 
 	// At most one of these is normally set.
 	CredsFile string // JWT + NKey seed .creds file
-	User      string
-	Password  string
-	Token     string
+	// NkeySeedFile is a file holding an nkey user seed (SU...): the
+	// server knows the user by its public key (nats.conf `nkey:`).
+	NkeySeedFile string
+	User         string
+	Password     string
+	Token        string
 
 	// CAFile verifies the servers' TLS certificates.
 	CAFile string
+	// InboxPrefix replaces "_INBOX" in every reply subject of this
+	// connection (core requests, JetStream API, publish acks, consumer
+	// deliveries), so that a server can let each role subscribe to its
+	// own replies only. Empty keeps "_INBOX".
+	InboxPrefix string
 	// ConnectTimeout bounds one dial + handshake; default 5s.
 	ConnectTimeout time.Duration
 	// ReconnectWait is the first pause after every server failed; it
@@ -99,11 +109,17 @@ func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Conn, error)
 		}
 		c.embedded = e
 		urls = []string{e.ClientURL()}
+		logEmbedded(log, e)
 	}
 	redacted := redactURLs(urls)
 	log.Info().Strs("urls", redacted).Msg("connecting to NATS")
 
-	nc, err := nats.Connect(strings.Join(urls, ","), c.options(cfg)...)
+	opts, err := c.options(cfg)
+	if err != nil {
+		c.shutdownEmbedded()
+		return nil, err
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
 	if err != nil {
 		c.shutdownEmbedded()
 		return nil, fmt.Errorf("bus: connect to %v: %w", redacted, err)
@@ -136,7 +152,7 @@ func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Conn, error)
 	return c, nil
 }
 
-func (c *Conn) options(cfg Config) []nats.Option {
+func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.Timeout(durationOr(cfg.ConnectTimeout, defaultConnectTimeout)),
@@ -181,13 +197,25 @@ func (c *Conn) options(cfg Config) []nats.Option {
 	if cfg.Token != "" {
 		opts = append(opts, nats.Token(cfg.Token))
 	}
+	if cfg.NkeySeedFile != "" {
+		// Reads the file for the public key now and again for every
+		// signature; the seed is never kept in this package.
+		o, err := nats.NkeyOptionFromSeed(cfg.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("bus: nkey seed file %s: %w", cfg.NkeySeedFile, err)
+		}
+		opts = append(opts, o)
+	}
 	if cfg.CAFile != "" {
 		opts = append(opts, nats.RootCAs(cfg.CAFile))
+	}
+	if cfg.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(cfg.InboxPrefix))
 	}
 	if cfg.Dialer != nil {
 		opts = append(opts, nats.SetCustomDialer(cfg.Dialer))
 	}
-	return opts
+	return opts, nil
 }
 
 func (c *Conn) disconnected(_ *nats.Conn, err error) {
@@ -231,6 +259,10 @@ func (c *Conn) OnDisconnect(fn func(error)) {
 	defer c.mu.Unlock()
 	c.onDisconnect = append(c.onDisconnect, fn)
 }
+
+// Embedded reports whether this connection runs its own in-process server
+// (no URLs configured). Such a process owns every stream it uses.
+func (c *Conn) Embedded() bool { return c.embedded != nil }
 
 // Done is closed once the connection is closed for good: by Close, or
 // because the server rejected the credentials.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"time"
 
@@ -158,6 +159,17 @@ func waitReady(ctx context.Context, srv *server.Server, fatal <-chan string) err
 		case <-tick.C:
 		}
 	}
+}
+
+// logEmbedded says how open the embedded server is: it has no users and
+// no TLS, which is safe only while nothing but this host can reach it.
+func logEmbedded(log zerolog.Logger, e *Embedded) {
+	host := e.srv.Addr()
+	if a, ok := host.(*net.TCPAddr); ok && a.IP.IsLoopback() {
+		log.Info().Str("url", e.ClientURL()).Msg("embedded NATS server started: no authentication and no TLS, listening on loopback only")
+		return
+	}
+	log.Warn().Str("url", e.ClientURL()).Msg("embedded NATS server started: no authentication and no TLS, and NOT on loopback: anyone who reaches it has full access")
 }
 
 // ClientURL is the URL clients connect to, with the port actually bound.

@@ -2,10 +2,12 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // StreamSpec is the part of a stream's configuration hcpbot decides. Streams
@@ -46,6 +48,49 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		return nil, fmt.Errorf("bus: ensure stream %q: %w", spec.Name, err)
 	}
 	return s, nil
+}
+
+// Bounds of WaitForStream's pause between look-ups.
+const (
+	streamWaitFirst = 500 * time.Millisecond
+	streamWaitMax   = 15 * time.Second
+)
+
+// WaitForStream looks the stream up until it exists or ctx ends, pausing
+// with a doubling backoff bounded by 15s. It is for processes that use a
+// stream without owning it (the agent against an external NATS: the bot
+// creates the events stream with its configured settings, and the agent's
+// user may not create or update streams), so it never creates anything.
+func WaitForStream(ctx context.Context, js jetstream.JetStream, name string, log zerolog.Logger) (jetstream.Stream, error) {
+	wait := streamWaitFirst
+	for attempt := 0; ; attempt++ {
+		s, err := js.Stream(ctx, name)
+		if err == nil {
+			if attempt > 0 {
+				log.Info().Str("stream", name).Msg("stream found")
+			}
+			return s, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("bus: wait for stream %q: %w", name, ctx.Err())
+		}
+		ev := log.Info()
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Not allowed to look, or NATS unreachable: say why, retry.
+			ev = log.Warn().Err(err)
+		}
+		if attempt == 0 || !errors.Is(err, jetstream.ErrStreamNotFound) {
+			ev.Str("stream", name).Dur("retry_in", wait).Msg("waiting for the bot to create stream " + name)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("bus: wait for stream %q: %w", name, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, streamWaitMax)
+	}
 }
 
 // KVSpec is the part of a key-value bucket's configuration hcpbot decides;

@@ -46,6 +46,11 @@ type NATS struct {
 	// path the NATS client reads) or credsEnv (a variable holding the
 	// file's content). Only with URLs. Default: none (no authentication).
 	Creds SecretRef
+	// NkeySeedFile is a file holding the nkey user seed (SU...) of this
+	// process's NATS user, for servers that know users by public nkey
+	// (configs/deploy/nats). A path only: the seed itself is refused
+	// anywhere in the file. Only with URLs; not with Creds. Default: none.
+	NkeySeedFile string
 	// CAFile verifies the servers' TLS certificates (only with URLs).
 	// Default: the system roots.
 	CAFile string

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
 )
 
 // botBase and slackBase are the smallest valid bot configuration, ending
@@ -201,6 +203,10 @@ func TestRejected(t *testing.T) {
 		{"both env and file", slackBase + "  botTokenFile: /run/secrets/bot\n", 6, "slack.botTokenFile", "not both"},
 		{"four eyes with one approver", botBase + "approvals:\n  approvers: [U01234ABCD]\n", 7, "approvals.approvers", "needs at least two approvers"},
 		{"creds with embedded server", "nats:\n  credsFile: /etc/hcpbot/nats.creds\nagent:\n  source: mgmt-1\n", 2, "nats.credsFile", "embedded server"},
+		{"nkey seed with embedded server", "nats:\n  nkeySeedFile: /etc/hcpbot/nkey.seed\nagent:\n  source: mgmt-1\n", 2, "nats.nkeySeedFile", "embedded server"},
+		{"nkey seed and creds", "nats:\n  urls: [tls://n:4222]\n  credsFile: /etc/nats.creds\n  nkeySeedFile: /etc/nkey.seed\nagent:\n  source: mgmt-1\n", 4, "nats.nkeySeedFile", "not both"},
+		{"nkey seed literal", "nats:\n  urls: [tls://n:4222]\n  nkeySeedFile: SUAMK2FG4MI6UE3ACF3FK3OIQBCEIEZV7NSWFFEW63UXMRLFM2XLAXK4GY\nagent:\n  source: mgmt-1\n", 3, "nats.nkeySeedFile", "looks like NATS credentials"},
+		{"nkey key", "nats:\n  urls: [tls://n:4222]\n  nkeySeed: /etc/nkey.seed\nagent:\n  source: mgmt-1\n", 3, "nats.nkeySeed", "use nkeySeedFile"},
 		{"store dir with urls", "nats:\n  urls: [nats://n:4222]\n  storeDir: /var/lib/x\nagent:\n  source: mgmt-1\n", 3, "nats.storeDir", "only used by the embedded server"},
 		{"nats seed literal", "nats:\n  urls: [nats://n:4222]\n  credsEnv: SUAMK2FG4MI6UE3ACF3FK3OIQBCEIEZV7NSWFFEW63UXMRLFM2XLAXK4GY\nagent:\n  source: mgmt-1\n", 3, "nats.credsEnv", "looks like NATS credentials"},
 		{"slack api url without slash", slackBase + "  apiURL: https://slack.com/api\n", 6, "slack.apiURL", `must end with "/"`},
@@ -476,5 +482,51 @@ func TestOpsListenSocketModeOnly(t *testing.T) {
 	}
 	if c.Bot.OpsListen != ":8081" {
 		t.Errorf("opsListen %q", c.Bot.OpsListen)
+	}
+}
+
+// nkeySeedFile is checked at start (a user seed, not an account's, not
+// garbage) and never quoted; the NATS client reads the file itself.
+func TestSecretsNATSNkeySeedFile(t *testing.T) {
+	c, err := Parse([]byte("nats:\n  urls: [tls://n:4222]\n  nkeySeedFile: /etc/nkey.seed\nagent:\n  source: m\n"), "n.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.NkeySeedFile != "/etc/nkey.seed" {
+		t.Fatalf("nkeySeedFile %q", c.NATS.NkeySeedFile)
+	}
+	seed := func(kp nkeys.KeyPair) string {
+		s, err := kp.Seed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(s)
+	}
+	user, _ := nkeys.CreateUser()
+	account, _ := nkeys.CreateAccount()
+	for _, tc := range []struct {
+		name, content, want string
+	}{
+		{"user seed", seed(user) + "\n", ""},
+		{"account seed", seed(account), "holds a seed of another kind"},
+		{"garbage", "SUnot-a-seed", "does not hold an nkey seed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			read := func(p string) ([]byte, error) {
+				if p != "/etc/nkey.seed" {
+					t.Errorf("read %s", p)
+				}
+				return []byte(tc.content), nil
+			}
+			_, err := c.Secrets(func(string) string { return "" }, read)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want %q", err, tc.want)
+			case err != nil && strings.Contains(err.Error(), strings.TrimSpace(tc.content)):
+				t.Fatalf("error quotes the file: %v", err)
+			}
+		})
 	}
 }

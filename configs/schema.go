@@ -110,6 +110,7 @@ func (d *decoder) nats(n *yaml.Node, path string, c *NATS) {
 		}},
 		{"credsFile", d.secretFile(&c.Creds.File)},
 		{"credsEnv", d.secretEnv(&c.Creds.Env)},
+		{"nkeySeedFile", d.secretFile(&c.NkeySeedFile)},
 		{"caFile", func(v *yaml.Node, p string) {
 			if s, ok := d.str(v, p); ok && d.path(v, p, s) {
 				c.CAFile = s
@@ -140,7 +141,8 @@ func (d *decoder) nats(n *yaml.Node, path string, c *NATS) {
 		"token":    "use credsFile or credsEnv (a NATS .creds file)",
 		"password": "use credsFile or credsEnv (a NATS .creds file)",
 		"user":     "use credsFile or credsEnv (a NATS .creds file)",
-		"nkey":     "use credsFile or credsEnv (a NATS .creds file)",
+		"nkey":     "use nkeySeedFile (a path to the nkey seed file) or credsFile/credsEnv (a NATS .creds file)",
+		"nkeySeed": "use nkeySeedFile: a path to the file holding the seed, never the seed itself",
 		"creds":    "use credsFile (a path) or credsEnv (an environment variable holding the .creds content)",
 	})
 }
@@ -742,11 +744,17 @@ func (d *decoder) check(c *Config) {
 		if n.CAFile != "" {
 			d.problem(d.at("nats.caFile"), "nats.caFile", "only used with nats.urls: the embedded server listens on loopback without TLS")
 		}
+		if n.NkeySeedFile != "" {
+			d.problem(d.at("nats.nkeySeedFile"), "nats.nkeySeedFile", "credentials are for external servers: the embedded server (nats.urls empty) has no authentication")
+		}
 	} else if n.StoreDir != "" {
 		d.problem(d.at("nats.storeDir"), "nats.storeDir", "only used by the embedded server, but nats.urls is set: remove one of the two")
 	}
 	if set("nats.credsFile") && set("nats.credsEnv") {
 		d.problem(d.at("nats.credsEnv"), "nats.credsEnv", "set credsFile or credsEnv, not both")
+	}
+	if set("nats.nkeySeedFile") && (set("nats.credsFile") || set("nats.credsEnv")) {
+		d.problem(d.at("nats.nkeySeedFile"), "nats.nkeySeedFile", "set nkeySeedFile or a .creds file (credsFile, credsEnv), not both: a .creds file carries its own seed")
 	}
 	maxAge := orDuration(n.EventsMaxAge, DefaultEventsMaxAge)
 	if dup := orDuration(n.DuplicateWindow, DefaultDuplicateWindow); dup > maxAge {

@@ -117,6 +117,19 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 			}
 		}
 	}
+	if f := c.NATS.NkeySeedFile; f != "" {
+		// Checked here so that a wrong file fails at start with its field
+		// named; the NATS client reads it again itself. Never quoted.
+		if b, ok := get("nats.nkeySeed", SecretRef{File: f}); ok {
+			if kp, err := nkeys.FromSeed(bytes.TrimSpace(b)); err != nil {
+				errs = append(errs, fmt.Errorf("%s: nats.nkeySeedFile (%s) does not hold an nkey seed", c.File, f))
+			} else if !isUserSeed(kp) {
+				errs = append(errs, fmt.Errorf("%s: nats.nkeySeedFile (%s) holds a seed of another kind than a user's (SU...)", c.File, f))
+			} else {
+				kp.Wipe()
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

@@ -209,6 +209,21 @@ func sourceSubject(source, kind, suffix string) (string, error) {
 	return s, nil
 }
 
+// BotInboxPrefix starts the reply subjects of the bot's connections
+// (nats.CustomInboxPrefix): the shipped NATS lets only the bot subscribe
+// below it, so no agent can read the bot's replies.
+const BotInboxPrefix = "_INBOX_bot"
+
+// AgentInboxPrefix starts the reply subjects of the agent of source:
+// _INBOX_agent_<source>, one token, so that a server permission on
+// "_INBOX_agent_<source>.>" covers that agent's replies and no other's.
+func AgentInboxPrefix(source string) (string, error) {
+	if err := checkSource(source); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return "_INBOX_agent_" + escape(source), nil
+}
+
 // checkSubjectToken rejects what NATS would misread: empty tokens,
 // wildcards and whitespace. Names checked as DNS-1123 never contain these;
 // this guards the parser against foreign subjects.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
 	"github.com/hcpbot/hcpbot/watchers"
@@ -43,7 +45,13 @@ type agentFlags struct {
 	natsURLs       string
 	natsStore      string
 	natsCreds      string
+	natsNkeySeed   string
+	natsCA         string
 	streamReplicas int
+	// ensureStream: agentRun makes sure the events stream exists before
+	// it publishes (agentStream). False in `hcpbot all`, whose bot has
+	// created it with the configured settings.
+	ensureStream   bool
 	listen         string
 	leaderElect    bool
 	leaseNamespace string
@@ -68,6 +76,8 @@ func runAgent(ctx context.Context, c *cli, args []string) error {
 	fs.StringVar(&f.natsURLs, "nats-url", c.getenv("HCPBOT_NATS_URL"), "comma-separated NATS URLs; empty starts an embedded server (env HCPBOT_NATS_URL)")
 	fs.StringVar(&f.natsStore, "nats-store-dir", "", "JetStream store of the embedded server (default: the user's state folder)")
 	fs.StringVar(&f.natsCreds, "nats-creds", c.getenv("HCPBOT_NATS_CREDS"), "NATS credentials file (env HCPBOT_NATS_CREDS)")
+	fs.StringVar(&f.natsNkeySeed, "nats-nkey-seed", c.getenv("HCPBOT_NATS_NKEY_SEED"), "file holding this agent's NATS nkey user seed (env HCPBOT_NATS_NKEY_SEED)")
+	fs.StringVar(&f.natsCA, "nats-ca", c.getenv("HCPBOT_NATS_CA"), "CA file verifying the NATS servers' TLS certificates; default the system roots (env HCPBOT_NATS_CA)")
 	fs.IntVar(&f.streamReplicas, "stream-replicas", 1, "replicas of the events stream (3 on a NATS cluster)")
 	fs.StringVar(&f.listen, "listen", ":8080", "address of /healthz, /readyz and /metrics")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "compete for a Lease so that only one replica publishes")
@@ -98,6 +108,12 @@ func runAgent(ctx context.Context, c *cli, args []string) error {
 	if f.source == "" {
 		return usageErrorf("--source is required: the name of this management cluster")
 	}
+	if strings.TrimSpace(f.natsURLs) == "" && (f.natsCreds != "" || f.natsNkeySeed != "" || f.natsCA != "") {
+		return usageErrorf("--nats-creds, --nats-nkey-seed and --nats-ca are for an external NATS (--nats-url): the embedded server has no authentication and no TLS")
+	}
+	if f.natsCreds != "" && f.natsNkeySeed != "" {
+		return usageErrorf("set --nats-creds or --nats-nkey-seed, not both")
+	}
 	log, err := logging.New(c.stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		return usageErrorf("%v", err)
@@ -115,15 +131,39 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 	}
 	log = log.With().Str("component", "agent").Logger()
 	log.Info().Str("version", version.String()).Str("source", f.source).Msg("starting")
-	conn, err := connectNATS(ctx, f.natsURLs, f.natsStore, f.natsCreds, "hcpbot-agent-"+f.identity, log)
+	inbox, err := event.AgentInboxPrefix(f.source)
+	if err != nil {
+		return usageErrorf("--source: %v", err)
+	}
+	conn, err := connectNATS(ctx, agentNATSClient(f, inbox), log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(f.streamReplicas, 0, 0)); err != nil {
+	f.ensureStream = true
+	return agentRun(ctx, f, conn, log)
+}
+
+// agentNATSClient is the agent's NATS connection from its flags, with
+// the inbox prefix of its source (event.AgentInboxPrefix).
+func agentNATSClient(f agentFlags, inbox string) natsClient {
+	return natsClient{
+		urls: f.natsURLs, storeDir: f.natsStore, creds: f.natsCreds, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
+		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox,
+	}
+}
+
+// agentStream makes sure the events stream exists before the agent
+// publishes. With its own embedded server the agent creates it; against an
+// external NATS the bot owns it (its configured retention and replicas) and
+// the agent's user may not create or update streams, so it waits for it.
+func agentStream(ctx context.Context, conn *bus.Conn, replicas int, log zerolog.Logger) error {
+	if conn.Embedded() {
+		_, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(replicas, 0, 0))
 		return err
 	}
-	return agentRun(ctx, f, conn, log)
+	_, err := bus.WaitForStream(ctx, conn.JS, event.StreamName, log)
+	return err
 }
 
 // agentRun runs the agent on an open NATS connection until ctx ends.
@@ -158,9 +198,14 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	pub.OnResync(agent.Resync)
 	conn.OnReconnect(agent.Resync)
 
+	var streamMissing atomic.Bool
+	streamMissing.Store(f.ensureStream)
 	srv, err := serveOps(ctx, f.listen, reg, func() error {
 		if !conn.NC.IsConnected() {
 			return errors.New("NATS not connected")
+		}
+		if streamMissing.Load() {
+			return errors.New("waiting for the events stream")
 		}
 		return nil
 	}, log)
@@ -168,6 +213,17 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		return err
 	}
 	defer srv.Close()
+	// After serveOps: waiting for the bot can take a while, and the
+	// liveness probe must not restart the agent meanwhile.
+	if f.ensureStream {
+		if err := agentStream(ctx, conn, f.streamReplicas, log); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while waiting
+			}
+			return err
+		}
+		streamMissing.Store(false)
+	}
 
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
@@ -243,10 +299,20 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// natsClient is how a process connects to NATS: the URLs, or none and the
+// embedded server's store; the user's credentials (a .creds file or an
+// nkey seed file) and CA; the client name and the role's inbox prefix.
+type natsClient struct {
+	urls, storeDir          string
+	creds, nkeySeed, caFile string
+	name, inboxPrefix       string
+}
+
 // connectNATS connects to the given URLs, or starts the embedded server.
-func connectNATS(ctx context.Context, urls, storeDir, creds, name string, log zerolog.Logger) (*bus.Conn, error) {
-	cfg := bus.Config{Name: name, CredsFile: creds}
-	for u := range strings.SplitSeq(urls, ",") {
+func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.Conn, error) {
+	cfg := bus.Config{Name: nc.name, CredsFile: nc.creds, NkeySeedFile: nc.nkeySeed, CAFile: nc.caFile, InboxPrefix: nc.inboxPrefix}
+	storeDir := nc.storeDir
+	for u := range strings.SplitSeq(nc.urls, ",") {
 		if u = strings.TrimSpace(u); u != "" {
 			cfg.URLs = append(cfg.URLs, u)
 		}
@@ -260,7 +326,7 @@ func connectNATS(ctx context.Context, urls, storeDir, creds, name string, log ze
 			storeDir = filepath.Join(base, "hcpbot", "nats")
 		}
 		cfg.Embedded = bus.EmbeddedConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Logger: log}
-		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server")
+		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server (loopback only)")
 	}
 	if pd := bus.ProxyFromEnvironment(); pd != nil && len(cfg.URLs) > 0 {
 		// Behind a corporate proxy, NATS goes where HTTPS_PROXY/NO_PROXY

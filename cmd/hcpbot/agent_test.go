@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -61,6 +62,16 @@ func TestAgentCommand(t *testing.T) {
 	addr := freeAddr(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
+	// Against an external NATS the bot owns the events stream; the agent
+	// waits for it (TestAgentNATSFlags), so create it as the bot would.
+	bot, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bot.Close()
+	if _, err := bus.EnsureStream(ctx, bot.JS, bus.EventsStream(1, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
 	var logs syncBuffer
 	done := make(chan int)
 	go func() {

@@ -27,6 +27,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
 )
@@ -78,7 +79,7 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	if cfg.NATS.Creds.Env != "" {
 		return errors.New("nats.credsEnv is not supported yet: use nats.credsFile")
 	}
-	conn, err := connectNATS(ctx, joinURLs(cfg.NATS.URLs), cfg.NATS.StoreDir, cfg.NATS.Creds.File, "hcpbot-"+name, log)
+	conn, err := connectNATS(ctx, botNATSClient(cfg, name), log)
 	if err != nil {
 		return err
 	}
@@ -133,6 +134,16 @@ func approvalSigner(cfg *configs.Config, sec *configs.Secrets, mode string, log 
 		return s, nil
 	}
 	return nil, errors.New("approvals need approvals.signingKeyEnv or approvals.signingKeyFile: agents run only requests signed with a key they trust (create one with `hcpbot keygen`)")
+}
+
+// botNATSClient is the NATS connection of `hcpbot bot` or `hcpbot all`
+// from the config file. One connection, one role: `all` shares the bot's
+// inbox prefix (it is meant for the embedded server, which has no roles).
+func botNATSClient(cfg *configs.Config, mode string) natsClient {
+	return natsClient{
+		urls: joinURLs(cfg.NATS.URLs), storeDir: cfg.NATS.StoreDir, creds: cfg.NATS.Creds.File, nkeySeed: cfg.NATS.NkeySeedFile,
+		caFile: cfg.NATS.CAFile, name: "hcpbot-" + mode, inboxPrefix: event.BotInboxPrefix,
+	}
 }
 
 // commandDrain bounds how long a stopping bot waits for running slash

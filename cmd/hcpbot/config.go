@@ -148,8 +148,14 @@ func configSummary(cfg *configs.Config) []string {
 		out = append(out, fmt.Sprintf("nats: embedded server, store %s", store))
 	} else {
 		auth := "no credentials"
-		if n.Creds.IsSet() {
+		switch {
+		case n.Creds.IsSet():
 			auth = "credentials from " + n.Creds.String()
+		case n.NkeySeedFile != "":
+			auth = "nkey seed from file " + n.NkeySeedFile
+		}
+		if n.CAFile != "" {
+			auth += ", CA " + n.CAFile
 		}
 		urls := make([]string, len(n.URLs))
 		for i, u := range n.URLs {

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -210,8 +210,10 @@ func TestAgentManifests(t *testing.T) {
 	}
 	checkPod(t, "agent", spec, true)
 	c := spec.Containers[0]
+	// No --stream-replicas: against the shipped NATS the agent never
+	// creates the events stream (the bot owns it).
 	if c.Image != "ghcr.io/hcpbot/hcpbot:latest" || len(c.Args) == 0 || c.Args[0] != "agent" || !slices.Contains(c.Args, "--leader-elect") ||
-		!slices.Contains(c.Args, "--stream-replicas=3") {
+		slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--stream-replicas") }) {
 		t.Errorf("agent image %q args %q", c.Image, c.Args)
 	}
 	envs := map[string]corev1.EnvVar{}
@@ -233,10 +235,18 @@ func TestAgentManifests(t *testing.T) {
 	if src, _, _ := unstructured.NestedString(cm.Object, "data", "source"); event.ValidateSource(src) != nil {
 		t.Errorf("source %q is not a valid event source", src)
 	}
-	// The NATS credentials are a file from a Secret, named by a path.
-	creds := envs["HCPBOT_NATS_CREDS"].Value
-	if !mountedFromSecret(spec, c, creds, "hcpbot-agent-nats") {
-		t.Errorf("HCPBOT_NATS_CREDS=%q is not a file mounted from Secret hcpbot-agent-nats", creds)
+	// The NATS nkey seed and CA are files from a Secret, named by paths;
+	// the URL is TLS.
+	for _, name := range []string{"HCPBOT_NATS_NKEY_SEED", "HCPBOT_NATS_CA"} {
+		if p := envs[name].Value; !mountedFromSecret(spec, c, p, "hcpbot-agent-nats") {
+			t.Errorf("%s=%q is not a file mounted from Secret hcpbot-agent-nats", name, p)
+		}
+	}
+	if u, _, _ := unstructured.NestedString(cm.Object, "data", "natsURL"); !strings.HasPrefix(u, "tls://") {
+		t.Errorf("natsURL %q: want tls://", u)
+	}
+	if _, ok := envs["HCPBOT_NATS_CREDS"]; ok {
+		t.Error("HCPBOT_NATS_CREDS set: the shipped NATS knows nkey users")
 	}
 	// Lease election needs the Lease's namespace: POD_NAMESPACE is the
 	// default of --lease-namespace, and the Role lives there.
@@ -341,8 +351,13 @@ func TestBotManifests(t *testing.T) {
 			t.Errorf("%s %+v: want a file mounted from Secret hcpbot-slack", what, ref)
 		}
 	}
-	if !mountedFromSecret(spec, c, cfg.NATS.Creds.File, "hcpbot-bot-nats") {
-		t.Errorf("NATS creds %+v: want a file mounted from Secret hcpbot-bot-nats", cfg.NATS.Creds)
+	for what, p := range map[string]string{"nats.nkeySeedFile": cfg.NATS.NkeySeedFile, "nats.caFile": cfg.NATS.CAFile} {
+		if !mountedFromSecret(spec, c, p, "hcpbot-bot-nats") {
+			t.Errorf("%s %q: want a file mounted from Secret hcpbot-bot-nats", what, p)
+		}
+	}
+	if cfg.NATS.Creds.IsSet() || !strings.HasPrefix(cfg.NATS.URLs[0], "tls://") {
+		t.Errorf("bot NATS: creds %v, urls %v: want the nkey user and tls://", cfg.NATS.Creds, cfg.NATS.URLs)
 	}
 	// Two container ports, one per listener: slack (bot.listen) and ops
 	// (bot.opsListen), and the probes on ops.
@@ -418,22 +433,34 @@ func TestNATSManifests(t *testing.T) {
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("Service nats is not headless: %q", svc.Spec.ClusterIP)
 	}
-	// nats.conf is valid for the nats-server hcpbot is built with.
-	cm := find(t, objs, "ConfigMap", "nats-config")
-	conf, _, _ := unstructured.NestedString(cm.Object, "data", "nats.conf")
-	path := filepath.Join(t.TempDir(), "nats.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
+	// nats.conf is valid for the nats-server hcpbot is built with, and
+	// refuses to start with the placeholders of nkeys.env (fails closed).
+	r := renderNATS(t)
+	if _, _, err := parseNATS(t, r.conf, r.tlsDir, r.nkeys); err == nil {
+		t.Error("nats.conf accepted the placeholder nkeys")
 	}
-	t.Setenv("POD_NAME", "nats-1")
-	t.Setenv("CLUSTER_ADVERTISE", "nats-1.nats.hcpbot.svc")
-	opts, err := natsserver.ProcessConfigFile(path)
+	keys := map[string]string{}
+	for k := range r.nkeys {
+		keys[k] = natstest.NewUser(t).Public
+	}
+	opts, _, err := parseNATS(t, r.conf, r.tlsDir, keys)
 	if err != nil {
 		t.Fatalf("nats.conf: %v", err)
 	}
-	if !opts.JetStream || opts.StoreDir == "" || opts.Cluster.Name != "hcpbot" || len(opts.Routes) != 3 || opts.LeafNode.Port != 7422 || opts.ServerName != "nats-1" {
+	if !opts.JetStream || opts.StoreDir == "" || opts.Cluster.Name != "hcpbot" || len(opts.Routes) != 3 || opts.LeafNode.Port != 0 || opts.ServerName != "nats-0" {
 		t.Errorf("nats.conf: jetstream %v store %q cluster %q routes %d leafnodes %d server %q",
 			opts.JetStream, opts.StoreDir, opts.Cluster.Name, len(opts.Routes), opts.LeafNode.Port, opts.ServerName)
+	}
+	// TLS for clients and mutual TLS for routes; no anonymous user.
+	routeTLS := opts.Cluster.TLSConfig != nil && opts.Cluster.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert
+	if opts.TLSConfig == nil || !routeTLS || opts.NoAuthUser != "" || len(opts.Nkeys) != len(r.nkeys) || len(opts.Users) != 0 {
+		t.Errorf("nats.conf: client TLS %v, route mutual TLS %v, no_auth_user %q, %d nkey users (want %d), %d password users",
+			opts.TLSConfig != nil, routeTLS, opts.NoAuthUser, len(opts.Nkeys), len(r.nkeys), len(opts.Users))
+	}
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "leafnodes" {
+			t.Error("Service nats exposes a leafnode port; agents connect as clients")
+		}
 	}
 	if _, err := os.Stat("nats/README.md"); err != nil {
 		t.Error(err)

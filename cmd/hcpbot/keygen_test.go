@@ -1,0 +1,47 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/hcpbot/hcpbot/actions"
+)
+
+// keygen writes a user seed that the bot can sign with (0600, never
+// printed) and prints the public key that agents trust; it never
+// overwrites a key.
+func TestKeygen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "signing.seed")
+	code, stdout, stderr := run(t, "keygen", "--out", path)
+	if code != 0 {
+		t.Fatalf("keygen exited %d: %s", code, stderr)
+	}
+	pub := strings.TrimSpace(stdout)
+	if !nkeys.IsValidPublicUserKey(pub) {
+		t.Fatalf("stdout %q is not a user public key", stdout)
+	}
+	seed, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stdout+stderr, strings.TrimSpace(string(seed))) {
+		t.Error("the seed was printed")
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("seed file mode %v, %v", fi.Mode(), err)
+	}
+	s, err := actions.NewSigner(seed)
+	if err != nil || s.PublicKey() != pub {
+		t.Errorf("signer from the seed: %v, key %s, printed %s", err, s.PublicKey(), pub)
+	}
+	if code, _, stderr := run(t, "keygen", "--out", path); code == 0 || !strings.Contains(stderr, "not overwriting") {
+		t.Errorf("second keygen to the same file: exit %d, %s", code, stderr)
+	}
+	if code, _, _ := run(t, "keygen"); code != 2 {
+		t.Errorf("keygen without --out: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
+)
+
+// nats.nkeySeedFile and nats.caFile take effect: `hcpbot bot` with only
+// its config file reaches a server that requires TLS (with a private CA)
+// and an nkey user, and creates the events stream there. Without either
+// field the same connection fails.
+func TestBotConfigNATSNkeyAndCA(t *testing.T) {
+	srv := natstest.RunSecured(t)
+	rec := slackrec.New(t)
+	botAddr := freeAddr(t)
+	natsSection := func(seed, ca string) string {
+		s := fmt.Sprintf("nats:\n  urls: [%q]\n", srv.URL)
+		if seed != "" {
+			s += fmt.Sprintf("  nkeySeedFile: %s\n", seed)
+		}
+		if ca != "" {
+			s += fmt.Sprintf("  caFile: %s\n", ca)
+		}
+		return s
+	}
+	rest := fmt.Sprintf(`bot:
+  listen: %q
+  defaultChannel: C0NATSAUTH
+slack:
+  apiURL: %q
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+log: {level: info, format: json}
+`, botAddr, rec.APIURL())
+	path := configFile(t, natsSection(srv.User.SeedFile, srv.CAFile)+rest)
+	vars := map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-test", "TEST_SLACK_SIGNING_SECRET": "s", "POD_NAME": "bot-0"}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		c := &cli{stdin: strings.NewReader(""), stdout: &logs, stderr: &logs, getenv: func(k string) string { return vars[k] }}
+		done <- c.main(ctx, []string{"bot", "--config", path})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("hcpbot bot exited %d:\n%s", code, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("hcpbot bot did not stop:\n%s", tail(logs.String(), 4000))
+		}
+		if strings.Contains(logs.String(), seedOf(t, srv.User.SeedFile)) {
+			t.Error("the nkey seed reached the logs")
+		}
+	}()
+	testenv.Eventually(t, natstest.Timeout, "the bot ready on the secured NATS", func() bool {
+		code, _ := get("http://" + botAddr + "/readyz")
+		return code == 200
+	})
+	// The stream exists on that server: seen by a client of our own.
+	check, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.URL}, NkeySeedFile: srv.User.SeedFile, CAFile: srv.CAFile}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	if _, err := check.JS.Stream(ctx, event.StreamName); err != nil {
+		t.Fatalf("events stream on the secured server: %v\n%s", err, tail(logs.String(), 4000))
+	}
+
+	// Each field is needed: without it, the same config cannot connect.
+	for name, tc := range map[string]struct{ nats, want string }{
+		"no caFile":       {natsSection(srv.User.SeedFile, ""), "certificate"},
+		"no nkeySeedFile": {natsSection("", srv.CAFile), "authorization violation"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := configs.Parse([]byte(tc.nats+rest), "hcpbot.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			c, err := connectNATS(cctx, botNATSClient(cfg, "bot"), zerolog.Nop())
+			if err == nil {
+				c.Close()
+				t.Fatal("connected")
+			}
+			if !strings.Contains(strings.ToLower(err.Error()), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The agent's flags: --nats-nkey-seed and --nats-ca reach the connection,
+// whose reply subjects start with the agent's own inbox prefix; against
+// that external server the agent waits for the bot's stream instead of
+// creating it.
+func TestAgentNATSFlags(t *testing.T) {
+	srv := natstest.RunSecured(t)
+	f := agentFlags{source: "mgmt-flags", natsURLs: srv.URL, natsNkeySeed: srv.User.SeedFile, natsCA: srv.CAFile}
+	inbox, err := event.AgentInboxPrefix(f.source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
+	defer cancel()
+	conn, err := connectNATS(ctx, agentNATSClient(f, inbox), natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := conn.NC.NewInbox(); !strings.HasPrefix(got, inbox+".") {
+		t.Errorf("inbox %q, want prefix %s", got, inbox)
+	}
+	var logs syncbuf.Buffer
+	waited := make(chan error, 1)
+	go func() { waited <- agentStream(ctx, conn, 1, zerolog.New(&logs)) }()
+	testenv.Eventually(t, natstest.Timeout, "the waiting line", func() bool {
+		return strings.Contains(logs.String(), "waiting for the bot to create stream "+event.StreamName)
+	})
+	if _, err := conn.JS.Stream(ctx, event.StreamName); err == nil {
+		t.Fatal("the agent created the events stream")
+	}
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, time.Hour, 0)); err != nil { // the bot's part
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	if info, err := conn.JS.Stream(ctx, event.StreamName); err != nil || info.CachedInfo().Config.MaxAge != time.Hour {
+		t.Errorf("stream after the agent's start: %v, %v (the bot's max age 1h must stay)", info, err)
+	}
+}
+
+// With no URL the agent starts the embedded server, says it is open on
+// loopback only, and creates the stream itself.
+func TestAgentEmbeddedNATSLoopback(t *testing.T) {
+	var logs syncbuf.Buffer
+	log := zerolog.New(&logs)
+	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
+	defer cancel()
+	conn, err := connectNATS(ctx, natsClient{storeDir: t.TempDir(), name: "embedded-test"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !strings.Contains(logs.String(), "no authentication and no TLS, listening on loopback only") || !strings.Contains(logs.String(), "nats://127.0.0.1:") {
+		t.Errorf("start log:\n%s", logs.String())
+	}
+	if err := agentStream(ctx, conn, 1, log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.JS.Stream(ctx, event.StreamName); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedOf is the seed's text, to look for it in logs.
+func seedOf(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// `hcpbot agent` against an external NATS without the events stream:
+// it serves /healthz (so a liveness probe does not restart it) but is not
+// ready while it waits for the bot, and becomes ready once the stream
+// exists, without having changed it.
+func TestAgentCommandWaitsForStream(t *testing.T) {
+	srv := natstest.RunSecured(t)
+	dir := t.TempDir()
+	// A management cluster nobody listens on: the agent's informers only
+	// retry; this test is about NATS.
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		c := &cli{stdin: strings.NewReader(""), stdout: &logs, stderr: &logs, getenv: func(string) string { return "" }}
+		done <- c.main(ctx, []string{"agent", "--kubeconfig", kubeconfig, "--source", "mgmt-wait", "--nats-url", srv.URL,
+			"--nats-nkey-seed", srv.User.SeedFile, "--nats-ca", srv.CAFile, "--listen", addr, "--leader-elect=false", "--log-format", "json"})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("agent exited %d:\n%s", code, tail(logs.String(), 4000))
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("agent did not stop:\n%s", tail(logs.String(), 4000))
+		}
+	}()
+	testenv.Eventually(t, natstest.Timeout, "the waiting line and /healthz", func() bool {
+		code, _ := get("http://" + addr + "/healthz")
+		return code == 200 && strings.Contains(logs.String(), "waiting for the bot to create stream "+event.StreamName)
+	})
+	if code, body := get("http://" + addr + "/readyz"); code != 503 || !strings.Contains(body, "waiting for the events stream") {
+		t.Errorf("/readyz while waiting: %d %q", code, body)
+	}
+	bot, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.URL}, NkeySeedFile: srv.User.SeedFile, CAFile: srv.CAFile}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bot.Close()
+	if _, err := bus.EnsureStream(ctx, bot.JS, bus.EventsStream(1, time.Hour, 0)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, natstest.Timeout, "/readyz once the stream exists", func() bool {
+		code, _ := get("http://" + addr + "/readyz")
+		return code == 200
+	})
+	if info, err := bot.JS.Stream(ctx, event.StreamName); err != nil || info.CachedInfo().Config.MaxAge != time.Hour {
+		t.Errorf("stream: %v, %v (the bot's max age 1h must stay)", info, err)
+	}
+}
