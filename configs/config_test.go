@@ -69,7 +69,7 @@ func TestExampleDefaultsMatchCode(t *testing.T) {
 		"enabled": true, "leaseName": true, "leaseDuration": true, "renewDeadline": true, "retryPeriod": true,
 		"bufferEvents": true, "hostedProbeInterval": true, "groupWait": true, "groupInterval": true,
 		"resolveTimeout": true, "threshold": true, "window": true, "apiURL": true, "socketMode": true,
-		"fourEyes": true, "proposalTTL": true, "level": true, "format": true, "kubeconfig": true,
+		"fourEyes": true, "requireFourEyes": true, "proposalTTL": true, "level": true, "format": true, "kubeconfig": true,
 	}
 	for _, line := range strings.Split(Example, "\n") {
 		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")

@@ -29,6 +29,12 @@ import (
 // value of vars in its logs.
 func startBot(t *testing.T, config string, vars map[string]string) *syncbuf.Buffer {
 	t.Helper()
+	return startMode(t, "bot", config, vars)
+}
+
+// startMode is startBot for `hcpbot <mode>` (bot or all).
+func startMode(t *testing.T, mode, config string, vars map[string]string) *syncbuf.Buffer {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "hcpbot.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -38,17 +44,17 @@ func startBot(t *testing.T, config string, vars map[string]string) *syncbuf.Buff
 	done := make(chan int, 1)
 	go func() {
 		c := &cli{stdin: strings.NewReader(""), stdout: logs, stderr: logs, getenv: func(k string) string { return vars[k] }}
-		done <- c.main(ctx, []string{"bot", "--config", path})
+		done <- c.main(ctx, []string{mode, "--config", path})
 	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case code := <-done:
 			if code != 0 {
-				t.Errorf("hcpbot bot exited %d:\n%s", code, tail(logs.String(), 4000))
+				t.Errorf("hcpbot %s exited %d:\n%s", mode, code, tail(logs.String(), 4000))
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("hcpbot bot did not stop; logs (tail):\n%s", tail(logs.String(), 4000))
+			t.Errorf("hcpbot %s did not stop; logs (tail):\n%s", mode, tail(logs.String(), 4000))
 		}
 		for k, v := range vars {
 			if strings.Contains(k, "TOKEN") || strings.Contains(k, "SECRET") {

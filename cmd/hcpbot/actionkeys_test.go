@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+)
+
+// What the agent section of the config file says about action requests
+// takes effect in `hcpbot all`: with agent.trustedKeys naming another key
+// than approvals.signingKey, an approved fix is refused by the agent; with
+// agent.requireFourEyes while the bot's approvals say fourEyes: false, a
+// single approver's fix is refused. Either way the HostedCluster is
+// unchanged and the reply says why.
+func TestAllAgentEnforcesConfiguredKeys(t *testing.T) {
+	env.Need(t)
+	seedFile := func(t *testing.T) (path, pub string) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, _ := kp.Seed()
+		pub, _ = kp.PublicKey()
+		path = filepath.Join(t.TempDir(), "signing.seed")
+		if err := os.WriteFile(path, seed, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path, pub
+	}
+	for _, tc := range []struct {
+		name  string
+		agent func(signer, other string) string // extra agent settings
+		approver string // who approves U0KEYS0001's proposal
+		want     string
+	}{
+		{"untrusted signing key", func(_, other string) string { return "  trustedKeys: [" + other + "]\n" }, "U0KEYS0002", "untrusted key"},
+		// The bot allows self-approval (fourEyes: false); the agent not.
+		{"agent requires four-eyes", func(signer, _ string) string {
+			return "  trustedKeys: [" + signer + "]\n  requireFourEyes: true\n"
+		}, "U0KEYS0001", "four-eyes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			ns := env.Namespace(t)
+			hosted := env.HostedCluster(t, scenario.BehindProxy(ns, "keys"))
+			nodes, err := scenario.Nodes(ctx, hosted.Kube, "keys-np", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			kubeconfig := filepath.Join(dir, "kubeconfig")
+			if err := env.CP.Management.WriteKubeconfig(kubeconfig); err != nil {
+				t.Fatal(err)
+			}
+			seed, signer := seedFile(t)
+			_, other := seedFile(t)
+			srv := natstest.RunServer(t)
+			rec := slackrec.New(t)
+			botAddr, opsAddr := freeAddr(t), freeAddr(t)
+			const channel, secret = "C0KEYS0001", "test-signing-secret"
+			cfg := fmt.Sprintf(`nats:
+  urls: [%q]
+agent:
+  source: mgmt-keys
+  kubeconfig: %s
+  listen: %q
+  leaderElection: {namespace: %s}
+%sbot:
+  listen: %q
+  opsListen: %q
+  groupWait: 0s
+  defaultChannel: %s
+slack:
+  apiURL: %q
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+approvals:
+  approvers: [U0KEYS0001, U0KEYS0002]
+  fourEyes: false
+  signingKeyFile: %s
+`, srv.ClientURL(), kubeconfig, freeAddr(t), ns, tc.agent(signer, other), botAddr, opsAddr, channel, rec.APIURL(), seed)
+			logs := startMode(t, "all", cfg, map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-test", "TEST_SLACK_SIGNING_SECRET": secret, "POD_NAME": "keys-0"})
+			waitReady(t, opsAddr)
+			if err := scenario.SetNodeReady(ctx, hosted.Kube, nodes[0], corev1.ConditionFalse, "KubeletNotReady", "x"); err != nil {
+				t.Fatal(err)
+			}
+			hcp := slashCommander{t: t, url: "http://" + botAddr + "/slack/commands", secret: secret, channel: channel, rec: rec}
+			var id string
+			testenv.Eventually(t, 60*time.Second, "noProxy fix proposed", func() bool {
+				reply := hcp.run(ctx, "fix noproxy "+ns+"/keys", "U0KEYS0001", func(s string) bool {
+					return actionIDPattern.MatchString(s) || strings.Contains(s, "No noProxy fix") || strings.Contains(s, "Unknown cluster")
+				})
+				id = actionIDPattern.FindString(reply)
+				return id != ""
+			})
+			reply := hcp.run(ctx, "approve "+id, tc.approver, func(s string) bool { return strings.Contains(s, id) })
+			if !strings.Contains(reply, "refused by the agent") || !strings.Contains(reply, tc.want) {
+				t.Errorf("approve answered %q, want the agent's refusal (%s)\n%s", reply, tc.want, tail(logs.String(), 3000))
+			}
+			u, err := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(ns).Get(ctx, "keys", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy"); got != scenario.SeedNoProxy {
+				t.Errorf("noProxy changed to %q", got)
+			}
+		})
+	}
+}
