@@ -153,13 +153,9 @@ const maxFixGenerations = 16
 // firstApproval answers the first press under four-eyes: the proposal
 // Propose stored (or why not).
 func (a *Approvals) firstApproval(ctx context.Context, k diagnose.Key, req actions.Request, p approval.Proposal, user string, err error) chatops.Reply {
-	warning := ""
-	switch {
-	case errors.Is(err, approval.ErrAudit) && p.ID != "":
-		warning = "\n_Warning: the audit record of this proposal could not be written._"
-	case err != nil:
-		a.auditRefusal(ctx, k, user, err)
-		return chatops.Reply{Text: "Could not store the proposal: " + errText(err)}
+	warning, refused, ok := a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
+	if !ok {
+		return refused
 	}
 	_, diff := noProxyDiff(req.NoProxy)
 	text := fmt.Sprintf("%s approved the fix of %s as `%s` (1 of 2 approvals): add %s to the noProxy.\n```%s```\n"+
@@ -338,13 +334,9 @@ func (a *Approvals) ProposeRollback(ctx context.Context, id, user string) chatop
 		req.ID = rollbackPrefix + strings.TrimPrefix(approval.NewID(), "act-")
 		p, err = a.Store.Propose(ctx, req, user, approval.ForSource(orig.Source))
 	}
-	warning := ""
-	switch {
-	case errors.Is(err, approval.ErrAudit) && p.ID != "":
-		warning = "\n_Warning: the audit record of this proposal could not be written._"
-	case err != nil:
-		a.auditRefusal(ctx, k, user, err)
-		return chatops.Reply{Text: "Could not propose the rollback: " + errText(err)}
+	warning, refused, ok := a.stored(ctx, k, user, p, err, "Could not propose the rollback: ")
+	if !ok {
+		return refused
 	}
 	text := fmt.Sprintf("%s proposes `%s`: roll back `%s` (%s) on %s — %s.\n%s%s",
 		mention(user), p.ID, id, esc(string(undo.Type)), esc(k.String()), esc(redact.RedactText(undoSummary(undo))), howToDecide(p), warning)
@@ -393,17 +385,25 @@ func (a *Approvals) RunExpiry(ctx context.Context, every time.Duration) error {
 // audited, and refused if that fails too).
 func (a *Approvals) propose(ctx context.Context, k diagnose.Key, req actions.Request, user string) (p approval.Proposal, warning string, refused chatops.Reply, ok bool) {
 	p, err := a.Store.Propose(ctx, req, user, approval.ForSource(k.Source))
+	warning, refused, ok = a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
+	return p, warning, refused, ok
+}
+
+// stored judges what Store.Propose returned, for the reply: ok, with a
+// warning when only the audit record failed; else the refusal to answer
+// (audited), couldNot leading the error.
+func (a *Approvals) stored(ctx context.Context, k diagnose.Key, user string, p approval.Proposal, err error, couldNot string) (warning string, refused chatops.Reply, ok bool) {
 	switch {
 	case errors.Is(err, approval.ErrAudit) && p.ID != "":
-		return p, "\n_Warning: the audit record of this proposal could not be written._", chatops.Reply{}, true
+		return "\n_Warning: the audit record of this proposal could not be written._", chatops.Reply{}, true
 	case err != nil:
 		a.auditRefusal(ctx, k, user, err)
 		if errors.Is(err, actions.ErrInvalid) {
-			return p, "", chatops.Reply{Text: "Cannot propose that change: " + errText(err)}, false
+			return "", chatops.Reply{Text: "Cannot propose that change: " + errText(err)}, false
 		}
-		return p, "", chatops.Reply{Text: "Could not store the proposal: " + errText(err)}, false
+		return "", chatops.Reply{Text: couldNot + errText(err)}, false
 	}
-	return p, "", chatops.Reply{}, true
+	return "", chatops.Reply{}, true
 }
 
 // Approve implements Actions: only the approval that wins the proposal's

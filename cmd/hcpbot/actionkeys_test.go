@@ -56,17 +56,7 @@ func TestAllAgentEnforcesConfiguredKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			ns := env.Namespace(t)
-			hosted := env.HostedCluster(t, scenario.BehindProxy(ns, "keys"))
-			nodes, err := scenario.Nodes(ctx, hosted.Kube, "keys-np", 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			kubeconfig := filepath.Join(dir, "kubeconfig")
-			if err := env.CP.Management.WriteKubeconfig(kubeconfig); err != nil {
-				t.Fatal(err)
-			}
+			ns, hosted, nodes, kubeconfig := allCluster(t, "keys")
 			seed, signer := seedFile(t)
 			_, other := seedFile(t)
 			srv := natstest.RunServer(t)

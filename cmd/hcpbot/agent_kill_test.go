@@ -21,6 +21,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -92,6 +93,20 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	source := "mgmt-" + ns
+	// The bot's side of actions: the approval store and the signing key
+	// the agents trust.
+	alog, err := audit.Open(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := approval.NewStore(ctx, conn.JS, alog, approval.Policy{Approvers: []string{"UCHAOS02"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := actions.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	start := func(name string) *agentProc {
 		a := &agentProc{name: name, addr: freeAddr(t), logPath: filepath.Join(dir, name+".log")}
@@ -100,7 +115,8 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.cmd = exec.Command(bin, "agent", "--kubeconfig", kubeconfig, "--source", source, "--nats-url", srv.ClientURL(),
-			"--listen", a.addr, "--lease-namespace", ns, "--identity", name, "--log-format", "json", "--leader-elect")
+			"--listen", a.addr, "--lease-namespace", ns, "--identity", name, "--log-format", "json", "--leader-elect",
+			"--trusted-keys", signer.PublicKey())
 		a.cmd.Env = append(os.Environ(), "HTTPS_PROXY=", "HTTP_PROXY=", "https_proxy=", "http_proxy=")
 		a.cmd.Stdout, a.cmd.Stderr = logf, logf
 		if err := a.cmd.Start(); err != nil {
@@ -184,8 +200,22 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p, err := store.Propose(ctx, req, req.RequestedBy, approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = store.Approve(ctx, p.ID, "UCHAOS02", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	att, err := p.Attestation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := signer.Seal(p.Request, att, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	request := func() (actions.Reply, int, error) {
-		data, _ := json.Marshal(req)
 		for attempt := 1; ; attempt++ {
 			rctx, rcancel := context.WithTimeout(ctx, actions.ExecuteTimeout)
 			msg, err := conn.NC.RequestWithContext(rctx, subject, data)

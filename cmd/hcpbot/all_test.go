@@ -31,19 +31,9 @@ import (
 // `hcpbot all --config F`: agent and bot from one config file, the seed
 // incident posted to Slack, and a signed /hcp command answered.
 func TestAllCommand(t *testing.T) {
-	env.Need(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
-	hosted := env.HostedCluster(t, scenario.BehindProxy(ns, "allcmd"))
-	nodes, err := scenario.Nodes(ctx, hosted.Kube, "allcmd-np", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, hosted, nodes, kubeconfig := allCluster(t, "allcmd")
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := env.CP.Management.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
 	srv := natstest.RunServer(t)
 	rec := slackrec.New(t)
 	agentAddr, botAddr, opsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
@@ -219,6 +209,25 @@ log: {level: info, format: json}
 }
 
 var actionIDPattern = regexp.MustCompile(`act-[a-z2-7]{16}`)
+
+// allCluster is what `hcpbot all` tests watch: a hosted cluster name
+// behind the seed 000 proxy with one node, in a namespace of the test's
+// own, and a kubeconfig file of the management API server.
+func allCluster(t *testing.T, name string) (ns string, hosted *testenv.Hosted, nodes []string, kubeconfig string) {
+	t.Helper()
+	env.Need(t)
+	ns = env.Namespace(t)
+	hosted = env.HostedCluster(t, scenario.BehindProxy(ns, name))
+	nodes, err := scenario.Nodes(context.Background(), hosted.Kube, name+"-np", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.CP.Management.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return ns, hosted, nodes, kubeconfig
+}
 
 // slashCommander sends signed /hcp commands. A reply comes back in the
 // HTTP response, or — when the bot took longer than Slack's acknowledgement

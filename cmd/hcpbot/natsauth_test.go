@@ -27,7 +27,7 @@ import (
 func TestBotConfigNATSNkeyAndCA(t *testing.T) {
 	srv := natstest.RunSecured(t)
 	rec := slackrec.New(t)
-	botAddr := freeAddr(t)
+	botAddr, opsAddr := freeAddr(t), freeAddr(t)
 	natsSection := func(seed, ca string) string {
 		s := fmt.Sprintf("nats:\n  urls: [%q]\n", srv.URL)
 		if seed != "" {
@@ -40,13 +40,14 @@ func TestBotConfigNATSNkeyAndCA(t *testing.T) {
 	}
 	rest := fmt.Sprintf(`bot:
   listen: %q
+  opsListen: %q
   defaultChannel: C0NATSAUTH
 slack:
   apiURL: %q
   botTokenEnv: TEST_SLACK_BOT_TOKEN
   signingSecretEnv: TEST_SLACK_SIGNING_SECRET
 log: {level: info, format: json}
-`, botAddr, rec.APIURL())
+`, botAddr, opsAddr, rec.APIURL())
 	path := configFile(t, natsSection(srv.User.SeedFile, srv.CAFile)+rest)
 	vars := map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-test", "TEST_SLACK_SIGNING_SECRET": "s", "POD_NAME": "bot-0"}
 
@@ -72,7 +73,7 @@ log: {level: info, format: json}
 		}
 	}()
 	testenv.Eventually(t, natstest.Timeout, "the bot ready on the secured NATS", func() bool {
-		code, _ := get("http://" + botAddr + "/readyz")
+		code, _ := get("http://" + opsAddr + "/readyz")
 		return code == 200
 	})
 	// The stream exists on that server: seen by a client of our own.
