@@ -38,7 +38,7 @@ func TestApprovalKeysRejected(t *testing.T) {
 	const approvals = "approvals:\n  approvers: [U01234ABCD, U05678EFGH]\n"
 	for _, tc := range []struct {
 		name, yaml, field, msg string
-		line               int
+		line                   int
 	}{
 		{"bot without a signing key", botBase + approvals, "approvals.signingKeyEnv", "required", 6},
 		{"both env and file", botBase + approvals + "  signingKeyEnv: K\n  signingKeyFile: /k\n", "approvals.signingKeyFile", "not both", 9},
@@ -128,7 +128,9 @@ func TestSecretsSigningKey(t *testing.T) {
 				}
 				return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
 			}
-			env := func(k string) string { return map[string]string{"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}[k] }
+			env := func(k string) string {
+				return map[string]string{"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}[k]
+			}
 			s, err := c.Secrets(env, read)
 			switch {
 			case tc.want == "" && err != nil:

@@ -43,9 +43,9 @@ func TestAllAgentEnforcesConfiguredKeys(t *testing.T) {
 		return path, pub
 	}
 	for _, tc := range []struct {
-		name  string
-		agent func(signer, other string) string // extra agent settings
-		approver string // who approves U0KEYS0001's proposal
+		name     string
+		agent    func(signer, other string) string // extra agent settings
+		approver string                            // who approves U0KEYS0001's proposal
 		want     string
 	}{
 		{"untrusted signing key", func(_, other string) string { return "  trustedKeys: [" + other + "]\n" }, "U0KEYS0002", "untrusted key"},
