@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hcpbot/hcpbot/actions"
+	botpkg "github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
@@ -295,6 +296,10 @@ func TestNATSPermissions(t *testing.T) {
 
 	var proposal approval.Proposal
 	var alog *audit.Log
+	signer, err := actions.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
 	eventsPublished := 0
 	allowed := []struct {
 		name string
@@ -516,18 +521,30 @@ func TestNATSPermissions(t *testing.T) {
 				go func() {
 					_ = actions.Serve(sctx, c.conn.NC, actions.ServeConfig{
 						Source: c.source, Executor: &actions.Executor{}, Log: log, Audit: audit.Refusals{Log: refusals},
-						Verifier: &actions.Verifier{Store: approval.NewLookup(c.conn.JS), Source: c.source},
+						Verifier: &actions.Verifier{Keys: []string{signer.PublicKey()}, Store: approval.NewLookup(c.conn.JS), Source: c.source},
 					})
 				}()
-				// Invalid on purpose: the agent answers without touching a
-				// cluster, which is all the round trip needs.
+				// Signed, but claiming an approval the store does not hold
+				// (the proposal is pending): the agent reads the store and
+				// refuses without touching a cluster, which is all the round
+				// trip needs.
+				forged := proposal
+				forged.Source, forged.DecidedBy, forged.DecidedAt = c.source, "U2", time.Now()
+				att, err := forged.Attestation()
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, err := signer.Seal(forged.Request, att, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
 				subject, err := event.ActionRequestSubject(c.source)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var reply actions.Reply
 				testenv.Eventually(t, natstest.Timeout, "an agent serving "+subject, func() bool {
-					msg, err := botC.NC.RequestWithContext(ctx, subject, []byte(`{"id":"act-`+c.source+`"}`))
+					msg, err := botC.NC.RequestWithContext(ctx, subject, data)
 					if errors.Is(err, nats.ErrNoResponders) {
 						return false
 					}
@@ -539,10 +556,22 @@ func TestNATSPermissions(t *testing.T) {
 					}
 					return true
 				})
-				if reply.Code != actions.CodeInvalid {
-					t.Fatalf("%s: reply %+v, want code %s", c.source, reply, actions.CodeInvalid)
+				if reply.Code != actions.CodeUnauthorized || !strings.Contains(reply.Error, proposal.ID) {
+					t.Fatalf("%s: reply %+v, want code %s after reading %s", c.source, reply, actions.CodeUnauthorized, proposal.ID)
 				}
 			}
+		}},
+		{"bot reads the agents' refusals from their audit subjects (bot.RefusalNotices)", func(t *testing.T, ctx context.Context) {
+			var out syncbuf.Buffer
+			console := notify.NewConsole(&out)
+			nctx, stop := context.WithCancel(ctx)
+			defer stop()
+			notices := &botpkg.RefusalNotices{JS: botC.JS, Out: console, Channel: func(string) string { return "C0NATSAUTH" }, Log: log}
+			go func() { _ = console.Run(nctx) }()
+			go func() { _ = notices.Run(nctx) }()
+			testenv.Eventually(t, natstest.Timeout, "both agents' refusals shown", func() bool {
+				return strings.Contains(out.String(), "The agent of `"+src1+"` refused") && strings.Contains(out.String(), "The agent of `"+src2+"` refused")
+			})
 		}},
 	}
 	for _, tc := range allowed {
