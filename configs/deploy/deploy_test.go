@@ -226,7 +226,7 @@ func TestAgentManifests(t *testing.T) {
 		}
 	}
 	cm := find(t, objs, "ConfigMap", "hcpbot-agent-settings")
-	for _, name := range []string{"HCPBOT_SOURCE", "HCPBOT_NATS_URL"} {
+	for _, name := range []string{"HCPBOT_SOURCE", "HCPBOT_NATS_URL", "HCPBOT_TRUSTED_KEYS"} {
 		e := envs[name]
 		if e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil || e.ValueFrom.ConfigMapKeyRef.Name != cm.GetName() {
 			t.Errorf("%s: %+v, want a key of ConfigMap %s (kustomize rewrites the hashed name)", name, e, cm.GetName())
@@ -355,6 +355,10 @@ func TestBotManifests(t *testing.T) {
 		if !mountedFromSecret(spec, c, p, "hcpbot-bot-nats") {
 			t.Errorf("%s %q: want a file mounted from Secret hcpbot-bot-nats", what, p)
 		}
+	}
+	// The action-signing seed, which agents' trustedKeys name.
+	if ref := cfg.Approvals.SigningKey; ref.Env != "" || !mountedFromSecret(spec, c, ref.File, "hcpbot-signing-key") {
+		t.Errorf("approvals.signingKey %+v: want a file mounted from Secret hcpbot-signing-key", ref)
 	}
 	if cfg.NATS.Creds.IsSet() || !strings.HasPrefix(cfg.NATS.URLs[0], "tls://") {
 		t.Errorf("bot NATS: creds %v, urls %v: want the nkey user and tls://", cfg.NATS.Creds, cfg.NATS.URLs)
