@@ -180,17 +180,11 @@ func (d *decoder) agent(n *yaml.Node, path string, a *Agent) bool {
 			}
 		}},
 		{"trustedKeys", func(v *yaml.Node, p string) {
-			seen := map[string]int{}
-			d.strings(v, p, func(v *yaml.Node, p, s string) {
-				switch {
-				case !nkeys.IsValidPublicUserKey(s):
-					d.problem(v, p, "%q is not an nkeys user public key (U…, 56 characters; `hcpbot keygen` prints one)", s)
-				case seen[s] > 0:
-					d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
-				default:
-					seen[s] = v.Line
-					a.TrustedKeys = append(a.TrustedKeys, s)
+			d.uniqueStrings(v, p, &a.TrustedKeys, func(s string) string {
+				if !nkeys.IsValidPublicUserKey(s) {
+					return fmt.Sprintf("%q is not an nkeys user public key (U…, 56 characters; `hcpbot keygen` prints one)", s)
 				}
+				return ""
 			})
 			if len(a.TrustedKeys) > 2 {
 				d.problem(v, p, "%d keys: at most two (the current key and, during a rotation, the next or the previous one)", len(a.TrustedKeys))
@@ -408,19 +402,14 @@ func (d *decoder) approvals(n *yaml.Node, path string, a *Approvals) bool {
 			d.userIDs(v, p, &a.Approvers)
 		}},
 		{"approverGroups", func(v *yaml.Node, p string) {
-			seen := map[string]int{}
-			d.strings(v, p, func(v *yaml.Node, p, s string) {
+			d.uniqueStrings(v, p, &a.ApproverGroups, func(s string) string {
 				switch {
 				case userIDRE.MatchString(s):
-					d.problem(v, p, "%q is a user ID: put it in approvals.approvers", s)
+					return fmt.Sprintf("%q is a user ID: put it in approvals.approvers", s)
 				case !groupIDRE.MatchString(s):
-					d.problem(v, p, "%q is not a Slack user group ID (S…)", s)
-				case seen[s] > 0:
-					d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
-				default:
-					seen[s] = v.Line
-					a.ApproverGroups = append(a.ApproverGroups, s)
+					return fmt.Sprintf("%q is not a Slack user group ID (S…)", s)
 				}
+				return ""
 			})
 		}},
 		{"fourEyes", func(v *yaml.Node, p string) {
@@ -448,19 +437,32 @@ func (d *decoder) approvals(n *yaml.Node, path string, a *Approvals) bool {
 
 // userIDs reads a list of Slack user IDs into dst.
 func (d *decoder) userIDs(n *yaml.Node, path string, dst *[]string) {
-	seen := map[string]int{}
-	d.strings(n, path, func(v *yaml.Node, p, s string) {
+	d.uniqueStrings(n, path, dst, func(s string) string {
 		switch {
 		case groupIDRE.MatchString(s):
-			d.problem(v, p, "%q is a user group ID: put it in approvals.approverGroups", s)
+			return fmt.Sprintf("%q is a user group ID: put it in approvals.approverGroups", s)
 		case !userIDRE.MatchString(s):
-			d.problem(v, p, "%q is not a Slack user ID (U…/W…; names and @handles change, IDs do not: Slack profile → ⋮ → Copy member ID)", s)
-		case seen[s] > 0:
-			d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
-		default:
-			seen[s] = v.Line
-			*dst = append(*dst, s)
+			return fmt.Sprintf("%q is not a Slack user ID (U…/W…; names and @handles change, IDs do not: Slack profile → ⋮ → Copy member ID)", s)
 		}
+		return ""
+	})
+}
+
+// uniqueStrings reads a list into dst: each entry that check finds no
+// problem with ("") and that is not listed twice.
+func (d *decoder) uniqueStrings(n *yaml.Node, path string, dst *[]string, check func(s string) string) {
+	seen := map[string]int{}
+	d.strings(n, path, func(v *yaml.Node, p, s string) {
+		if msg := check(s); msg != "" {
+			d.problem(v, p, "%s", msg)
+			return
+		}
+		if seen[s] > 0 {
+			d.problem(v, p, "%q is listed twice (first on line %d)", s, seen[s])
+			return
+		}
+		seen[s] = v.Line
+		*dst = append(*dst, s)
 	})
 }
 
