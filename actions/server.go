@@ -248,7 +248,7 @@ func (s *server) handle(ctx context.Context, msg *nats.Msg) {
 	if msg.Reply == "" {
 		// Nobody would learn the outcome of an approved change: refuse to
 		// make it blind.
-		s.log.Warn().Msg("action request without a reply subject ignored")
+		s.refuse(ctx, Verified{}, fmt.Errorf("%w: request without a reply subject", ErrInvalid))
 		return
 	}
 	reply := s.execute(ctx, msg.Data)
@@ -292,6 +292,13 @@ func (s *server) execute(ctx context.Context, data []byte) Reply {
 
 	xctx, cancel := context.WithTimeout(ctx, ExecuteTimeout)
 	defer cancel()
+	if !vr.Deadline.IsZero() {
+		// Nobody waits for the answer after that: stop rather than
+		// change the cluster behind the user's back.
+		var cancelD context.CancelFunc
+		xctx, cancelD = context.WithDeadline(xctx, vr.Deadline)
+		defer cancelD()
+	}
 	res, err := s.x.Execute(xctx, req)
 	if err != nil {
 		r := errorReply(err)

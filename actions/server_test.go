@@ -55,6 +55,7 @@ func (s *sealer) seal(t *testing.T, req actions.Request) []byte {
 			ID: req.ID, State: "approved", Source: s.source, RequestedBy: req.RequestedBy, DecidedBy: "U0APPROVER",
 			CreatedAt: now, DecidedAt: now, ExpiresAt: now.Add(time.Hour), FourEyes: true, Request: req,
 		}
+		rec.Seal = sealRecord(t, s.signer, rec)
 		s.store.m[req.ID] = rec
 	}
 	s.store.mu.Unlock()
@@ -70,6 +71,20 @@ func (s *sealer) seal(t *testing.T, req actions.Request) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// sealRecord is the seal the bot's approval store puts on a proposal.
+func sealRecord(t *testing.T, s *actions.Signer, rec actions.ApprovalRecord) *actions.ProposalSeal {
+	t.Helper()
+	claims, err := rec.Claims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seal, err := s.SealProposal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &seal
 }
 
 // serve starts actions.Serve for source on an embedded NATS server and

@@ -62,6 +62,10 @@ type sealed struct {
 	Request  Request   `json:"request"`
 	Approval Approval  `json:"approval"`
 	IssuedAt time.Time `json:"issuedAt"`
+	// Deadline is when the sender stops waiting for the answer: the
+	// agent does not start later, and stops its work then, so that a
+	// change never lands after the bot told the user it failed.
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Envelope is what travels on hcpbot.actions.<source>.request. The
@@ -127,7 +131,16 @@ func (s *Signer) PublicKey() string { return s.pub }
 
 // Seal encodes req with the approval a and signs it, issued at now.
 func (s *Signer) Seal(req Request, a Approval, now time.Time) ([]byte, error) {
-	payload, err := json.Marshal(sealed{Request: req, Approval: a, IssuedAt: now.UTC()})
+	return s.SealUntil(req, a, now, time.Time{})
+}
+
+// SealUntil is Seal for a sender that waits for the answer until
+// deadline (zero: no deadline but the agent's own ExecuteTimeout).
+func (s *Signer) SealUntil(req Request, a Approval, now, deadline time.Time) ([]byte, error) {
+	if !deadline.IsZero() {
+		deadline = deadline.UTC()
+	}
+	payload, err := json.Marshal(sealed{Request: req, Approval: a, IssuedAt: now.UTC(), Deadline: deadline})
 	if err != nil {
 		return nil, fmt.Errorf("actions: seal %s: %w", req.ID, err)
 	}
@@ -146,6 +159,69 @@ func signingInput(payload []byte) []byte {
 	return append([]byte(signingContext), payload...)
 }
 
+// proposalContext separates proposal seals from request signatures.
+const proposalContext = "hcpbot-proposal-v1\n"
+
+// ProposalClaims are the fields of a proposal fixed when it is made. The
+// bot seals them, so that whoever can write the approval store but lacks
+// the signing key cannot change what was proposed, for where, or by whom
+// (which would let one person be both requester and approver).
+type ProposalClaims struct {
+	ID            string    `json:"id"`
+	Source        string    `json:"source"`
+	RequestedBy   string    `json:"requestedBy"`
+	FourEyes      bool      `json:"fourEyes"`
+	CreatedAt     time.Time `json:"createdAt"`
+	ExpiresAt     time.Time `json:"expiresAt"`
+	RequestSHA256 string    `json:"requestSha256"`
+}
+
+// ProposalSeal is the bot's signature over a proposal's claims, stored
+// with the proposal.
+type ProposalSeal struct {
+	Key string `json:"key"`
+	Sig []byte `json:"sig"`
+}
+
+// ErrUnsealed: a proposal record without a valid seal by a trusted key.
+var ErrUnsealed = errors.New("proposal record not sealed by a trusted key")
+
+// SealProposal signs c.
+func (s *Signer) SealProposal(c ProposalClaims) (ProposalSeal, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return ProposalSeal{}, fmt.Errorf("actions: seal proposal %s: %w", c.ID, err)
+	}
+	sig, err := s.kp.Sign(append([]byte(proposalContext), b...))
+	if err != nil {
+		return ProposalSeal{}, fmt.Errorf("actions: seal proposal %s: %w", c.ID, err)
+	}
+	return ProposalSeal{Key: s.pub, Sig: sig}, nil
+}
+
+// VerifyProposal checks that seal is a signature over c by one of keys;
+// the error wraps ErrUnsealed.
+func VerifyProposal(keys []string, c ProposalClaims, seal *ProposalSeal) error {
+	switch {
+	case seal == nil || len(seal.Sig) == 0:
+		return fmt.Errorf("%w: proposal %s carries no seal", ErrUnsealed, c.ID)
+	case !slices.Contains(keys, seal.Key):
+		return fmt.Errorf("%w: proposal %s sealed by untrusted key %s", ErrUnsealed, c.ID, shortKey(seal.Key))
+	}
+	kp, err := nkeys.FromPublicKey(seal.Key)
+	if err != nil {
+		return fmt.Errorf("%w: proposal %s: %w", ErrUnsealed, c.ID, err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("%w: proposal %s: %w", ErrUnsealed, c.ID, err)
+	}
+	if err := kp.Verify(append([]byte(proposalContext), b...), seal.Sig); err != nil {
+		return fmt.Errorf("%w: proposal %s was changed after it was made (requester, request, times or cluster)", ErrUnsealed, c.ID)
+	}
+	return nil
+}
+
 // ApprovalRecord is the approval store's view of a proposal, as the agent
 // reads it.
 type ApprovalRecord struct {
@@ -159,6 +235,18 @@ type ApprovalRecord struct {
 	ExpiresAt   time.Time
 	FourEyes    bool
 	Request     Request
+	// Seal is the bot's seal of the proposal's claims (ProposalClaims).
+	Seal *ProposalSeal
+}
+
+// Claims are the sealed fields of the record.
+func (r ApprovalRecord) Claims() (ProposalClaims, error) {
+	digest, err := RequestDigest(r.Request)
+	if err != nil {
+		return ProposalClaims{}, err
+	}
+	return ProposalClaims{ID: r.ID, Source: r.Source, RequestedBy: r.RequestedBy, FourEyes: r.FourEyes,
+		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, RequestSHA256: digest}, nil
 }
 
 // The states of ApprovalRecord.State the verifier tells apart.
@@ -207,6 +295,8 @@ type Verified struct {
 	Request  Request
 	Approval Approval
 	Key      string
+	// Deadline is when the sender stops waiting; zero if it set none.
+	Deadline time.Time
 }
 
 // CheckKeys validates a list of trusted public keys.
@@ -252,7 +342,7 @@ func (v *Verifier) Open(ctx context.Context, data []byte) (Verified, error) {
 		// Signed garbage: the bot would never seal it.
 		return Verified{}, fmt.Errorf("%w: signed payload does not decode: %w", ErrInvalid, err)
 	}
-	out := Verified{Request: s.Request, Approval: s.Approval, Key: env.Key}
+	out := Verified{Request: s.Request, Approval: s.Approval, Key: env.Key, Deadline: s.Deadline}
 	if err := s.Request.Validate(); err != nil {
 		return out, err
 	}
@@ -267,6 +357,13 @@ func (v *Verifier) Open(ctx context.Context, data []byte) (Verified, error) {
 		return out, fmt.Errorf("%w: read proposal %s: %w", ErrInternal, s.Request.ID, err)
 	}
 	if err := matchRecord(s.Approval, rec); err != nil {
+		return out, fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	claims, err := rec.Claims()
+	if err != nil {
+		return out, err
+	}
+	if err := VerifyProposal(v.Keys, claims, rec.Seal); err != nil {
 		return out, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	return out, nil
@@ -298,6 +395,8 @@ func (v *Verifier) checkApproval(s sealed) error {
 		return fmt.Errorf("sealed in the future (%s)", s.IssuedAt.UTC().Format(time.RFC3339))
 	case now.Sub(s.IssuedAt) > maxAge:
 		return fmt.Errorf("sealed %s ago, more than %s: a replay", now.Sub(s.IssuedAt).Round(time.Second), maxAge)
+	case !s.Deadline.IsZero() && !now.Before(s.Deadline):
+		return fmt.Errorf("arrived after its sender stopped waiting (%s)", s.Deadline.Format(time.RFC3339))
 	case a.ApprovedBy == "":
 		return errors.New("no approver")
 	case !a.ExpiresAt.IsZero() && a.ApprovedAt.After(a.ExpiresAt):

@@ -49,6 +49,7 @@ func newVerifierFixture(t *testing.T) *verifierFixture {
 		ProposalID: req.ID, Source: "mgmt-1", RequestedBy: rec.RequestedBy, ApprovedBy: rec.DecidedBy, FourEyes: true,
 		CreatedAt: rec.CreatedAt, ApprovedAt: rec.DecidedAt, ExpiresAt: rec.ExpiresAt, RequestSHA256: digest,
 	}
+	rec.Seal = sealRecord(t, signer, rec)
 	store := &approvals{m: map[string]actions.ApprovalRecord{req.ID: rec}}
 	return &verifierFixture{
 		now: now, signer: signer, req: req, rec: rec, att: att, store: store,
@@ -166,6 +167,18 @@ func TestVerifierRefusesWhatWasNotApproved(t *testing.T) {
 			ProposalID: f.att.ProposalID, Source: f.att.Source, RequestedBy: "U0APPROVER", ApprovedBy: "U0APPROVER",
 			CreatedAt: f.att.CreatedAt, ApprovedAt: f.att.ApprovedAt, ExpiresAt: f.att.ExpiresAt, RequestSHA256: f.att.RequestSHA256,
 		}, f.now), want: actions.ErrUnauthorized, reason: "alone"},
+		{name: "store record without a seal", data: good, setup: withRecord(func(r *actions.ApprovalRecord) { r.Seal = nil }), want: actions.ErrUnauthorized, reason: "carries no seal"},
+		{name: "store record sealed by an untrusted key", data: good, setup: withRecord(func(r *actions.ApprovalRecord) { r.Seal = sealRecord(t, other, *r) }),
+			want: actions.ErrUnauthorized, reason: "untrusted key"},
+		// Someone who can write the store but lacks the key makes a
+		// colleague the requester of what they approve themselves, and the
+		// bot signs what the store then says: the seal tells.
+		{name: "store record's requester rewritten", data: mod(func(_ *actions.Request, a *actions.Approval) { a.RequestedBy = "U0COLLEAGUE" }),
+			setup: withRecord(func(r *actions.ApprovalRecord) { r.RequestedBy = "U0COLLEAGUE" }), want: actions.ErrUnauthorized, reason: "changed after it was made"},
+		{name: "store record's request rewritten", data: mod(func(r *actions.Request, _ *actions.Approval) { r.NoProxy.Add = []string{"evil.example"} }),
+			setup: withRecord(func(r *actions.ApprovalRecord) {
+				r.Request.NoProxy = &actions.NoProxyParams{Expected: r.Request.NoProxy.Expected, Add: []string{"evil.example"}}
+			}), want: actions.ErrUnauthorized, reason: "changed after it was made"},
 		{name: "trailing data", data: append(append([]byte(nil), good...), []byte(" {}")...), want: actions.ErrInvalid},
 		{name: "unknown envelope field", data: []byte(strings.Replace(string(good), `"key"`, `"approved":true,"key"`, 1)), want: actions.ErrInvalid},
 	} {
@@ -195,6 +208,7 @@ func TestVerifierPolicy(t *testing.T) {
 	att.RequestedBy, att.FourEyes = "hcpbot-diagnosis", false
 	rec := f.rec
 	rec.RequestedBy, rec.FourEyes = "hcpbot-diagnosis", false
+	rec.Seal = sealRecord(t, f.signer, rec)
 	f.store.m[f.req.ID] = rec
 	data := f.seal(t, f.signer, f.req, att, f.now)
 

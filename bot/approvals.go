@@ -76,7 +76,7 @@ func (a *Approvals) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *dia
 	}
 	_, diff := noProxyDiff(req.NoProxy)
 	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\n%s%s",
-		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), esc(diff), howToDecide(p), warning)
+		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), howToDecide(p), warning)
 	return proposalReply(p.ID, text)
 }
 
@@ -160,7 +160,7 @@ func (a *Approvals) firstApproval(ctx context.Context, k diagnose.Key, req actio
 	_, diff := noProxyDiff(req.NoProxy)
 	text := fmt.Sprintf("%s approved the fix of %s as `%s` (1 of 2 approvals): add %s to the noProxy.\n```%s```\n"+
 		"Four-eyes rule: one more approver is needed — press Approve (here or on the incident) or `/hcp approve %s`; reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s",
-		mention(user), esc(k.String()), p.ID, esc(strings.Join(req.NoProxy.Add, ", ")), esc(diff), p.ID, p.ID,
+		mention(user), esc(k.String()), p.ID, esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), p.ID, p.ID,
 		p.ExpiresAt.UTC().Format("15:04 UTC"), warning)
 	return proposalReply(p.ID, text)
 }
@@ -418,17 +418,22 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 	if err == nil && p.Request.Type == actions.TypeRollback && p.Request.Rollback != nil && p.Result != nil {
 		rolledBack = a.markRolledBack(ctx, p)
 	}
+	// Both people of a four-eyes approval are named.
+	requested := ""
+	if p.RequestedBy != "" && p.RequestedBy != user && !strings.HasPrefix(p.RequestedBy, actions.SystemRequesterPrefix) {
+		requested = " (requested by " + mention(p.RequestedBy) + ")"
+	}
 	var text string
 	switch {
 	case err == nil && p.Result != nil && p.Result.Outcome == actions.OutcomeUnchanged:
-		text = fmt.Sprintf("`%s` approved by %s: nothing to change, %s", id, mention(user), esc(p.Result.Summary))
+		text = fmt.Sprintf("`%s`%s approved by %s: nothing to change, %s", id, requested, mention(user), esc(p.Result.Summary))
 	case err == nil && p.Result != nil:
-		text = fmt.Sprintf("`%s` approved by %s and %s: %s", id, mention(user), esc(string(p.Result.Outcome)), esc(p.Result.Summary))
+		text = fmt.Sprintf("`%s`%s approved by %s and %s: %s", id, requested, mention(user), esc(string(p.Result.Outcome)), esc(p.Result.Summary))
 		if p.Result.Diff != "" {
-			text += "\n```" + esc(p.Result.Diff) + "```"
+			text += "\n```" + escCode(p.Result.Diff) + "```"
 		}
 	case err == nil:
-		text = fmt.Sprintf("`%s` approved by %s and executed.", id, mention(user))
+		text = fmt.Sprintf("`%s`%s approved by %s and executed.", id, requested, mention(user))
 	case errors.Is(err, actions.ErrConflict) && p.Request.Type == actions.TypeNoProxyPatch:
 		text = fmt.Sprintf("`%s` was not applied: the %s changed since the proposal; propose again%s.", id, targetKind(p.Request), proposeAgain(p.Request))
 	case errors.Is(err, actions.ErrUnauthorized):
@@ -505,16 +510,19 @@ func (a *Approvals) dispatch(ctx context.Context, p approval.Proposal) (actions.
 	if err != nil {
 		return actions.Result{}, err
 	}
-	data, err := a.Signer.Seal(p.Request, att, time.Now())
-	if err != nil {
-		return actions.Result{}, err
-	}
 	timeout := a.Timeout
 	if timeout <= 0 {
 		timeout = DefaultActionTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// The agent stops when we stop waiting, so that "did not answer"
+	// never hides a change made later.
+	deadline, _ := rctx.Deadline()
+	data, err := a.Signer.SealUntil(p.Request, att, time.Now(), deadline)
+	if err != nil {
+		return actions.Result{}, err
+	}
 	msg, err := a.NC.RequestWithContext(rctx, subject, data)
 	if err != nil {
 		return actions.Result{}, fmt.Errorf("%w: %s: %w", ErrNoAgent, p.Source, err)
@@ -541,8 +549,12 @@ func refusal(verb, id string, p approval.Proposal, err error) (text string, refu
 		return fmt.Sprintf("There is no proposal `%s` (mistyped, or too old).", id), true
 	case errors.Is(err, approval.ErrNotApprover):
 		return fmt.Sprintf("You are not allowed to %s `%s`: ask one of the approvers.", verb, id), true
+	case errors.Is(err, approval.ErrOwnRequest) && strings.HasPrefix(p.RequestedBy, actions.SystemRequesterPrefix):
+		return fmt.Sprintf("Four-eyes rule: `%s` was proposed by the diagnosis, not a person; propose it again (Approve fix or `/hcp fix noproxy`), and a second approver approves.", id), true
 	case errors.Is(err, approval.ErrOwnRequest):
 		return fmt.Sprintf("Four-eyes rule: you proposed `%s`, so someone else has to approve it.", id), true
+	case errors.Is(err, approval.ErrTampered):
+		return fmt.Sprintf("`%s` was not approved: its record was changed outside hcpbot after it was proposed (the seal does not verify). Propose it again, and tell whoever runs NATS.", id), true
 	case errors.Is(err, approval.ErrExpired):
 		return fmt.Sprintf("`%s` expired before it was decided; propose the fix again.", id), true
 	case errors.Is(err, approval.ErrAlreadyDecided):
@@ -621,6 +633,9 @@ func errText(err error) string { return esc(redact.RedactText(err.Error())) }
 // esc escapes text that did not come from this package (user input,
 // cluster data) for Slack mrkdwn, so that it cannot ping or link.
 func esc(s string) string { return chatops.EscapeText(s) }
+
+// escCode escapes text shown inside a code span or block.
+func escCode(s string) string { return chatops.EscapeCode(s) }
 
 // mention renders a Slack user id as a mention.
 func mention(user string) string { return "<@" + esc(user) + ">" }

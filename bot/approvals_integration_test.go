@@ -224,7 +224,7 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, botConn.JS, log, approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true})
+	store, err := approval.NewStore(ctx, botConn.JS, log, approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true}, approval.WithSealer(signer))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,8 @@ func newApprovals(t *testing.T, source string) *approvalsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, botConn.JS, log, approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true})
+	signer, verifier := agentKeys(t, agentConn.JS, source)
+	store, err := approval.NewStore(ctx, botConn.JS, log, approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true}, approval.WithSealer(signer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,6 @@ func newApprovals(t *testing.T, source string) *approvalsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, verifier := agentKeys(t, agentConn.JS, source)
 	_, err = agentConn.NC.QueueSubscribe(subject, actions.QueueGroup, func(msg *nats.Msg) {
 		fa.calls.Add(1)
 		req, _ := openRequest(t, verifier, msg.Data)

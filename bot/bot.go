@@ -201,6 +201,11 @@ func (b *Bot) Run(ctx context.Context) error {
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		d := decodedEvent{}
 		d.e, d.p, d.err = event.DecodeAll(m.Data())
+		if d.err == nil && !event.OnSourceSubject(m.Subject(), d.e.Source) {
+			// NATS lets an agent publish only its own source's
+			// subjects; a body naming another source is a forgery.
+			d.err = fmt.Errorf("%w: source %q on subject %s", errWrongSource, d.e.Source, m.Subject())
+		}
 		if md, err := m.Metadata(); err == nil {
 			d.seq = md.Sequence.Stream
 		}
@@ -231,6 +236,10 @@ func (b *Bot) Run(ctx context.Context) error {
 	b.flushLoop(ctx)
 	return nil
 }
+
+// errWrongSource: an event whose body names another source than its
+// subject, which is what NATS authorised its publisher for.
+var errWrongSource = errors.New("event of another source")
 
 // decodeAhead is how many decoded events may wait to be applied.
 const decodeAhead = 256
@@ -298,6 +307,8 @@ func (b *Bot) deadLetter(err error, e event.Event, seq uint64) {
 		reason = "unsupported_version"
 	case errors.Is(err, event.ErrUnknownType):
 		reason = "unknown_type"
+	case errors.Is(err, errWrongSource):
+		reason = "wrong_source"
 	}
 	b.metrics.deadLetter.WithLabelValues(reason).Inc()
 	l := b.log.Warn().Str("reason", reason).Str("error", event.Describe(err))

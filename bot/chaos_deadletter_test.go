@@ -72,6 +72,11 @@ func dlBadKinds() []dlBadKind {
 				m["payload"].(map[string]any)["message"] = strings.Repeat(dlMarker+" ", event.MaxSize/len(dlMarker)+64)
 			})
 		}},
+		// An agent may publish only its own source's subjects; an event
+		// claiming another source there is a forgery.
+		{"another-source", "wrong_source", func(t *testing.T, tpl []byte) []byte {
+			return dlEditEnvelope(t, tpl, func(m map[string]any) { m["source"] = "mgmt-other" })
+		}},
 		{"unknown-type", "unknown_type", func(t *testing.T, tpl []byte) []byte {
 			return dlEditEnvelope(t, tpl, func(m map[string]any) {
 				m["type"] = "quantumflux"

@@ -134,14 +134,14 @@ func (n *RefusalNotices) handle(ctx context.Context, subject string, data []byte
 	}
 	line := fmt.Sprintf("%s · %s", r.Time.UTC().Format("15:04:05"), esc(r.Summary))
 	if r.ActionID != "" {
-		line += fmt.Sprintf(" · `%s`", esc(r.ActionID))
+		line += fmt.Sprintf(" · `%s`", escCode(r.ActionID))
 	}
 	if r.Cluster != "" {
-		line += fmt.Sprintf(" · cluster `%s`", esc(r.Cluster))
+		line += fmt.Sprintf(" · cluster `%s`", escCode(r.Cluster))
 	}
 	if r.Actor != "" {
 		// Claimed by the request, so shown as data, never as a mention.
-		line += fmt.Sprintf(" · claimed approver `%s`", esc(r.Actor))
+		line += fmt.Sprintf(" · claimed approver `%s`", escCode(r.Actor))
 	}
 	line += "\n" + esc(r.Reason)
 	if err := n.Out.Reply(ctx, notify.Reply{Key: key, Channel: channel, Text: line, ID: r.ID}); err != nil {

@@ -121,6 +121,15 @@ func SubjectFilter(source string, cluster *ClusterRef, t Type) (string, error) {
 	return joinTokens(EventsSubjectPrefix, src, ns, name, typ), nil
 }
 
+// OnSourceSubject reports whether subject is one of source's event
+// subjects. The subject is what NATS authorised the publisher for; the
+// source in the body is only a claim, so a consumer checks one against
+// the other.
+func OnSourceSubject(subject, source string) bool {
+	prefix := EventsSubjectPrefix + "." + escape(source) + "."
+	return len(subject) > len(prefix) && subject[:len(prefix)] == prefix
+}
+
 // ParseSubject splits an event subject into its parts, undoing the
 // escaping. It checks syntax only: whether the type is known is left to the
 // caller (Type.Known).

@@ -26,6 +26,17 @@ func (p Proposal) Attestation() (actions.Approval, error) {
 	}, nil
 }
 
+// Claims are the proposal's fields fixed when it was made, which its Seal
+// covers.
+func (p Proposal) Claims() (actions.ProposalClaims, error) {
+	digest, err := actions.RequestDigest(p.Request)
+	if err != nil {
+		return actions.ProposalClaims{}, err
+	}
+	return actions.ProposalClaims{ID: p.ID, Source: p.Source, RequestedBy: p.RequestedBy, FourEyes: p.FourEyes,
+		CreatedAt: p.CreatedAt, ExpiresAt: p.ExpiresAt, RequestSHA256: digest}, nil
+}
+
 // Lookup reads proposals for the agent, which checks every action request
 // against the store before executing it. It only reads: the agent's NATS
 // user may not write the bucket. It binds to the bucket on first use, so
@@ -65,6 +76,7 @@ func (l *Lookup) LookupApproval(ctx context.Context, id string) (actions.Approva
 	return actions.ApprovalRecord{
 		ID: p.ID, State: string(p.State), Source: p.Source, RequestedBy: p.RequestedBy, DecidedBy: p.DecidedBy,
 		DecidedAt: p.DecidedAt, CreatedAt: p.CreatedAt, ExpiresAt: p.ExpiresAt, FourEyes: p.FourEyes, Request: p.Request,
+		Seal: p.Seal,
 	}, nil
 }
 

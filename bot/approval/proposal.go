@@ -42,6 +42,9 @@ var (
 	ErrAudit = errors.New("audit record not written")
 	// ErrExists: Propose was given the id of an existing proposal.
 	ErrExists = errors.New("proposal id already in use")
+	// ErrTampered: the stored proposal's seal does not verify: it was
+	// written by someone without the bot's key.
+	ErrTampered = errors.New("proposal record was changed outside hcpbot")
 )
 
 // State is where a proposal is in its life cycle.
@@ -89,6 +92,10 @@ type Proposal struct {
 	// RolledBackBy and RolledBackAt record the rollback.
 	RolledBackBy string    `json:"rolledBackBy,omitempty"`
 	RolledBackAt time.Time `json:"rolledBackAt,omitzero"`
+
+	// Seal is the bot's signature over the fields fixed at Propose
+	// (Claims), when the Store has a sealer.
+	Seal *actions.ProposalSeal `json:"seal,omitempty"`
 
 	// Revision is the bucket revision this value was read at or written
 	// as; not stored.

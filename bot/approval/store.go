@@ -56,6 +56,7 @@ type Store struct {
 	audit  audit.Appender
 	policy Policy
 	groups Groups
+	sealer *actions.Signer
 	now    func() time.Time
 }
 
@@ -63,8 +64,15 @@ type storeOptions struct {
 	groups    Groups
 	replicas  int
 	bucketTTL time.Duration
+	sealer    *actions.Signer
 	now       func() time.Time
 }
+
+// WithSealer seals every proposal's fixed fields (requester, request,
+// cluster, times) with s when it is made, and refuses to approve one
+// whose seal does not verify: whoever can write the bucket without the
+// key cannot change what people approve. The agent checks the seal too.
+func WithSealer(s *actions.Signer) StoreOption { return func(o *storeOptions) { o.sealer = s } }
 
 // StoreOption configures NewStore.
 type StoreOption func(*storeOptions)
@@ -117,7 +125,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, pol
 		return nil, fmt.Errorf("approval: ensure bucket %s: %w", Bucket, err)
 	}
 	return &Store{
-		kv: kv, audit: a, groups: o.groups, now: o.now,
+		kv: kv, audit: a, groups: o.groups, sealer: o.sealer, now: o.now,
 		policy: Policy{
 			Approvers:      slices.Clone(policy.Approvers),
 			ApproverGroups: slices.Clone(policy.ApproverGroups),
@@ -159,6 +167,17 @@ func (s *Store) Propose(ctx context.Context, req actions.Request, requestedBy st
 	p := Proposal{
 		ID: req.ID, Request: req, Source: o.source, RequestedBy: requestedBy, FourEyes: s.policy.FourEyes,
 		CreatedAt: now, ExpiresAt: now.Add(s.policy.TTL), State: StatePending,
+	}
+	if s.sealer != nil {
+		claims, err := p.Claims()
+		if err != nil {
+			return Proposal{}, fmt.Errorf("approval: propose: %w", err)
+		}
+		seal, err := s.sealer.SealProposal(claims)
+		if err != nil {
+			return Proposal{}, fmt.Errorf("approval: propose: %w", err)
+		}
+		p.Seal = &seal
 	}
 	data, err := json.Marshal(p)
 	if err != nil {
@@ -285,10 +304,27 @@ func (s *Store) approve(ctx context.Context, id, userID string, now time.Time, o
 	if o.cluster != nil && *o.cluster != p.Request.Cluster {
 		return p, fmt.Errorf("%w: %s is for %s, not %s", ErrWrongCluster, id, p.Request.Cluster, o.cluster)
 	}
+	if s.sealer != nil {
+		claims, err := p.Claims()
+		if err != nil {
+			return p, err
+		}
+		if err := actions.VerifyProposal([]string{s.sealer.PublicKey()}, claims, p.Seal); err != nil {
+			return p, fmt.Errorf("%w: %w", ErrTampered, err)
+		}
+	}
 	// Four-eyes before the approver check: it needs no group lookup, and
-	// either way the requester cannot approve.
-	if s.policy.FourEyes && userID == p.RequestedBy {
-		return p, ErrOwnRequest
+	// either way the requester cannot approve. The rule of the policy now
+	// or of the proposal when it was made, whichever is stricter; a
+	// requester that is not a person (the diagnosis) is no second pair of
+	// eyes.
+	if s.policy.FourEyes || p.FourEyes {
+		switch {
+		case userID == p.RequestedBy:
+			return p, ErrOwnRequest
+		case strings.HasPrefix(p.RequestedBy, actions.SystemRequesterPrefix):
+			return p, fmt.Errorf("%w: requested by %s, not a person; propose it again", ErrOwnRequest, p.RequestedBy)
+		}
 	}
 	if err := s.authorize(ctx, userID); err != nil {
 		return p, err

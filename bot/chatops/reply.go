@@ -87,6 +87,18 @@ func EscapeText(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
+// EscapeCode is EscapeText for text shown inside a code span or block
+// (`…`, ```…```): a backtick in it would end the span and let the rest
+// pass for the bot's own words, and bidirectional controls could reorder
+// what is shown. Backticks become ˋ (U+02CB); the controls are dropped.
+func EscapeCode(s string) string {
+	return codeReplacer.Replace(EscapeText(s))
+}
+
+var codeReplacer = strings.NewReplacer("`", "ˋ",
+	"\u202a", "", "\u202b", "", "\u202c", "", "\u202d", "", "\u202e", "",
+	"\u2066", "", "\u2067", "", "\u2068", "", "\u2069", "")
+
 var workingReply = Reply{Text: "Working on it…"}
 
 // usageReply answers a *UsageError, visible only to its author.

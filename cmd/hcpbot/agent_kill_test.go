@@ -99,11 +99,11 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, conn.JS, alog, approval.Policy{Approvers: []string{"UCHAOS02"}})
+	signer, err := actions.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := actions.NewEphemeralSigner()
+	store, err := approval.NewStore(ctx, conn.JS, alog, approval.Policy{Approvers: []string{"UCHAOS02"}}, approval.WithSealer(signer))
 	if err != nil {
 		t.Fatal(err)
 	}

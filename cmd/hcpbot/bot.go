@@ -203,10 +203,9 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	commands := &bot.Commands{Bot: b, Audit: auditLog, Silences: silences}
 	var acts *bot.Approvals
 	if cfg.Approvals != nil {
-		if acts, err = newApprovals(ctx, cfg, sec, conn, auditLog); err != nil {
+		if acts, err = newApprovals(ctx, cfg, sec, signer, conn, auditLog); err != nil {
 			return err
 		}
-		acts.Signer = signer
 		acts.Log = log
 		commands.Actions = acts
 	}
@@ -335,10 +334,10 @@ func slackOptions(ctx context.Context, cfg *configs.Config, conn *bus.Conn, reg 
 // newApprovals opens the proposal store, audited to log, with the
 // configured policy. Without this, commands that change clusters answer
 // that they are unavailable.
-func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, conn *bus.Conn, log *audit.Log) (*bot.Approvals, error) {
+func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, log *audit.Log) (*bot.Approvals, error) {
 	replicas := max(cfg.NATS.StreamReplicas, 1)
 	a := cfg.Approvals
-	opts := []approval.StoreOption{approval.WithReplicas(replicas)}
+	opts := []approval.StoreOption{approval.WithReplicas(replicas), approval.WithSealer(signer)}
 	if len(a.ApproverGroups) > 0 {
 		// Group membership is read from Slack at each approval.
 		if sec.SlackBotToken == "" || cfg.Slack == nil {
@@ -352,7 +351,7 @@ func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets
 	if err != nil {
 		return nil, err
 	}
-	return &bot.Approvals{Store: store, Audit: log, NC: conn.NC}, nil
+	return &bot.Approvals{Store: store, Audit: log, NC: conn.NC, Signer: signer}, nil
 }
 
 // responseURLPrefix is where the bot may POST delayed replies: Slack's hooks

@@ -678,11 +678,11 @@ func newBotSide(t *testing.T, conn *bus.Conn) *botSide {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{"UAPPROVER1", "UAPPROVER2"}, FourEyes: true})
+	signer, err := actions.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := actions.NewEphemeralSigner()
+	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{"UAPPROVER1", "UAPPROVER2"}, FourEyes: true}, approval.WithSealer(signer))
 	if err != nil {
 		t.Fatal(err)
 	}
