@@ -134,7 +134,7 @@ type HostedClusterState struct {
 	// Labels of the HostedCluster, for routing its incidents.
 	Labels      map[string]string `json:"labels,omitempty"`
 	InfraID     string            `json:"infraID,omitempty"` // spec.infraID
-	Version     string            `json:"version,omitempty"` // status.version.history[0].version; decides which noProxy rule HyperShift applies
+	Version     string            `json:"version,omitempty"` // status.version: newest Completed history entry, else desired; "" when absent. Picks the noProxy rule HyperShift applies
 	Proxy       ProxySpec         `json:"proxy,omitzero"`    // spec.configuration.proxy
 	NetworkType string            `json:"networkType,omitempty"`
 	// The CIDRs of spec.networking in spec order; HyperShift compares

@@ -112,6 +112,61 @@ type HostedClusterStatus struct {
 	Kubeconfig           *LocalObjectRef    `json:"kubeconfig,omitempty"`
 	ControlPlaneEndpoint APIEndpoint        `json:"controlPlaneEndpoint,omitempty"`
 	Conditions           []metav1.Condition `json:"conditions,omitempty"`
+	// Version is the release the control plane runs and is rolling out to,
+	// as HyperShift writes it (ClusterVersionStatus); nil until HyperShift
+	// has reconciled the cluster once.
+	Version *ClusterVersionStatus `json:"version,omitempty"`
+}
+
+// ClusterVersionStatus is HyperShift's status.version (api/hypershift/
+// v1beta1 ClusterVersionStatus), reduced to the fields hcpbot reads.
+type ClusterVersionStatus struct {
+	// Desired is the release being rolled out.
+	Desired Release `json:"desired"`
+	// History lists the rollouts, newest first. An entry is Partial while
+	// its rollout runs (or when it never finished) and Completed once it did.
+	History            []UpdateHistory `json:"history,omitempty"`
+	ObservedGeneration int64           `json:"observedGeneration"`
+}
+
+// Release is openshift/api config/v1 Release.
+type Release struct {
+	Version string `json:"version,omitempty"`
+	Image   string `json:"image,omitempty"`
+}
+
+// UpdateHistory is openshift/api config/v1 UpdateHistory.
+type UpdateHistory struct {
+	State          string       `json:"state"` // UpdateStateCompleted or UpdateStatePartial
+	StartedTime    metav1.Time  `json:"startedTime"`
+	CompletionTime *metav1.Time `json:"completionTime"`
+	Version        string       `json:"version,omitempty"`
+	Image          string       `json:"image"`
+	Verified       bool         `json:"verified"`
+}
+
+// The states of an UpdateHistory entry.
+const (
+	UpdateStateCompleted = "Completed"
+	UpdateStatePartial   = "Partial"
+)
+
+// Release returns the release the cluster runs: the newest history entry
+// whose rollout Completed, else the desired release (a cluster still on
+// its first rollout), else "" (HyperShift has not written status.version).
+// A Partial entry is skipped: until it completes, the workers still carry
+// what the previous release rendered.
+func (hc *HostedCluster) Release() string {
+	v := hc.Status.Version
+	if v == nil {
+		return ""
+	}
+	for _, h := range v.History {
+		if h.State == UpdateStateCompleted && strings.TrimSpace(h.Version) != "" {
+			return strings.TrimSpace(h.Version)
+		}
+	}
+	return strings.TrimSpace(v.Desired.Version)
 }
 
 type LocalObjectRef struct {

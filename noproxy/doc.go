@@ -19,7 +19,9 @@
 // HyperShift decides separately, from the HostedCluster's spec noProxy,
 // whether the kube-apiserver-proxy on every worker tunnels API traffic
 // through the HTTPS proxy; HyperShiftBypass models the rule of recent and of
-// older releases.
+// older releases, RuleForRelease picks one from a release version, and Lint
+// judges a HostedCluster under its release's rule (ClusterProxy.Release), or
+// under both when the release is unknown.
 //
 // Everything here is pure: no I/O, no global mutable state.
 package noproxy

@@ -46,6 +46,32 @@ func (r ReleaseRule) String() string {
 	return fmt.Sprintf("ReleaseRule(%d)", int(r))
 }
 
+// RuleForRelease tells which rule a HyperShift release applies: Legacy for
+// 4.14–4.22, Recent for every other major.minor (4.23 and later; earlier
+// releases are read as Recent too). ok is false when the version does not
+// say: "" (status.version not written yet) or no major.minor. A leading
+// "v" and suffixes ("4.19.0-ec.2", "4.23") are accepted.
+func RuleForRelease(version string) (rule ReleaseRule, ok bool) {
+	v := strings.TrimPrefix(strings.TrimSpace(version), "v")
+	majS, rest, found := strings.Cut(v, ".")
+	if !found {
+		return 0, false
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	major, err1 := strconv.Atoi(majS)
+	minor, err2 := strconv.Atoi(rest[:end])
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	if major == 4 && minor >= 14 && minor <= 22 {
+		return Legacy, true
+	}
+	return Recent, true
+}
+
 // Defaults HyperShift applies to the worker-side API address
 // (support/config DefaultAdvertiseIPv4Address / DefaultAdvertiseIPv6Address,
 // KASPodDefaultPort).

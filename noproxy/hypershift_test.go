@@ -89,3 +89,30 @@ func TestHyperShiftDefaultsAndUnknowns(t *testing.T) {
 		t.Error("an unknown release rule must not bypass")
 	}
 }
+
+func TestRuleForRelease(t *testing.T) {
+	tests := []struct {
+		version string
+		rule    ReleaseRule
+		ok      bool
+	}{
+		{"4.14.0", Legacy, true},
+		{"4.18.12", Legacy, true},
+		{"4.19.0-ec.2", Legacy, true},
+		{"4.22.3", Legacy, true},
+		{"v4.20.1", Legacy, true},
+		{"4.23.0", Recent, true},
+		{"5.0.0", Recent, true},
+		{"4.13.9", Recent, true}, // outside 4.14–4.22 is recent
+		{"", 0, false},
+		{"latest", 0, false},
+		{"4", 0, false},
+		{"4.x", 0, false},
+	}
+	for _, tt := range tests {
+		rule, ok := RuleForRelease(tt.version)
+		if rule != tt.rule || ok != tt.ok {
+			t.Errorf("RuleForRelease(%q) = %v, %v; want %v, %v", tt.version, rule, ok, tt.rule, tt.ok)
+		}
+	}
+}

@@ -85,6 +85,10 @@ type ClusterProxy struct {
 	// (HostedCluster status.controlPlaneEndpoint).
 	APIServerHost string
 	APIServerPort int32
+	// Release is the HyperShift release the cluster runs (HostedCluster
+	// status.version). It picks the kube-apiserver-proxy rule
+	// (RuleForRelease); "" judges under both.
+	Release string
 }
 
 type platformKind int
@@ -371,10 +375,23 @@ func lintKubernetes(c ClusterProxy, plat platformKind) (Finding, bool) {
 	}
 	recent, why := hyperShiftDecide(Recent, in)
 	legacy, whyLegacy := hyperShiftDecide(Legacy, in)
+	// A known release settles which rule applies; the findings name it.
+	head := ""
+	if rule, ok := RuleForRelease(c.Release); ok {
+		words := "recent"
+		if rule == Legacy {
+			words = "4.14–4.22"
+		}
+		head = fmt.Sprintf("HyperShift %s applies the %s rule: ", c.Release, words)
+		if rule == Legacy {
+			recent, why = legacy, whyLegacy
+		}
+		legacy = recent
+	}
 	switch {
 	case !recent && !legacy:
 		return Finding{SeverityCritical, CodeMissingKubernetes, "kubernetes",
-			"the kube-apiserver-proxy on every worker tunnels API traffic through the HTTPS proxy (HTTP CONNECT): no noProxy entry contains \"kubernetes\" or equals the service/cluster network, and the API addresses are not exempt; in-cluster clients dial the Service IP, which lands on that tunnel",
+			head + "the kube-apiserver-proxy on every worker tunnels API traffic through the HTTPS proxy (HTTP CONNECT): no noProxy entry contains \"kubernetes\" or equals the service/cluster network, and the API addresses are not exempt; in-cluster clients dial the Service IP, which lands on that tunnel",
 			fix}, true
 	case recent != legacy:
 		rule, other := "recent", "older (4.14–4.22)"
@@ -382,11 +399,11 @@ func lintKubernetes(c ClusterProxy, plat platformKind) (Finding, bool) {
 			rule, other, why = "older (4.14–4.22)", "recent", whyLegacy
 		}
 		return Finding{SeverityWarning, CodeMissingKubernetes, "kubernetes",
-			fmt.Sprintf("only %s HyperShift releases render the direct kube-apiserver-proxy (%s); %s releases tunnel API traffic through the proxy", rule, why, other),
+			fmt.Sprintf("the HyperShift release is unknown: only %s HyperShift releases render the direct kube-apiserver-proxy (%s); %s releases tunnel API traffic through the proxy", rule, why, other),
 			fix}, true
 	case !kubeDirect:
 		return Finding{SeverityInfo, CodeMissingKubernetes, "kubernetes",
-			fmt.Sprintf("the kube-apiserver-proxy already bypasses the proxy (%s), but clients that dial https://kubernetes by name still use it", why),
+			fmt.Sprintf("%sthe kube-apiserver-proxy already bypasses the proxy (%s), but clients that dial https://kubernetes by name still use it", head, why),
 			"add kubernetes to noProxy"}, true
 	}
 	return Finding{}, false

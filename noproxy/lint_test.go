@@ -115,6 +115,31 @@ func TestLintHyperShiftReleaseDependent(t *testing.T) {
 			t.Errorf("legacy-only bypass: %+v", f)
 		}
 	}
+	// The release picks the rule: ".example.com" bypasses under the recent
+	// rule (only an info about name-dialling clients) and tunnels under
+	// 4.14–4.22 (critical); the finding names the release and the rule.
+	c.NoProxy = ".example.com"
+	for _, tt := range []struct {
+		release string
+		want    Severity
+		reason  string
+	}{
+		{"4.23.1", SeverityInfo, "HyperShift 4.23.1 applies the recent rule"},
+		{"4.19.7", SeverityCritical, "HyperShift 4.19.7 applies the 4.14–4.22 rule"},
+		{"", SeverityWarning, "the HyperShift release is unknown"},
+	} {
+		c.Release = tt.release
+		fs := Lint(c)
+		if got := codes(fs)[CodeMissingKubernetes]; got != tt.want {
+			t.Errorf("release %q: missing-kubernetes = %q, want %q: %v", tt.release, got, tt.want, fs)
+		}
+		for _, f := range fs {
+			if f.Code == CodeMissingKubernetes && !strings.Contains(f.Reason, tt.reason) {
+				t.Errorf("release %q: reason %q lacks %q", tt.release, f.Reason, tt.reason)
+			}
+		}
+	}
+	c.Release = ""
 	// Bypassing via the service CIDR leaves only an info about name-dialling clients.
 	c.NoProxy = "172.31.0.0/16"
 	for _, f := range Lint(c) {

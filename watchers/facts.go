@@ -43,12 +43,16 @@ func hostedClusterFact(hc *hypershift.HostedCluster) fact {
 	return fact{payload: p, key: rvKey(hc.ResourceVersion), state: fingerprint(p), problem: true}
 }
 
+// hostedClusterState carries the release (Version) too: it picks which of
+// HyperShift's noProxy rules the bot applies, and being in the payload, and
+// so in the state fingerprint, a rollout that completes is news.
 func hostedClusterState(hc *hypershift.HostedCluster) event.HostedClusterState {
 	n := hc.Spec.Networking
 	p := event.HostedClusterState{
 		Platform:       hc.Spec.Platform.Type,
 		Labels:         hc.Labels,
 		InfraID:        hc.Spec.InfraID,
+		Version:        hc.Release(),
 		Proxy:          proxySpec(hc.Proxy()),
 		NetworkType:    n.NetworkType,
 		ClusterNetwork: hypershift.CIDRs(n.ClusterNetwork),

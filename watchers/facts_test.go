@@ -974,3 +974,52 @@ func TestTransformUnstructured(t *testing.T) {
 		t.Errorf("transformed HostedCluster does not convert: %v", err)
 	}
 }
+
+// TestFactHostedClusterRelease: the release the agent publishes is the
+// newest Completed rollout in status.version.history, else desired, and ""
+// only when HyperShift has written no status.version; a new release is a
+// new state (and so a new event).
+func TestFactHostedClusterRelease(t *testing.T) {
+	version := func(desired string, history ...hypershift.UpdateHistory) func(*hypershift.HostedCluster) {
+		return func(hc *hypershift.HostedCluster) {
+			hc.Status.Version = &hypershift.ClusterVersionStatus{Desired: hypershift.Release{Version: desired}, History: history, ObservedGeneration: 1}
+		}
+	}
+	rollout := func(v, state string) hypershift.UpdateHistory {
+		h := hypershift.UpdateHistory{State: state, Version: v, Image: "quay.io/openshift-release-dev/ocp-release:" + v + "-x86_64", StartedTime: metav1.NewTime(factT0)}
+		if state == hypershift.UpdateStateCompleted {
+			done := metav1.NewTime(factT1)
+			h.CompletionTime = &done
+		}
+		return h
+	}
+	states := map[string]string{}
+	for _, tc := range []struct {
+		name string
+		hc   *hypershift.HostedCluster
+		want string
+	}{
+		{"no status.version", fxHostedCluster(), ""},
+		{"first rollout running: desired", fxHostedCluster(version("4.19.7", rollout("4.19.7", hypershift.UpdateStatePartial))), "4.19.7"},
+		{"Completed beats desired", fxHostedCluster(version("4.23.0", rollout("4.19.7", hypershift.UpdateStateCompleted))), "4.19.7"},
+		{"Partial skipped", fxHostedCluster(version("4.23.0", rollout("4.23.0", hypershift.UpdateStatePartial),
+			rollout("4.22.3", hypershift.UpdateStatePartial), rollout("4.19.7", hypershift.UpdateStateCompleted))), "4.19.7"},
+		{"newest Completed", fxHostedCluster(version("4.23.0", rollout("4.23.0", hypershift.UpdateStateCompleted), rollout("4.19.7", hypershift.UpdateStateCompleted))), "4.23.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := hostedClusterFact(tc.hc)
+			if got := f.payload.(event.HostedClusterState).Version; got != tc.want {
+				t.Errorf("version = %q, want %q", got, tc.want)
+			}
+			if prev, seen := states[tc.want]; seen && prev != f.state {
+				t.Errorf("same release %q, different state", tc.want)
+			}
+			for v, st := range states {
+				if v != tc.want && st == f.state {
+					t.Errorf("release %q has the state of %q: a rollout would not be news", tc.want, v)
+				}
+			}
+			states[tc.want] = f.state
+		})
+	}
+}

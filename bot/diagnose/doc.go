@@ -57,8 +57,9 @@
 // tunnels through the HTTPS proxy with HTTP CONNECT (see
 // noproxy.HyperShiftBypass). Releases 4.14–4.22 search the noProxy string
 // for substrings, later ones compare entries; the release comes from the
-// HostedCluster's version, and when it is unknown a cluster is at risk if
-// either rule tunnels. "proxy-tunnel" fires when the spec tunnels and
+// HostedCluster's status.version (noproxy.RuleForRelease picks the rule and
+// the diagnosis names both), and when it is unknown a cluster is at risk if
+// either rule tunnels, and the diagnosis says the release is unknown. "proxy-tunnel" fires when the spec tunnels and
 // symptoms appear; "risky-proxy-change" fires at once, before any symptom,
 // when a proxy change turned a bypassing (or proxy-less) spec into a
 // tunnelling one. Both propose the same noProxy fix: kubernetes and the

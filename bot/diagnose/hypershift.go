@@ -13,31 +13,6 @@ import (
 	"github.com/hcpbot/hcpbot/redact"
 )
 
-// releaseRule tells which kube-apiserver-proxy rule a HyperShift release
-// applies: the substring search of 4.14–4.22 (Legacy) or the entry-wise
-// rule of later releases (Recent). ok is false when the version does not
-// say ("", or not major.minor...).
-func releaseRule(version string) (rule noproxy.ReleaseRule, ok bool) {
-	v := strings.TrimPrefix(strings.TrimSpace(version), "v")
-	majS, rest, found := strings.Cut(v, ".")
-	if !found {
-		return 0, false
-	}
-	end := 0
-	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-		end++
-	}
-	major, err1 := strconv.Atoi(majS)
-	minor, err2 := strconv.Atoi(rest[:end])
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	if major == 4 && minor >= 14 && minor <= 22 {
-		return noproxy.Legacy, true
-	}
-	return noproxy.Recent, true
-}
-
 // verdict is HyperShift's kube-apiserver-proxy decision for one proxy spec
 // of one HostedCluster.
 type verdict struct {
@@ -79,7 +54,7 @@ func decide(hc event.HostedClusterState, spec event.ProxySpec) verdict {
 		platform: hc.Platform,
 		in:       hyperShiftInput(hc, spec.NoProxy),
 	}
-	v.rule, _ = releaseRule(hc.Version)
+	v.rule, _ = noproxy.RuleForRelease(hc.Version)
 	v.recent = noproxy.HyperShiftBypass(noproxy.Recent, v.in)
 	v.legacy = noproxy.HyperShiftBypass(noproxy.Legacy, v.in)
 	return v

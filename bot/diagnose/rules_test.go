@@ -249,33 +249,6 @@ func TestSeedFix(t *testing.T) {
 	}
 }
 
-func TestReleaseRule(t *testing.T) {
-	tests := []struct {
-		version string
-		rule    noproxy.ReleaseRule
-		ok      bool
-	}{
-		{"4.14.0", noproxy.Legacy, true},
-		{"4.18.12", noproxy.Legacy, true},
-		{"4.19.0-ec.2", noproxy.Legacy, true},
-		{"4.22.3", noproxy.Legacy, true},
-		{"v4.20.1", noproxy.Legacy, true},
-		{"4.23.0", noproxy.Recent, true},
-		{"5.0.0", noproxy.Recent, true},
-		{"4.13.9", noproxy.Recent, true}, // the brief: outside 4.14–4.22 is recent
-		{"", 0, false},
-		{"latest", 0, false},
-		{"4", 0, false},
-		{"4.x", 0, false},
-	}
-	for _, tt := range tests {
-		rule, ok := releaseRule(tt.version)
-		if rule != tt.rule || ok != tt.ok {
-			t.Errorf("releaseRule(%q) = %v, %v; want %v, %v", tt.version, rule, ok, tt.rule, tt.ok)
-		}
-	}
-}
-
 // TestReleaseDivergence: noProxy values the two HyperShift rules read
 // differently (cases of noproxy's TestHyperShiftBypass applied to the seed
 // networks). The release decides; an unknown release is at risk when

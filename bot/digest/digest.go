@@ -339,7 +339,7 @@ func ClusterProxy(hc event.HostedClusterState) noproxy.ClusterProxy {
 	cp := noproxy.ClusterProxy{
 		HTTPProxy: hc.Proxy.HTTPProxy, HTTPSProxy: hc.Proxy.HTTPSProxy, NoProxy: hc.Proxy.NoProxy, TrustedCA: hc.Proxy.TrustedCA,
 		ServiceCIDRs: hc.ServiceNetwork, ClusterCIDRs: hc.ClusterNetwork, MachineCIDRs: hc.MachineNetwork,
-		Platform: hc.Platform,
+		Platform: hc.Platform, Release: hc.Version,
 	}
 	if ep := hc.ControlPlaneEndpoint; ep != nil {
 		cp.APIServerHost, cp.APIServerPort = ep.Host, ep.Port

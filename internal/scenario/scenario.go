@@ -172,6 +172,50 @@ func SetNoProxy(ctx context.Context, dc dynamic.Interface, namespace, name, noPr
 	return err
 }
 
+// Rollout is one entry of a HostedCluster's status.version.history.
+type Rollout struct {
+	Version string
+	State   string // hypershift.UpdateStateCompleted or UpdateStatePartial
+}
+
+// SetVersion writes status.version the way HyperShift does: desired is the
+// release being rolled out, history the rollouts newest first (a Partial
+// one has no completionTime yet).
+func SetVersion(ctx context.Context, dc dynamic.Interface, namespace, name, desired string, history ...Rollout) error {
+	ri := dc.Resource(hypershift.HostedClusterGVR).Namespace(namespace)
+	u, err := ri.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	image := func(v string) string { return "quay.io/openshift-release-dev/ocp-release:" + v + "-x86_64" }
+	started := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	var hist []any
+	for i, r := range history {
+		// Newest first: each older rollout started an hour before the next.
+		at := started.Add(-time.Duration(i) * time.Hour)
+		var completed any
+		if r.State == hypershift.UpdateStateCompleted {
+			completed = at.Add(40 * time.Minute).Format(time.RFC3339)
+		}
+		hist = append(hist, map[string]any{
+			"state": r.State, "version": r.Version, "image": image(r.Version), "verified": false,
+			"startedTime": at.Format(time.RFC3339), "completionTime": completed,
+		})
+	}
+	version := map[string]any{
+		"desired":            map[string]any{"version": desired, "image": image(desired)},
+		"observedGeneration": u.GetGeneration(),
+	}
+	if len(hist) > 0 {
+		version["history"] = hist
+	}
+	if err := unstructured.SetNestedField(u.Object, version, "status", "version"); err != nil {
+		return err
+	}
+	_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	return err
+}
+
 // NodePool creates a NodePool of the cluster and sets its conditions.
 func NodePool(ctx context.Context, dc dynamic.Interface, c Cluster, name string, replicas int64, healthy bool) error {
 	u := &unstructured.Unstructured{Object: map[string]any{
