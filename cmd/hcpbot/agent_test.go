@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
@@ -114,4 +117,75 @@ func metricAtLeast(body, series string, min float64) bool {
 		}
 	}
 	return false
+}
+
+// unusableKubeconfigs writes kubeconfigs the agent cannot work with, by
+// name, with what its error must say: a missing file, a server that
+// refuses connections (a closed loopback port), and the real API server
+// with credentials it rejects.
+func unusableKubeconfigs(t *testing.T) map[string]struct{ path, want string } {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, edit func(*clientcmdapi.Config)) string {
+		t.Helper()
+		data, err := env.CP.Management.Kubeconfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc, err := clientcmd.Load(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(kc)
+		p := filepath.Join(dir, name)
+		if err := clientcmd.WriteToFile(*kc, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	closed := freeAddr(t) // listened on, then closed: connections are refused
+	refused := write("refused", func(kc *clientcmdapi.Config) {
+		for _, c := range kc.Clusters {
+			c.Server = "https://" + closed
+		}
+	})
+	badToken := write("bad-token", func(kc *clientcmdapi.Config) {
+		for name := range kc.AuthInfos {
+			kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: "not-a-valid-token"}
+		}
+	})
+	return map[string]struct{ path, want string }{
+		"missing":   {filepath.Join(dir, "missing"), "no such file or directory"},
+		"refused":   {refused, "connection refused"},
+		"bad token": {badToken, "Unauthorized"},
+	}
+}
+
+// `hcpbot agent` with a kubeconfig that does not load, or that its API
+// server refuses, exits non-zero at once with the reason instead of
+// running and watching nothing.
+func TestAgentCommandUnusableKubeconfig(t *testing.T) {
+	env.Need(t)
+	srv := natstest.RunServer(t)
+	for name, kc := range unusableKubeconfigs(t) {
+		t.Run(name, func(t *testing.T) {
+			addr := freeAddr(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*kubeCheckTimeout)
+			defer cancel()
+			var logs syncBuffer
+			c := &cli{stdin: strings.NewReader(""), stdout: &logs, stderr: &logs, getenv: func(string) string { return "" }}
+			code := c.main(ctx, []string{"agent", "--kubeconfig", kc.path, "--source", "mgmt-badkc", "--nats-url", srv.ClientURL(),
+				"--listen", addr, "--identity", "test-agent", "--log-format", "json"})
+			if ctx.Err() != nil {
+				t.Fatalf("agent ran until the test's deadline; logs:\n%s", logs.String())
+			}
+			if code == 0 || !strings.Contains(logs.String(), kc.want) {
+				t.Errorf("exit %d, want non-zero and an error saying %q; logs:\n%s", code, kc.want, logs.String())
+			}
+			t.Logf("exit %d: %s", code, tail(logs.String(), 300))
+			if strings.Contains(logs.String(), "not-a-valid-token") {
+				t.Error("kubeconfig credentials in the logs")
+			}
+		})
+	}
 }

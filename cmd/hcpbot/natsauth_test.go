@@ -189,18 +189,12 @@ func seedOf(t *testing.T, path string) string {
 // ready while it waits for the bot, and becomes ready once the stream
 // exists, without having changed it.
 func TestAgentCommandWaitsForStream(t *testing.T) {
+	// The agent checks its management cluster before NATS
+	// (TestAgentCommandUnusableKubeconfig): a real one.
+	env.Need(t)
 	srv := natstest.RunSecured(t)
-	dir := t.TempDir()
-	// A management cluster nobody listens on: the agent's informers only
-	// retry; this test is about NATS.
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600); err != nil {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.CP.Management.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
