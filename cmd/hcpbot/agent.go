@@ -206,6 +206,10 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	}
 	pub.OnResync(agent.Resync)
 	conn.OnReconnect(agent.Resync)
+	if f.ensureStream && conn.Embedded() {
+		// Its own server: nobody else would bring a deleted stream back.
+		pub.OnStreamMissing(func(ctx context.Context) error { return agentStream(ctx, conn, f.streamReplicas, log) })
+	}
 
 	var streamMissing atomic.Bool
 	streamMissing.Store(f.ensureStream)
@@ -216,7 +220,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		if streamMissing.Load() {
 			return errors.New("waiting for the events stream")
 		}
-		return nil
+		return pub.Problem()
 	}, log)
 	if err != nil {
 		return err

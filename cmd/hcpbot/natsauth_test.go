@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -193,30 +192,10 @@ func TestAgentCommandWaitsForStream(t *testing.T) {
 	// (TestAgentCommandUnusableKubeconfig): a real one.
 	env.Need(t)
 	srv := natstest.RunSecured(t)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.CP.Management.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
 	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		c := &cli{stdin: strings.NewReader(""), stdout: &logs, stderr: &logs, getenv: func(string) string { return "" }}
-		done <- c.main(ctx, []string{"agent", "--kubeconfig", kubeconfig, "--source", "mgmt-wait", "--nats-url", srv.URL,
-			"--nats-nkey-seed", srv.User.SeedFile, "--nats-ca", srv.CAFile, "--listen", addr, "--leader-elect=false", "--log-format", "json"})
-	}()
-	defer func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("agent exited %d:\n%s", code, tail(logs.String(), 4000))
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("agent did not stop:\n%s", tail(logs.String(), 4000))
-		}
-	}()
+	ctx := context.Background()
+	logs := startAgentCmd(t, "--kubeconfig", managementKubeconfig(t), "--source", "mgmt-wait", "--nats-url", srv.URL,
+		"--nats-nkey-seed", srv.User.SeedFile, "--nats-ca", srv.CAFile, "--listen", addr, "--leader-elect=false", "--log-format", "json")
 	testenv.Eventually(t, natstest.Timeout, "the waiting line and /healthz", func() bool {
 		code, _ := get("http://" + addr + "/healthz")
 		return code == 200 && strings.Contains(logs.String(), "waiting for the bot to create stream "+event.StreamName)
