@@ -13,7 +13,10 @@
 // and returns ErrConflict, and the caller re-proposes. Writes are checked by
 // a server-side dry run first and then made with optimistic concurrency on
 // the resourceVersion that was read, so a concurrent edit is never
-// overwritten. Re-running an action is safe: the noProxy patch reports
+// overwritten. A noProxy patch whose write meets a newer resourceVersion
+// (HyperShift writing the status) reads again and retries, a few times, as
+// long as the noProxy still is the value the proposal was made for.
+// Re-running an action is safe: the noProxy patch reports
 // "unchanged" and an exposure finds its own Services by the action id label.
 //
 // Requests and Results are plain JSON-encodable values because they travel

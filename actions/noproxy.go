@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/noproxy"
@@ -90,6 +91,12 @@ const fieldManager = "hcpbot"
 // ErrConflict, writing nothing, when the list no longer equals Expected or
 // changes during the call, and outcome "unchanged" when every entry is
 // already there.
+//
+// A write refused for a stale resourceVersion is read and tried again
+// (bounded by retry.DefaultRetry): HyperShift writes the HostedCluster's
+// status all the time, and such a write leaves the noProxy the proposal
+// was made for. Only when the re-read list differs from Expected does the
+// conflict stand.
 func (x *Executor) PatchNoProxy(ctx context.Context, req Request) (*Result, error) {
 	if req.Type != TypeNoProxyPatch {
 		return nil, fmt.Errorf("%w: PatchNoProxy got a %q request", ErrInvalid, req.Type)
@@ -97,8 +104,24 @@ func (x *Executor) PatchNoProxy(ctx context.Context, req Request) (*Result, erro
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	obj := x.noProxyObject(req.NoProxy.Target, req.Cluster)
+	var res *Result
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var err error
+		res, err = x.patchNoProxyOnce(ctx, req, obj)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// patchNoProxyOnce is one read, compare and write of PatchNoProxy; its
+// error is an API conflict (apierrors.IsConflict) only when the write met
+// a newer resourceVersion.
+func (x *Executor) patchNoProxyOnce(ctx context.Context, req Request, obj noProxyObject) (*Result, error) {
 	p := req.NoProxy
-	obj := x.noProxyObject(p.Target, req.Cluster)
 	u, current, err := obj.get(ctx)
 	if err != nil {
 		return nil, err

@@ -168,9 +168,64 @@ func TestPatchNoProxyChangedDuringExecution(t *testing.T) {
 	if !errors.Is(err, actions.ErrConflict) {
 		t.Fatalf("err = %v, want ErrConflict", err)
 	}
-	mgmt.expect(t, "raced", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters")
+	// The conflict is read again (it might have been a status write), and
+	// the re-read noProxy is not the expected one: nothing more is sent.
+	mgmt.expect(t, "raced", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters", "get hostedclusters")
 	if got, _ := readHC(t, c.Namespace, c.Name); got != late {
 		t.Errorf("noProxy = %q, the concurrent edit %q was overwritten", got, late)
+	}
+}
+
+// HyperShift writes the status after the patch read the HostedCluster:
+// the update meets a newer resourceVersion, the re-read noProxy still is
+// the expected one, so the patch is read, checked and written again, and
+// applies once; the status write survives.
+func TestPatchNoProxyStatusWriteRetried(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	c := scenario.BehindProxy(env.Namespace(t), "status-race")
+	seedCluster(t, c)
+	ri := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(c.Namespace)
+
+	x, mgmt, _ := executor(t)
+	wrote := false
+	mgmt.after = func(a string) {
+		if a != "update hostedclusters dry-run" || wrote {
+			return
+		}
+		wrote = true
+		u, err := ri.Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = unstructured.SetNestedField(u.Object, int64(6444), "status", "controlPlaneEndpoint", "port")
+		if _, err := ri.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	res, err := x.Execute(ctx, patchRequest("fix-0007abcd", c, scenario.SeedNoProxy))
+	if err != nil {
+		t.Fatalf("err = %v, want the patch applied after the status write", err)
+	}
+	if res.Outcome != actions.OutcomeApplied {
+		t.Errorf("outcome = %q, want %q", res.Outcome, actions.OutcomeApplied)
+	}
+	mgmt.expect(t, "retried", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters",
+		"get hostedclusters", "update hostedclusters dry-run", "update hostedclusters")
+	got, rv := readHC(t, c.Namespace, c.Name)
+	if got != fixedNoProxy {
+		t.Errorf("noProxy = %q, want %q", got, fixedNoProxy)
+	}
+	if res.Undo == nil || res.Undo.NoProxy.ResourceVersion != rv {
+		t.Errorf("undo = %+v, want the resourceVersion of the retried write %s", res.Undo, rv)
+	}
+	u, err := ri.Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port, _, _ := unstructured.NestedInt64(u.Object, "status", "controlPlaneEndpoint", "port"); port != 6444 {
+		t.Errorf("status port = %d, the status write was lost", port)
 	}
 }
 

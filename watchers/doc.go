@@ -16,6 +16,12 @@
 // with the snapshot run, closed by a SnapshotDone), so a consumer that
 // missed events converges, like a controller's resync.
 //
+// The publisher holds events NATS refuses and retries them. A refusal that
+// retrying alone does not cure (no stream, permissions, too large) lasting
+// ProblemAfter is an episode: Problem fails the agent's /readyz with the
+// reason, the error kind is counted, one line is logged at its start and
+// one at its end, and OnStreamMissing may re-create a deleted stream.
+//
 // A HostedCluster's admin kubeconfig Secret is untrusted input: the hosted
 // client is built by package kubeconfig from inline data only. A Secret
 // that is missing, does not decode or is refused (an exec plugin, a file

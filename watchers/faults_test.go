@@ -238,7 +238,14 @@ func (r *faultReplica) alive(t *testing.T) {
 // ("" for a counter without labels).
 func (r *faultReplica) counter(t *testing.T, name, label string) float64 {
 	t.Helper()
-	mfs, err := r.reg.Gather()
+	return counterOf(t, r.reg, name, label)
+}
+
+// counterOf reads a counter of reg by name and label value ("" for a
+// counter without labels).
+func counterOf(t *testing.T, reg prometheus.Gatherer, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

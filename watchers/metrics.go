@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "hcpbot_agent_events_duplicate_total", Help: "Events JetStream dropped as duplicates (same fact published before).",
 		}),
 		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hcpbot_agent_publish_errors_total", Help: "Failed publish attempts, by kind (nats, buffer_full, invalid).",
+			Name: "hcpbot_agent_publish_errors_total", Help: "Failed publish attempts, by kind: nats (transient: timeouts, reconnects), no_stream, permission, too_large, rejected (need a fix; /readyz fails), buffer_full, invalid.",
 		}, []string{"kind"}),
 		bufferDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "hcpbot_agent_publish_buffer_events", Help: "Events waiting to be published.",

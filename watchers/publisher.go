@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,7 +45,32 @@ type JetStreamPublisher struct {
 	held    *event.Event   // waits for its object's event in flight
 	mu      sync.Mutex
 	dropped bool
+	problem *publishProblem // guarded by mu
+	// ensureStream, when set, is called while NATS says the events stream
+	// does not exist (OnStreamMissing).
+	ensureStream func(context.Context) error
+	lastEnsure   time.Time // Run's own
+	// pending counts events taken and neither delivered nor dropped.
+	pending atomic.Int64
 }
+
+// publishProblem is an episode of publishes NATS refuses for a reason
+// that retrying alone does not cure: the events stream is gone, the
+// agent's user may not publish the subject, the message is larger than
+// the server or stream takes. The publisher keeps the events and retries
+// (the cause may be fixed outside the agent), and says so: /readyz fails
+// (Problem), hcpbot_agent_publish_errors_total counts the kind, and one
+// log line marks the episode's start and one its end.
+type publishProblem struct {
+	kind   string // publish error kind: no_stream, permission, too_large, rejected
+	reason string
+	since  time.Time
+	logged bool
+}
+
+// ProblemAfter is how long refusals must last before they are a problem:
+// a stream leader election answers "no responders" for about two seconds.
+const ProblemAfter = 10 * time.Second
 
 // NewJetStreamPublisher returns a publisher with room for size events.
 func NewJetStreamPublisher(js jetstream.JetStream, size int, m *Metrics, log zerolog.Logger) *JetStreamPublisher {
@@ -58,10 +85,32 @@ const DefaultPublishWindow = 256
 // OnResync sets the function called after dropped events can be restated.
 func (p *JetStreamPublisher) OnResync(fn func()) { p.resync = fn }
 
+// OnStreamMissing sets the function called (from Run, at most every
+// ProblemAfter) while NATS says no stream takes the events: an agent with
+// its own embedded server re-creates the stream. Against an external NATS
+// leave it unset: the bot owns the stream, and the agent's user may not
+// create it.
+func (p *JetStreamPublisher) OnStreamMissing(fn func(context.Context) error) { p.ensureStream = fn }
+
+// Problem is nil unless publishes have been refused for at least
+// ProblemAfter for a reason retrying alone does not cure; then it says
+// why and how many events wait. For /readyz.
+func (p *JetStreamPublisher) Problem() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp := p.problem
+	if pp == nil || time.Since(pp.since) < ProblemAfter {
+		return nil
+	}
+	return fmt.Errorf("NATS refuses the agent's events for %s (%s): %s; %d events held",
+		time.Since(pp.since).Round(time.Second), pp.kind, pp.reason, p.pending.Load())
+}
+
 // Publish enqueues e. It fails only when the buffer is full.
 func (p *JetStreamPublisher) Publish(_ context.Context, e event.Event) error {
 	select {
 	case p.buf <- e:
+		p.pending.Add(1)
 		p.metrics.bufferDepth.Set(float64(len(p.buf)))
 		return nil
 	default:
@@ -77,6 +126,7 @@ func (p *JetStreamPublisher) Publish(_ context.Context, e event.Event) error {
 func (p *JetStreamPublisher) PublishWait(ctx context.Context, e event.Event) error {
 	select {
 	case p.buf <- e:
+		p.pending.Add(1)
 		p.metrics.bufferDepth.Set(float64(len(p.buf)))
 		return nil
 	case <-ctx.Done():
@@ -135,7 +185,8 @@ func (p *JetStreamPublisher) Run(ctx context.Context) {
 			q = p.pop(q)
 		case <-timer.C:
 			timed = 0
-			p.finish(ctx, *head, nil, errAckTimeout)
+			ack, err := settled(head.fut)
+			p.finish(ctx, *head, ack, err)
 			q = p.pop(q)
 		}
 	}
@@ -215,7 +266,23 @@ func (p *JetStreamPublisher) settle(ctx context.Context, f inflight) {
 	case err := <-f.fut.Err():
 		p.finish(ctx, f, nil, err)
 	case <-t.C:
-		p.finish(ctx, f, nil, errAckTimeout)
+		ack, err := settled(f.fut)
+		p.finish(ctx, f, ack, err)
+	}
+}
+
+// settled is the outcome of a future whose deadline passed: its ack or
+// error if it has one by now (a select that also saw the timer picks at
+// random, and the real error says more than a timeout), else
+// errAckTimeout.
+func settled(fut jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-fut.Ok():
+		return ack, nil
+	case err := <-fut.Err():
+		return nil, err
+	default:
+		return nil, errAckTimeout
 	}
 }
 
@@ -233,12 +300,14 @@ func (p *JetStreamPublisher) finish(ctx context.Context, f inflight, ack *jetstr
 func (p *JetStreamPublisher) message(e event.Event) (*nats.Msg, bool) {
 	subject, err := event.Subject(e)
 	if err != nil {
+		p.pending.Add(-1)
 		p.metrics.publishErrors.WithLabelValues("invalid").Inc()
 		p.log.Error().Err(err).Str("type", string(e.Type)).Msg("event has no valid subject; dropped")
 		return nil, false
 	}
 	data, err := event.Encode(e)
 	if err != nil {
+		p.pending.Add(-1)
 		p.metrics.publishErrors.WithLabelValues("invalid").Inc()
 		p.log.Error().Err(err).Str("type", string(e.Type)).Msg("event does not encode; dropped")
 		return nil, false
@@ -247,6 +316,14 @@ func (p *JetStreamPublisher) message(e event.Event) (*nats.Msg, bool) {
 }
 
 func (p *JetStreamPublisher) delivered(e event.Event, duplicate bool) {
+	p.pending.Add(-1)
+	p.mu.Lock()
+	pp := p.problem
+	p.problem = nil
+	p.mu.Unlock()
+	if pp != nil && pp.logged {
+		p.log.Info().Str("kind", pp.kind).Dur("after", time.Since(pp.since)).Msg("NATS takes the agent's events again")
+	}
 	if duplicate {
 		p.metrics.duplicates.Inc()
 	} else {
@@ -264,8 +341,9 @@ func (p *JetStreamPublisher) retry(ctx context.Context, e event.Event, msg *nats
 	if ctx.Err() != nil {
 		return
 	}
-	p.metrics.publishErrors.WithLabelValues("nats").Inc()
-	p.log.Warn().Err(first).Str("subject", msg.Subject).Msg("publish failed; retrying until NATS takes it")
+	if p.failed(ctx, msg, first) == kindTransient {
+		p.log.Warn().Err(first).Str("subject", msg.Subject).Msg("publish failed; retrying until NATS takes it")
+	}
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		// A publish whose stream leader died gets no ack ever; a short
@@ -280,8 +358,7 @@ func (p *JetStreamPublisher) retry(ctx context.Context, e event.Event, msg *nats
 		if ctx.Err() != nil {
 			return
 		}
-		p.metrics.publishErrors.WithLabelValues("nats").Inc()
-		if attempt%20 == 0 {
+		if p.failed(ctx, msg, err) == kindTransient && attempt%20 == 0 {
 			p.log.Warn().Err(err).Str("subject", msg.Subject).Int("attempt", attempt+1).Msg("publish failed; retrying until NATS takes it")
 		}
 		select {
@@ -291,6 +368,79 @@ func (p *JetStreamPublisher) retry(ctx context.Context, e event.Event, msg *nats
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// kindTransient is the publish error kind of what passes by itself
+// (timeouts, reconnects, elections).
+const kindTransient = "nats"
+
+// failed counts one failed attempt by kind and keeps the problem episode
+// up to date: started at the first refusal of a kind that needs a fix,
+// logged once when it has lasted ProblemAfter. A transient error neither
+// starts nor ends an episode.
+func (p *JetStreamPublisher) failed(ctx context.Context, msg *nats.Msg, err error) string {
+	kind := p.errorKind(msg, err)
+	p.metrics.publishErrors.WithLabelValues(kind).Inc()
+	if kind == kindTransient {
+		return kind
+	}
+	p.mu.Lock()
+	pp := p.problem
+	if pp == nil {
+		pp = &publishProblem{since: time.Now()}
+		p.problem = pp
+	}
+	pp.kind, pp.reason = kind, err.Error()
+	confirmed := time.Since(pp.since) >= ProblemAfter
+	logNow := confirmed && !pp.logged
+	if logNow {
+		pp.logged = true
+	}
+	p.mu.Unlock()
+	if logNow {
+		p.log.Error().Err(err).Str("kind", kind).Str("subject", msg.Subject).Int64("held", p.pending.Load()).
+			Msg("NATS refuses the agent's events; holding them and retrying, /readyz fails until NATS takes them")
+	}
+	if confirmed && kind == "no_stream" && p.ensureStream != nil && time.Since(p.lastEnsure) >= ProblemAfter {
+		p.lastEnsure = time.Now()
+		if err := p.ensureStream(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("could not re-create the events stream")
+		} else {
+			p.log.Info().Msg("re-created the events stream")
+		}
+	}
+	return kind
+}
+
+// errorKind sorts a failed publish for hcpbot_agent_publish_errors_total.
+func (p *JetStreamPublisher) errorKind(msg *nats.Msg, err error) string {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrStreamNotFound):
+		// No stream listens on the subject (nats.ErrNoResponders).
+		return "no_stream"
+	case errors.Is(err, nats.ErrPermissionViolation):
+		return "permission"
+	case errors.Is(err, nats.ErrMaxPayload):
+		return "too_large"
+	case errors.As(err, &apiErr):
+		if apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+			return "too_large"
+		}
+		if apiErr.Code >= 500 {
+			return kindTransient
+		}
+		return "rejected" // the stream answered and said no
+	}
+	// The server refuses a publish it does not permit asynchronously (the
+	// request itself just gets no reply): a permissions violation for
+	// this very subject explains the timeout.
+	if nc := p.js.Conn(); nc != nil {
+		if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), `"`+msg.Subject+`"`) {
+			return "permission"
+		}
+	}
+	return kindTransient
 }
 
 // publishAttemptTimeout bounds one publish; JetStream acks in

@@ -30,6 +30,7 @@ import (
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
+	"github.com/hcpbot/hcpbot/redact"
 	"github.com/hcpbot/hcpbot/watchers"
 )
 
@@ -40,7 +41,10 @@ func init() {
 // agentFlags are the agent's settings (the config file of the deployment
 // issue will map onto the same fields).
 type agentFlags struct {
-	kubeconfig     string
+	kubeconfig string
+	// kube is the management cluster's client config, loaded and checked
+	// by agentKube before anything else starts.
+	kube           *rest.Config
 	source         string
 	natsURLs       string
 	natsStore      string
@@ -135,6 +139,9 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 	if err != nil {
 		return usageErrorf("--source: %v", err)
 	}
+	if f.kube, err = agentKube(ctx, f.kubeconfig); err != nil {
+		return err
+	}
 	conn, err := connectNATS(ctx, agentNATSClient(f, inbox), log)
 	if err != nil {
 		return err
@@ -174,11 +181,13 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	if f.leaseNamespace == "" {
 		f.leaseNamespace = "default"
 	}
-	cfg, err := kubeConfig(f.kubeconfig)
-	if err != nil {
-		return err
+	cfg := f.kube
+	if cfg == nil {
+		var err error
+		if cfg, err = agentKube(ctx, f.kubeconfig); err != nil {
+			return err
+		}
 	}
-	cfg.UserAgent = "hcpbot-agent/" + version.Version
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -197,6 +206,10 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	}
 	pub.OnResync(agent.Resync)
 	conn.OnReconnect(agent.Resync)
+	if f.ensureStream && conn.Embedded() {
+		// Its own server: nobody else would bring a deleted stream back.
+		pub.OnStreamMissing(func(ctx context.Context) error { return agentStream(ctx, conn, f.streamReplicas, log) })
+	}
 
 	var streamMissing atomic.Bool
 	streamMissing.Store(f.ensureStream)
@@ -207,7 +220,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		if streamMissing.Load() {
 			return errors.New("waiting for the events stream")
 		}
-		return nil
+		return pub.Problem()
 	}, log)
 	if err != nil {
 		return err
@@ -279,6 +292,39 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// kubeCheckTimeout bounds agentKube's question to the API server: long
+// enough for a busy server, short enough that a wrong kubeconfig shows as
+// a failed start instead of a process that runs and watches nothing.
+const kubeCheckTimeout = 15 * time.Second
+
+// agentKube loads the management cluster's kubeconfig and asks its API
+// server for /version, so that a kubeconfig that does not load, or a
+// server that refuses it (unreachable, bad certificate, bad credentials),
+// stops the agent at once with the reason rather than leaving a process
+// that looks ready and watches nothing. /version is readable by every
+// authenticated user (system:public-info-viewer): it needs no grant.
+func agentKube(ctx context.Context, path string) (*rest.Config, error) {
+	cfg, err := kubeConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "hcpbot-agent/" + version.Version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, kubeCheckTimeout)
+	defer cancel()
+	if err := kube.Discovery().RESTClient().Get().AbsPath("/version").Do(cctx).Error(); err != nil {
+		from := path
+		if from == "" {
+			from = "in-cluster/default"
+		}
+		return nil, fmt.Errorf("kubeconfig %s: the management cluster's API server %s: GET /version: %w", from, redact.RedactURL(cfg.Host), err)
+	}
+	return cfg, nil
 }
 
 // kubeConfig: an explicit file, else in-cluster, else the usual loading rules.

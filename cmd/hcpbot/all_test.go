@@ -278,3 +278,51 @@ func (c *slashCommander) run(ctx context.Context, text, user string, done func(s
 	})
 	return late
 }
+
+// `hcpbot all` whose agent.kubeconfig does not load, or is refused by its
+// API server, exits non-zero naming the field before the bot starts,
+// instead of a bot that looks ready beside an agent that stopped.
+func TestAllCommandUnusableKubeconfig(t *testing.T) {
+	env.Need(t)
+	srv := natstest.RunServer(t)
+	vars := map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-test", "TEST_SLACK_SIGNING_SECRET": "test-signing-secret"}
+	for name, kc := range unusableKubeconfigs(t) {
+		t.Run(name, func(t *testing.T) {
+			cfg := fmt.Sprintf(`nats:
+  urls: [%q]
+agent:
+  source: mgmt-all
+  kubeconfig: %s
+  listen: %q
+bot:
+  listen: %q
+  opsListen: %q
+  defaultChannel: C0ALLBAD01
+slack:
+  apiURL: "http://%s/api/"
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+`, srv.ClientURL(), kc.path, freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t))
+			path := filepath.Join(t.TempDir(), "hcpbot.yaml")
+			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*kubeCheckTimeout)
+			defer cancel()
+			var logs syncbuf.Buffer
+			c := &cli{stdin: strings.NewReader(""), stdout: &logs, stderr: &logs, getenv: func(k string) string { return vars[k] }}
+			code := c.main(ctx, []string{"all", "--config", path})
+			if ctx.Err() != nil {
+				t.Fatalf("hcpbot all ran until the test's deadline; logs:\n%s", logs.String())
+			}
+			out := logs.String()
+			if code == 0 || !strings.Contains(out, "agent.kubeconfig: ") || !strings.Contains(out, kc.want) {
+				t.Errorf("exit %d, want non-zero and an agent.kubeconfig error saying %q; logs:\n%s", code, kc.want, out)
+			}
+			if strings.Contains(out, "connecting to NATS") || strings.Contains(out, "serving") {
+				t.Errorf("started before checking the kubeconfig:\n%s", out)
+			}
+			t.Logf("exit %d: %s", code, tail(out, 300))
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
+	"k8s.io/client-go/rest"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
@@ -79,6 +80,14 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	if cfg.NATS.Creds.Env != "" {
 		return errors.New("nats.credsEnv is not supported yet: use nats.credsFile")
 	}
+	var agentKubeConfig *rest.Config
+	if name == "all" {
+		// Before anything starts: a process whose agent cannot reach its
+		// management cluster must fail, not run a bot that knows nothing.
+		if agentKubeConfig, err = agentKube(ctx, cfg.Agent.Kubeconfig); err != nil {
+			return fmt.Errorf("agent.kubeconfig: %w", err)
+		}
+	}
 	conn, err := connectNATS(ctx, botNATSClient(cfg, name), log)
 	if err != nil {
 		return err
@@ -92,21 +101,34 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	if err != nil {
 		return err
 	}
+	// Either half stopping ends the process, the agent's failure with a
+	// non-zero exit: half of `all` running would look healthy and report
+	// nothing.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	var wg sync.WaitGroup
+	var agentErr error
 	if name == "all" {
 		f := agentFlagsFromConfig(cfg)
+		f.kube = agentKubeConfig
 		if len(f.trustedKeys) == 0 && signer != nil {
 			// One process: the agent trusts the bot beside it.
 			f.trustedKeys = []string{signer.PublicKey()}
 		}
 		wg.Go(func() {
-			if err := agentRun(ctx, f, conn, log); err != nil {
-				log.Error().Err(err).Msg("agent stopped")
+			defer stop()
+			if err := agentRun(runCtx, f, conn, log); err != nil && runCtx.Err() == nil {
+				log.Error().Err(err).Msg("agent stopped; stopping the bot")
+				agentErr = fmt.Errorf("agent: %w", err)
 			}
 		})
 	}
-	err = botRun(ctx, c, cfg, sec, signer, conn, log)
+	err = botRun(runCtx, c, cfg, sec, signer, conn, log)
+	stop()
 	wg.Wait()
+	if agentErr != nil {
+		return agentErr
+	}
 	return err
 }
 

@@ -94,6 +94,9 @@ func configCheck(c *cli, args []string) error {
 				}
 			}
 		}
+		if p, ok := configKubeconfigProblem(cfg, os.ReadFile); !ok {
+			rep.Problems = append(rep.Problems, p)
+		}
 		rep.Warnings = configProxyWarnings(cfg, c.getenv, os.ReadFile)
 		rep.Summary = configSummary(cfg)
 	}
@@ -253,7 +256,7 @@ func configProxyWarnings(cfg *configs.Config, getenv func(string) string, readFi
 		server, proxyURL, err := configKubeServer(kc, readFile)
 		switch {
 		case err != nil:
-			return append(warnings, fmt.Sprintf("agent.kubeconfig: %v; cannot check whether the Kubernetes API would go through the proxy", err))
+			return warnings // a problem of its own (configKubeconfigProblem)
 		case proxyURL != "":
 			return warnings // the kubeconfig names its own proxy: the environment does not apply
 		}
@@ -297,6 +300,20 @@ func configProxyWarnings(cfg *configs.Config, getenv func(string) string, readFi
 	return warnings
 }
 
+// configKubeconfigProblem reads agent.kubeconfig the way the agent will
+// load it: the file exists, parses and has a current context naming a
+// cluster with a server. Nothing is dialled (the agent checks the server
+// when it starts). Unset is fine: the agent then uses in-cluster config.
+func configKubeconfigProblem(cfg *configs.Config, readFile func(string) ([]byte, error)) (configs.Problem, bool) {
+	if cfg.Agent == nil || cfg.Agent.Kubeconfig == "" {
+		return configs.Problem{}, true
+	}
+	if _, _, err := configKubeServer(cfg.Agent.Kubeconfig, readFile); err != nil {
+		return configs.Problem{File: cfg.File, Field: "agent.kubeconfig", Message: err.Error()}, false
+	}
+	return configs.Problem{}, true
+}
+
 // configKubeServer returns the server URL (and proxy-url, if any) of the
 // kubeconfig's current context.
 func configKubeServer(path string, readFile func(string) ([]byte, error)) (server, proxyURL string, err error) {
@@ -307,6 +324,9 @@ func configKubeServer(path string, readFile func(string) ([]byte, error)) (serve
 	kc, err := clientcmd.Load(data)
 	if err != nil {
 		return "", "", fmt.Errorf("%s: %w", path, err)
+	}
+	if kc.CurrentContext == "" {
+		return "", "", fmt.Errorf("%s: no current-context", path)
 	}
 	ctx, ok := kc.Contexts[kc.CurrentContext]
 	if !ok {

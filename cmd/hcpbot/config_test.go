@@ -198,10 +198,11 @@ func TestConfigCheckProxyWarning(t *testing.T) {
 		}
 	})
 	t.Run("unreadable kubeconfig", func(t *testing.T) {
+		// A problem (TestConfigCheckKubeconfig), not also a warning.
 		p := configFile(t, "agent:\n  source: mgmt-1\n  kubeconfig: /nonexistent/kubeconfig\n")
-		code, _, errOut := configRun(t, map[string]string{"HTTPS_PROXY": proxy}, "config", "check", "--config", p)
-		if code != 0 || !strings.Contains(errOut, "warning: agent.kubeconfig: open /nonexistent/kubeconfig") {
-			t.Errorf("code %d, stderr %q", code, errOut)
+		code, out, errOut := configRun(t, map[string]string{"HTTPS_PROXY": proxy}, "config", "check", "--config", p)
+		if code != 1 || !strings.Contains(out, "agent.kubeconfig: open /nonexistent/kubeconfig") || strings.Contains(errOut, "warning") {
+			t.Errorf("code %d, stdout %q, stderr %q", code, out, errOut)
 		}
 	})
 	t.Run("--json carries the warnings", func(t *testing.T) {
@@ -238,5 +239,47 @@ func TestConfigCheckSecrets(t *testing.T) {
 	}
 	if strings.Contains(out+errOut, "BOTSECRET") || strings.Contains(out+errOut, "SIGNINGSECRET0123") {
 		t.Errorf("secret printed:\n%s%s", out, errOut)
+	}
+}
+
+// config check reads agent.kubeconfig as the agent will load it, and
+// reports what makes it unusable under the field's name; it dials nothing
+// (the servers named here do not exist).
+func TestConfigCheckKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	const good = "apiVersion: v1\nkind: Config\ncurrent-context: mgmt\ncontexts:\n- name: mgmt\n  context: {cluster: mgmt, user: admin}\nclusters:\n- name: mgmt\n  cluster: {server: \"https://api.mgmt.example:6443\"}\nusers:\n- name: admin\n  user: {token: not-read}\n"
+	for _, tc := range []struct {
+		name, content string
+		want          string // substring of the problem; empty: ok
+	}{
+		{"usable", good, ""},
+		{"missing", "", "no such file or directory"},
+		{"not a kubeconfig", "clusters: [this is not\n", "yaml"},
+		{"no current context", strings.Replace(good, "current-context: mgmt\n", "", 1), "no current-context"},
+		{"unknown current context", strings.Replace(good, "current-context: mgmt", "current-context: other", 1), `current-context "other" not found`},
+		{"cluster without server", strings.Replace(good, `server: "https://api.mgmt.example:6443"`, `server: ""`, 1), "has no server"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			if tc.content != "" {
+				if err := os.WriteFile(kc, []byte(tc.content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := configFile(t, "agent:\n  source: mgmt-1\n  kubeconfig: "+kc+"\n")
+			code, out, errOut := run(t, "config", "check", "--config", p)
+			if tc.want == "" {
+				if code != 0 || !strings.Contains(out, "kubeconfig "+kc) {
+					t.Fatalf("code %d\n%s%s", code, out, errOut)
+				}
+				return
+			}
+			if code != 1 || !strings.HasPrefix(out, p+": agent.kubeconfig: ") || !strings.Contains(out, tc.want) {
+				t.Errorf("code %d, want 1 and a problem of agent.kubeconfig containing %q:\n%s%s", code, tc.want, out, errOut)
+			}
+			if strings.Contains(out+errOut, "not-read") {
+				t.Errorf("kubeconfig content printed:\n%s%s", out, errOut)
+			}
+		})
 	}
 }

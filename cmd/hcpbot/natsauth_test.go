@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -189,40 +188,14 @@ func seedOf(t *testing.T, path string) string {
 // ready while it waits for the bot, and becomes ready once the stream
 // exists, without having changed it.
 func TestAgentCommandWaitsForStream(t *testing.T) {
+	// The agent checks its management cluster before NATS
+	// (TestAgentCommandUnusableKubeconfig): a real one.
+	env.Need(t)
 	srv := natstest.RunSecured(t)
-	dir := t.TempDir()
-	// A management cluster nobody listens on: the agent's informers only
-	// retry; this test is about NATS.
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		c := &cli{stdin: strings.NewReader(""), stdout: &logs, stderr: &logs, getenv: func(string) string { return "" }}
-		done <- c.main(ctx, []string{"agent", "--kubeconfig", kubeconfig, "--source", "mgmt-wait", "--nats-url", srv.URL,
-			"--nats-nkey-seed", srv.User.SeedFile, "--nats-ca", srv.CAFile, "--listen", addr, "--leader-elect=false", "--log-format", "json"})
-	}()
-	defer func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("agent exited %d:\n%s", code, tail(logs.String(), 4000))
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("agent did not stop:\n%s", tail(logs.String(), 4000))
-		}
-	}()
+	ctx := context.Background()
+	logs := startAgentCmd(t, "--kubeconfig", managementKubeconfig(t), "--source", "mgmt-wait", "--nats-url", srv.URL,
+		"--nats-nkey-seed", srv.User.SeedFile, "--nats-ca", srv.CAFile, "--listen", addr, "--leader-elect=false", "--log-format", "json")
 	testenv.Eventually(t, natstest.Timeout, "the waiting line and /healthz", func() bool {
 		code, _ := get("http://" + addr + "/healthz")
 		return code == 200 && strings.Contains(logs.String(), "waiting for the bot to create stream "+event.StreamName)
