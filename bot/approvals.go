@@ -554,7 +554,7 @@ func refusal(verb, id string, p approval.Proposal, err error) (text string, refu
 	case errors.Is(err, approval.ErrOwnRequest):
 		return fmt.Sprintf("Four-eyes rule: you proposed `%s`, so someone else has to approve it.", id), true
 	case errors.Is(err, approval.ErrTampered):
-		return fmt.Sprintf("`%s` was not approved: its record was changed outside hcpbot after it was proposed (the seal does not verify). Propose it again, and tell whoever runs NATS.", id), true
+		return fmt.Sprintf("`%s` was not approved: its seal does not verify — the record was changed outside hcpbot after it was proposed, or it was sealed with another key (a restarted `hcpbot all` without approvals.signingKey makes a new one). Propose it again; if the key did not change, tell whoever runs NATS.", id), true
 	case errors.Is(err, approval.ErrExpired):
 		return fmt.Sprintf("`%s` expired before it was decided; propose the fix again.", id), true
 	case errors.Is(err, approval.ErrAlreadyDecided):
