@@ -42,9 +42,9 @@ var (
 // timeouts and without following redirects. The use counts are per
 // process. response_urls are bearer capabilities and are never logged.
 type Responder struct {
-	prefix *url.URL
-	client *http.Client
-	now    func() time.Time
+	prefixes []*url.URL
+	client   *http.Client
+	now      func() time.Time
 
 	mu   sync.Mutex
 	uses *ttlMap[int]
@@ -55,15 +55,29 @@ type Responder struct {
 // one with timeouts that honours the proxy environment. Redirects are never
 // followed, whatever client says.
 func NewResponder(prefix string, client *http.Client) (*Responder, error) {
-	if prefix == "" {
-		prefix = DefaultResponseURLPrefix
+	return NewResponderFor(client, prefix)
+}
+
+// NewResponderFor is NewResponder for response_urls under any of prefixes
+// (a Slack-compatible API elsewhere, whose response_urls point there, and
+// Slack's own hooks host).
+func NewResponderFor(client *http.Client, prefixes ...string) (*Responder, error) {
+	if len(prefixes) == 0 {
+		prefixes = []string{DefaultResponseURLPrefix}
 	}
-	p, err := url.Parse(prefix)
-	if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.User != nil || p.RawQuery != "" || p.Fragment != "" {
-		return nil, fmt.Errorf("chatops: response_url prefix %q must be an http(s) URL with a host and no credentials, query or fragment", prefix)
-	}
-	if !strings.HasSuffix(p.Path, "/") {
-		p.Path += "/"
+	r := &Responder{now: time.Now, uses: newTTLMap[int](responseURLLife, responseURLsTracked)}
+	for _, prefix := range prefixes {
+		if prefix == "" {
+			prefix = DefaultResponseURLPrefix
+		}
+		p, err := url.Parse(prefix)
+		if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.User != nil || p.RawQuery != "" || p.Fragment != "" {
+			return nil, fmt.Errorf("chatops: response_url prefix %q must be an http(s) URL with a host and no credentials, query or fragment", prefix)
+		}
+		if !strings.HasSuffix(p.Path, "/") {
+			p.Path += "/"
+		}
+		r.prefixes = append(r.prefixes, p)
 	}
 	var c http.Client
 	if client != nil {
@@ -72,7 +86,8 @@ func NewResponder(prefix string, client *http.Client) (*Responder, error) {
 		c = http.Client{Timeout: postTimeout, Transport: defaultTransport()}
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Responder{prefix: p, client: &c, now: time.Now, uses: newTTLMap[int](responseURLLife, responseURLsTracked)}, nil
+	r.client = &c
+	return r, nil
 }
 
 func defaultTransport() *http.Transport {
@@ -93,9 +108,15 @@ func (r *Responder) Allowed(responseURL string) bool {
 	if err != nil {
 		return false
 	}
-	return u.Scheme == r.prefix.Scheme && strings.EqualFold(u.Host, r.prefix.Host) &&
-		u.User == nil && u.Opaque == "" && u.Fragment == "" &&
-		strings.HasPrefix(u.Path, r.prefix.Path) && !strings.Contains(u.Path, "/../")
+	if u.User != nil || u.Opaque != "" || u.Fragment != "" || strings.Contains(u.Path, "/../") {
+		return false
+	}
+	for _, p := range r.prefixes {
+		if u.Scheme == p.Scheme && strings.EqualFold(u.Host, p.Host) && strings.HasPrefix(u.Path, p.Path) {
+			return true
+		}
+	}
+	return false
 }
 
 // Post sends reply to responseURL. A zero reply is not sent.

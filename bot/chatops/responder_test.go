@@ -103,3 +103,29 @@ func TestResponderDoesNotFollowRedirects(t *testing.T) {
 		t.Errorf("unreachable: %v", err)
 	}
 }
+
+// With a Slack-compatible API elsewhere, its response_urls and Slack's own
+// hooks host are both allowed; nothing else, and no tricks with them.
+func TestResponderForTwoPrefixes(t *testing.T) {
+	r, err := NewResponderFor(nil, DefaultResponseURLPrefix, "https://slack.corp.example/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, want := range map[string]bool{
+		"https://hooks.slack.com/commands/T0/1/abc":          true,
+		"https://slack.corp.example/commands/T0/1/abc":       true,
+		"https://HOOKS.slack.com/actions/T0/1/abc":           true,
+		"http://hooks.slack.com/commands/T0/1/abc":           false,
+		"https://hooks.slack.com.evil.example/commands/T0/1": false,
+		"https://user@hooks.slack.com/commands/T0/1/abc":     false,
+		"https://hooks.slack.com/commands/../../x":           false,
+		"https://evil.example/commands/T0/1/abc":             false,
+	} {
+		if got := r.Allowed(u); got != want {
+			t.Errorf("Allowed(%q) = %v, want %v", u, got, want)
+		}
+	}
+	if _, err := NewResponderFor(nil, "ftp://x/"); err == nil {
+		t.Error("an ftp prefix was accepted")
+	}
+}

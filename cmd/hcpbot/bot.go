@@ -346,7 +346,7 @@ func slackOptions(ctx context.Context, cfg *configs.Config, conn *bus.Conn, reg 
 	if cfg.Slack != nil {
 		apiURL = cfg.Slack.APIURL
 	}
-	responder, err := chatops.NewResponder(responseURLPrefix(apiURL), &http.Client{Timeout: 10 * time.Second})
+	responder, err := chatops.NewResponderFor(&http.Client{Timeout: 10 * time.Second}, responseURLPrefixes(apiURL)...)
 	if err != nil {
 		return nil, err
 	}
@@ -376,15 +376,17 @@ func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets
 	return &bot.Approvals{Store: store, Audit: log, NC: conn.NC, Signer: signer}, nil
 }
 
-// responseURLPrefix is where the bot may POST delayed replies: Slack's hooks
-// host, or — with a Slack-compatible API at another address — that host,
-// since its response_urls point there. Anything else in a payload is refused.
-func responseURLPrefix(apiURL string) string {
+// responseURLPrefixes are where the bot may POST delayed replies: Slack's
+// hooks host (real Slack sends https://hooks.slack.com/… whatever API
+// address the bot uses), and with a Slack-compatible API at another
+// address that host too, since its response_urls point there. Anything
+// else in a payload is refused.
+func responseURLPrefixes(apiURL string) []string {
 	u, err := url.Parse(apiURL)
 	if err != nil || u.Host == "" || u.Host == "slack.com" {
-		return chatops.DefaultResponseURLPrefix
+		return []string{chatops.DefaultResponseURLPrefix}
 	}
-	return u.Scheme + "://" + u.Host + "/"
+	return []string{chatops.DefaultResponseURLPrefix, u.Scheme + "://" + u.Host + "/"}
 }
 
 // botConfig maps the bot section onto the correlator's settings.
