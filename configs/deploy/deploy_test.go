@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -433,6 +434,10 @@ func TestNATSManifests(t *testing.T) {
 		t.Errorf("StatefulSet: replicas %v serviceName %q", sts.Spec.Replicas, sts.Spec.ServiceName)
 	}
 	checkPod(t, "nats", sts.Spec.Template.Spec, false)
+	// The servers run the release the tests run against.
+	if img := sts.Spec.Template.Spec.Containers[0].Image; img != "nats:"+natsserver.VERSION+"-alpine" {
+		t.Errorf("NATS image %q, want nats:%s-alpine (the nats-server of go.mod)", img, natsserver.VERSION)
+	}
 	svc := as[corev1.Service](t, find(t, objs, "Service", "nats"))
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("Service nats is not headless: %q", svc.Spec.ClusterIP)
@@ -450,6 +455,9 @@ func TestNATSManifests(t *testing.T) {
 	opts, _, err := parseNATS(t, r.conf, r.tlsDir, keys)
 	if err != nil {
 		t.Fatalf("nats.conf: %v", err)
+	}
+	if !opts.SyncAlways {
+		t.Error("nats.conf: jetstream sync_interval is not always: acknowledged writes can be lost on a power cut")
 	}
 	if !opts.JetStream || opts.StoreDir == "" || opts.Cluster.Name != "hcpbot" || len(opts.Routes) != 3 || opts.LeafNode.Port != 0 || opts.ServerName != "nats-0" {
 		t.Errorf("nats.conf: jetstream %v store %q cluster %q routes %d leafnodes %d server %q",
