@@ -181,6 +181,7 @@ func configSummary(cfg *configs.Config) []string {
 			le = fmt.Sprintf("leader election on Lease %s/%s (%s/%s/%s)", ns, l.LeaseName, configDur(l.LeaseDuration), configDur(l.RenewDeadline), configDur(l.RetryPeriod))
 		}
 		out = append(out, fmt.Sprintf("agent: source %s, kubeconfig %s, listen %s, %s, buffer %d events, probe every %s", a.Source, kc, a.Listen, le, a.BufferEvents, configDur(a.HostedProbeInterval)))
+		out = append(out, "agent actions: "+agentActionsSummary(cfg))
 	}
 	if b := cfg.Bot; b != nil {
 		out = append(out, fmt.Sprintf("bot: listen %s, ops %s, %d route(s), default channel %s, group wait %s, interval %s, resolve after %s, storm > %d in %s",
@@ -198,13 +199,38 @@ func configSummary(cfg *configs.Config) []string {
 		if a.FourEyes {
 			eyes = "four-eyes"
 		}
-		out = append(out, fmt.Sprintf("approvals: %d approver(s), %d group(s), %s, proposals expire after %s", len(a.Approvers), len(a.ApproverGroups), eyes, configDur(a.ProposalTTL)))
+		key := "signed with the key from " + a.SigningKey.String()
+		if !a.SigningKey.IsSet() {
+			key = "signed with a key made per process (hcpbot all only)"
+		}
+		out = append(out, fmt.Sprintf("approvals: %d approver(s), %d group(s), %s, proposals expire after %s, %s", len(a.Approvers), len(a.ApproverGroups), eyes, configDur(a.ProposalTTL), key))
 	}
 	for _, d := range cfg.Digests {
 		out = append(out, fmt.Sprintf("digest %s: %q (%s) → %s", d.Name, d.Schedule, d.Timezone, d.Channel))
 	}
 	out = append(out, fmt.Sprintf("log: %s, %s", cfg.Log.Level, cfg.Log.Format))
 	return out
+}
+
+// agentActionsSummary says which action requests the agent will run.
+func agentActionsSummary(cfg *configs.Config) string {
+	a := cfg.Agent
+	var keys string
+	switch {
+	case len(a.TrustedKeys) > 0:
+		keys = fmt.Sprintf("signed by %d trusted key(s)", len(a.TrustedKeys))
+	case cfg.Approvals != nil:
+		keys = "signed by the bot of the same process (hcpbot all)"
+	default:
+		keys = "none: no agent.trustedKeys, every action request is refused"
+	}
+	if a.RequireFourEyes {
+		keys += ", two people required"
+	}
+	if len(a.Approvers) > 0 {
+		keys += fmt.Sprintf(", approved by one of %d listed approver(s)", len(a.Approvers))
+	}
+	return keys
 }
 
 // configDur prints 1h instead of 1h0m0s.

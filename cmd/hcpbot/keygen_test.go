@@ -45,3 +45,30 @@ func TestKeygen(t *testing.T) {
 		t.Errorf("keygen without --out: exit %d, want 2", code)
 	}
 }
+
+// config check says which action requests each side will sign and run.
+func TestConfigCheckActionKeys(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"agent without trusted keys", "agent:\n  source: mgmt-1\n", "every action request is refused"},
+		{"agent with a key", "agent:\n  source: mgmt-1\n  trustedKeys: [" + testPublicKey(t) + "]\n", "signed by 1 trusted key(s), two people required"},
+		{"bot with a signing key file", "bot:\n  defaultChannel: C0123456789\nslack:\n  botTokenEnv: B\n  signingSecretEnv: S\napprovals:\n  approvers: [U01234ABCD, U05678EFGH]\n  signingKeyFile: /etc/hcpbot/signing/seed\n",
+			"signed with the key from file /etc/hcpbot/signing/seed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := configRun(t, map[string]string{"B": "xoxb-1", "S": "s"}, "config", "check", "--config", configFile(t, tc.yaml))
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("config check (exit %d) does not say %q:\n%s%s", code, tc.want, out, errOut)
+			}
+		})
+	}
+}
+
+func testPublicKey(t *testing.T) string {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return pub
+}
