@@ -185,21 +185,7 @@ func TestTickLock(t *testing.T) {
 	if want := time.Date(2026, 12, 2, 8, 0, 0, 0, time.FixedZone("CET", 3600)); !tick.Equal(want) {
 		t.Fatalf("next tick %v, want %v (the next 08:00 in Berlin; t0 is 08:00 CET itself)", tick, want)
 	}
-	var wg sync.WaitGroup
-	posted := make([]bool, len(runners))
-	for i, r := range runners {
-		wg.Go(func() {
-			ok, err := r.Fire(ctx, ds[0], tick)
-			if err != nil {
-				t.Error(err)
-			}
-			posted[i] = ok
-		})
-	}
-	wg.Wait()
-	if posted[0] == posted[1] {
-		t.Fatalf("posted %v, want exactly one replica", posted)
-	}
+	fireOnce(ctx, t, ds[0], tick, runners...)
 	restarted := newRunner(&recorder{})
 	if ok, err := restarted.Fire(ctx, ds[0], tick); ok || err != nil {
 		t.Errorf("restarted replica posted the same tick again (ok=%v err=%v)", ok, err)

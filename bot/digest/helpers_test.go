@@ -4,8 +4,10 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/internal/testenv"
@@ -62,3 +64,30 @@ func (r *recorder) counts() (int, int) {
 type states []bot.ClusterState
 
 func (s states) ClusterStates() []bot.ClusterState { return s }
+
+// fireOnce fires tick of d on every runner at once and fails t unless
+// exactly one of them posted.
+func fireOnce(ctx context.Context, t *testing.T, d configs.Digest, tick time.Time, runners ...*digest.Runner) {
+	t.Helper()
+	posted := make([]bool, len(runners))
+	var fire sync.WaitGroup
+	for i, r := range runners {
+		fire.Go(func() {
+			ok, err := r.Fire(ctx, d, tick)
+			if err != nil {
+				t.Error(err)
+			}
+			posted[i] = ok
+		})
+	}
+	fire.Wait()
+	n := 0
+	for _, ok := range posted {
+		if ok {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("posted by %v, want exactly one replica", posted)
+	}
+}

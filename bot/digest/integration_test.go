@@ -191,22 +191,7 @@ func TestDigestThreeClusters(t *testing.T) {
 	}
 
 	// Both Slack replicas fire the same tick at once.
-	tick := ds[0].Next(time.Now())
-	var posted [2]bool
-	var fire sync.WaitGroup
-	for i, r := range replicas {
-		fire.Go(func() {
-			ok, err := r.runner.Fire(ctx, ds[0], tick)
-			if err != nil {
-				t.Error(err)
-			}
-			posted[i] = ok
-		})
-	}
-	fire.Wait()
-	if posted[0] == posted[1] {
-		t.Fatalf("posted by %v, want exactly one replica", posted)
-	}
+	fireOnce(ctx, t, ds[0], ds[0].Next(time.Now()), replicas[0].runner, replicas[1].runner)
 
 	// Summary plus one thread reply per non-compliant cluster (missing, creds).
 	var root slackrec.Message

@@ -29,7 +29,37 @@ const (
 	TicksBucket = "hcpbot-digest-ticks"
 	StateBucket = "hcpbot-digest-state"
 	TickTTL     = 7 * 24 * time.Hour
+	// DefaultTickLease is how long a taken tick may stay unposted before
+	// another replica takes it over.
+	DefaultTickLease = 2 * time.Minute
 )
+
+// Tick record states.
+const (
+	tickTaken  = "taken"
+	tickPosted = "posted"
+)
+
+// tickRecord is the value of a tick key: who took the tick and until when
+// the others leave it to them, or that it was posted. A tick key gets at
+// most a few writes (the take, takeovers, the posted mark) and expires
+// with the bucket's TTL, so the bucket stays bounded.
+type tickRecord struct {
+	Owner string    `json:"owner"`
+	State string    `json:"state"`
+	Until time.Time `json:"until,omitzero"`
+}
+
+// parseTick reads a tick value. Values of earlier versions (the bare
+// replica id) and unreadable ones count as posted: reposting an old tick
+// would be the worse error.
+func parseTick(v []byte) tickRecord {
+	var rec tickRecord
+	if err := json.Unmarshal(v, &rec); err != nil || rec.State == "" {
+		return tickRecord{Owner: string(v), State: tickPosted}
+	}
+	return rec
+}
 
 // recentActions bounds the audit records read per digest.
 const recentActions = 500
@@ -65,6 +95,11 @@ type Config struct {
 	Audit     audit.Reader
 	// Replicas of the KV buckets (0 means 1).
 	Replicas int
+	// TickLease is how long a replica that took a tick has to post it
+	// before another replica takes the tick over; default
+	// DefaultTickLease. It must exceed the time a post takes plus the
+	// clock skew between replicas (the deadline is wall-clock time).
+	TickLease time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	Log zerolog.Logger
@@ -87,6 +122,9 @@ type Runner struct {
 func NewRunner(ctx context.Context, js jetstream.JetStream, cfg Config) (*Runner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.TickLease <= 0 {
+		cfg.TickLease = DefaultTickLease
 	}
 	if cfg.Bot == nil || cfg.Out == nil {
 		return nil, errors.New("digest: Bot and Out are required")
@@ -116,6 +154,10 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 func (r *Runner) schedule(ctx context.Context, d configs.Digest) {
+	// A Fire waits while another replica holds the tick, possibly for a
+	// whole lease: it runs aside so that the next tick stays on time.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	next := d.Next(r.cfg.Now())
 	for {
 		if next.IsZero() {
@@ -129,23 +171,42 @@ func (r *Runner) schedule(ctx context.Context, d configs.Digest) {
 			return
 		case <-t.C:
 		}
-		if _, err := r.Fire(ctx, d, next); err != nil {
-			r.cfg.Log.Error().Err(err).Str("digest", d.Name).Time("tick", next).Msg("digest not posted")
-		}
+		tick := next
+		wg.Go(func() {
+			if _, err := r.Fire(ctx, d, tick); err != nil {
+				r.cfg.Log.Error().Err(err).Str("digest", d.Name).Time("tick", tick).Msg("digest not posted")
+			}
+		})
 		next = d.Next(next)
 	}
 }
 
 // Fire posts digest d for a scheduled tick unless another replica (or this
-// one before a restart) already took the tick. It reports whether it
-// posted. A replica that takes the tick and then fails does not retry and
-// no other does: a tick is posted at most once.
+// one before a restart) posts it. It reports whether this call posted.
+//
+// Delivery is at least once: the replica that takes the tick holds it for
+// TickLease; every other replica that fires the tick waits until the tick
+// is marked posted or the lease has passed, and then takes the tick over
+// (compare-and-set: one of them wins) and posts it. Posting is idempotent
+// per tick: the root's Key is derived from the digest name and the tick
+// and the replies carry IDs, so a takeover after a partial post updates
+// the same Slack message and thread rather than posting a second one.
+// Fire returns when the tick is posted or ctx ends.
 func (r *Runner) Fire(ctx context.Context, d configs.Digest, tick time.Time) (bool, error) {
 	key := d.Name + "." + strconv.FormatInt(tick.Unix(), 10)
-	if !r.take(ctx, key) {
-		return false, nil
+	rev, ok := r.take(ctx, key)
+	if !ok {
+		if rev, ok = r.await(ctx, key); !ok {
+			return false, nil
+		}
 	}
-	return true, r.post(ctx, d, key, tick, true)
+	if err := r.post(ctx, d, key, tick, true); err != nil {
+		// The tick stays taken: another replica takes it over once the
+		// lease has passed.
+		return true, err
+	}
+	r.markPosted(ctx, key, rev)
+	return true, nil
 }
 
 // DigestNow posts every configured digest at once, for `/hcp digest now`.
@@ -160,14 +221,17 @@ func (r *Runner) DigestNow(ctx context.Context) (string, error) {
 	var posted []string
 	var errs []error
 	for _, d := range r.cfg.Digests {
+		// Only the replica asked answers: no other waits on these keys.
 		key := d.Name + ".now." + strconv.FormatInt(now.UnixNano(), 10)
-		if !r.take(ctx, key) {
+		rev, ok := r.take(ctx, key)
+		if !ok {
 			continue
 		}
 		if err := r.post(ctx, d, key, now, false); err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		r.markPosted(ctx, key, rev)
 		posted = append(posted, fmt.Sprintf("%s to <#%s>", d.Name, d.Channel))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -176,19 +240,86 @@ func (r *Runner) DigestNow(ctx context.Context) (string, error) {
 	return "Digest posted: " + strings.Join(posted, ", ") + ".", nil
 }
 
+// held is the record of a tick this replica takes now.
+func (r *Runner) held() []byte {
+	// The lease is wall-clock time, not cfg.Now: it is compared across
+	// replicas, while cfg.Now only places the schedule.
+	data, _ := json.Marshal(tickRecord{Owner: r.id, State: tickTaken, Until: time.Now().Add(r.cfg.TickLease)})
+	return data
+}
+
 // take creates the tick key; the first writer wins. An error other than
 // "exists" counts as lost too: posting without the lock could post twice.
-func (r *Runner) take(ctx context.Context, key string) bool {
-	_, err := r.ticks.Create(ctx, key, []byte(r.id))
+func (r *Runner) take(ctx context.Context, key string) (uint64, bool) {
+	rev, err := r.ticks.Create(ctx, key, r.held())
 	switch {
 	case err == nil:
-		return true
+		return rev, true
 	case errors.Is(err, jetstream.ErrKeyExists):
 		r.cfg.Log.Debug().Str("tick", key).Msg("tick taken by another replica")
 	default:
 		r.cfg.Log.Error().Err(err).Str("tick", key).Msg("could not take the tick; skipped")
 	}
-	return false
+	return 0, false
+}
+
+// await follows a tick another replica holds until it is posted (false)
+// or its lease has passed; then it takes the tick over at the revision it
+// saw, and reports the new revision. A lost compare-and-set means another
+// replica took it over first: await follows that one's lease.
+func (r *Runner) await(ctx context.Context, key string) (uint64, bool) {
+	w, err := r.ticks.Watch(ctx, key)
+	if err != nil {
+		r.cfg.Log.Error().Err(err).Str("tick", key).Msg("could not follow the tick; skipped")
+		return 0, false
+	}
+	defer func() { _ = w.Stop() }()
+	lease := time.NewTimer(time.Hour)
+	lease.Stop()
+	defer lease.Stop()
+	var seen jetstream.KeyValueEntry
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return 0, false
+			case e == nil: // the current value has been delivered
+				continue
+			case e.Operation() != jetstream.KeyValuePut:
+				return 0, false // purged: nothing left to post
+			}
+			rec := parseTick(e.Value())
+			if rec.State == tickPosted {
+				return 0, false
+			}
+			seen = e
+			lease.Reset(max(time.Until(rec.Until), 0))
+		case <-lease.C:
+			rev, err := r.ticks.Update(ctx, key, r.held(), seen.Revision())
+			if err == nil {
+				r.cfg.Log.Warn().Str("tick", key).Str("owner", parseTick(seen.Value()).Owner).
+					Msg("tick taken but not posted within its lease; taking it over")
+				return rev, true
+			}
+			// Another replica took it over (its record is on the way), or
+			// the store failed: look again a lease later.
+			r.cfg.Log.Debug().Err(err).Str("tick", key).Msg("tick takeover lost")
+			lease.Reset(r.cfg.TickLease)
+		}
+	}
+}
+
+// markPosted records that the tick is posted, so nobody takes it over. A
+// failure only risks a repost by a later takeover, which the notifier's
+// keys make an update of the same message.
+func (r *Runner) markPosted(ctx context.Context, key string, rev uint64) {
+	data, _ := json.Marshal(tickRecord{Owner: r.id, State: tickPosted})
+	if _, err := r.ticks.Update(ctx, key, data, rev); err != nil {
+		r.cfg.Log.Warn().Err(err).Str("tick", key).Msg("could not mark the tick posted (taken over after the lease?)")
+	}
 }
 
 func (r *Runner) post(ctx context.Context, d configs.Digest, key string, at time.Time, baseline bool) error {
