@@ -28,8 +28,9 @@ const DefaultLeaseTTL = 15 * time.Second
 // deadline itself, so a renewal that hangs (NATS cut, a frozen link) cannot
 // stretch the leadership, and every KV call is bounded by a timeout no
 // longer than the time left. The server received that renewal after it was
-// sent, so the key outlives the deadline by at least TTL/2, and nobody else
-// can create it before; two holders never overlap (clock rates aside).
+// sent, so the key outlives the deadline by about TTL/2 (less the server's
+// coarse clock, 100 ms ticks), and nobody else can create it before; two
+// holders never overlap (clock rates aside).
 type Lease struct {
 	kv       jetstream.KeyValue
 	key, id  string
@@ -148,6 +149,12 @@ func (l *Lease) attempt(ctx context.Context, rev uint64, period time.Duration) u
 	case rev == 0:
 		return 0 // someone else holds it, or NATS is unreachable
 	case errors.Is(err, jetstream.ErrKeyExists), isWrongSequence(err), errors.Is(err, jetstream.ErrKeyNotFound):
+		if r := l.ours(ctx, timeout); r != 0 {
+			// A renewal we abandoned did write: the key is still ours. Keep
+			// the deadline (that call's sending time is unknown); the next
+			// renewal, on this revision, extends it.
+			return r
+		}
 		l.until.Store(0)
 		l.notify("lease taken over")
 		return 0
@@ -160,6 +167,19 @@ func (l *Lease) attempt(ctx context.Context, rev uint64, period time.Duration) u
 		l.notify("lease not renewed in time")
 		return rev
 	}
+}
+
+// ours returns the key's revision if its value is our identity (nobody
+// else writes it), else 0.
+func (l *Lease) ours(ctx context.Context, timeout time.Duration) uint64 {
+	r, _ := bounded(ctx, timeout, func(ctx context.Context) (uint64, error) {
+		e, err := l.kv.Get(ctx, l.key)
+		if err != nil || string(e.Value()) != l.id {
+			return 0, err
+		}
+		return e.Revision(), nil
+	})
+	return r
 }
 
 // bounded runs call with a timeout and returns when the timeout ends even

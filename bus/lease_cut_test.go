@@ -161,10 +161,11 @@ func TestLeaseHolderStepsDownWhenNATSIsCut(t *testing.T) {
 	if held := lastHeld.Sub(cut); held >= ttl/2 {
 		t.Errorf("the holder still led %s after the cut; bound TTL/2 = %s", held, ttl/2)
 	}
-	// The key ages out TTL after the server last stored it, at least TTL/2
-	// after the holder stepped down.
-	if gap := firstOther.Sub(lastHeld); gap < ttl/2 {
-		t.Errorf("the other took over %s after the holder last led; want at least TTL/2 = %s", gap, ttl/2)
+	// The key ages out TTL after the server last stored it, about TTL/2
+	// after the holder stepped down (less the staleness of the server's
+	// coarse clock, 100 ms ticks; TTL/4 leaves room for a busy machine).
+	if gap := firstOther.Sub(lastHeld); gap < ttl/4 {
+		t.Errorf("the other took over %s after the holder last led; want at least TTL/4 = %s", gap, ttl/4)
 	}
 	t.Logf("holder last led %s after the cut, the other led %s after the cut",
 		lastHeld.Sub(cut).Round(time.Millisecond), firstOther.Sub(cut).Round(time.Millisecond))
