@@ -19,17 +19,28 @@ const DefaultLeaseTTL = 15 * time.Second
 
 // Lease is leader election over NATS KV for processes that have NATS but
 // no Kubernetes API (the bot): the holder is whoever created the key; it
-// renews the key with a compare-and-set every TTL/3; the bucket's max age
+// renews the key with a compare-and-set every TTL/5; the bucket's max age
 // removes a key nobody renewed for TTL, and the next replica's Create then
-// wins. A holder that cannot renew steps down after half the TTL, before anyone
-// else can take over, so two holders never overlap (clock rates aside).
+// wins.
+//
+// A holder leads until half the TTL after it SENT its last successful
+// renewal (or the Create that won): Leader compares the clock with that
+// deadline itself, so a renewal that hangs (NATS cut, a frozen link) cannot
+// stretch the leadership, and every KV call is bounded by a timeout no
+// longer than the time left. The server received that renewal after it was
+// sent, so the key outlives the deadline by about TTL/2 (less the server's
+// coarse clock, 100 ms ticks), and nobody else can create it before; two
+// holders never overlap (clock rates aside).
 type Lease struct {
 	kv       jetstream.KeyValue
 	key, id  string
 	ttl      time.Duration
 	log      zerolog.Logger
-	leader   atomic.Bool
 	onChange func(leader bool)
+
+	epoch time.Time    // origin of until (monotonic clock)
+	until atomic.Int64 // leading while time.Since(epoch) < until; 0: not leading
+	held  bool         // what onChange last reported (Run's goroutine only)
 }
 
 // LeaseOption configures a Lease.
@@ -40,7 +51,8 @@ type LeaseOption func(*Lease)
 func WithLeaseTTL(d time.Duration) LeaseOption { return func(l *Lease) { l.ttl = d } }
 
 // OnLeaderChange is called (from Run's goroutine) when this replica gains
-// or loses the lease.
+// or loses the lease. Losing it is reported once Run notices (at the
+// deadline at the latest, give or take scheduling); Leader is exact.
 func OnLeaderChange(f func(leader bool)) LeaseOption { return func(l *Lease) { l.onChange = f } }
 
 // NewLease creates (or opens) the lease bucket and returns a Lease for key
@@ -49,7 +61,8 @@ func NewLease(ctx context.Context, js jetstream.JetStream, key, identity string,
 	if identity == "" {
 		return nil, errors.New("bus: lease needs an identity")
 	}
-	l := &Lease{key: key, id: identity, ttl: DefaultLeaseTTL, log: log.With().Str("lease", key).Str("identity", identity).Logger()}
+	l := &Lease{key: key, id: identity, ttl: DefaultLeaseTTL, epoch: time.Now(),
+		log: log.With().Str("lease", key).Str("identity", identity).Logger()}
 	for _, o := range opts {
 		o(l)
 	}
@@ -64,55 +77,144 @@ func NewLease(ctx context.Context, js jetstream.JetStream, key, identity string,
 	return l, nil
 }
 
-// Leader reports whether this replica holds the lease now.
-func (l *Lease) Leader() bool { return l.leader.Load() }
+// stepDownAfter is how long a holder leads after sending its last
+// successful renewal: TTL/2, so the key outlives the leadership by half
+// the TTL.
+func (l *Lease) stepDownAfter() time.Duration { return l.ttl / 2 }
+
+// Leader reports whether this replica holds the lease now: it won or
+// renewed the key less than TTL/2 ago (measured from sending the call).
+func (l *Lease) Leader() bool { return l.now() < time.Duration(l.until.Load()) }
+
+func (l *Lease) now() time.Duration { return time.Since(l.epoch) }
 
 // Run competes for the lease until ctx ends, then releases it if held.
 func (l *Lease) Run(ctx context.Context) error {
-	period := l.ttl / 3
-	var rev uint64
-	var renewed time.Time
-	t := time.NewTicker(period)
-	defer t.Stop()
+	period := l.ttl / 5 // two renewals fit before the step-down deadline
+	var rev uint64      // our revision of the key; 0: we hold none
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	lapse := time.NewTimer(time.Hour) // fires at the step-down deadline
+	defer lapse.Stop()
 	for {
-		now := time.Now()
-		if l.Leader() {
-			r, err := l.kv.Update(ctx, l.key, []byte(l.id), rev)
-			switch {
-			case err == nil:
-				rev, renewed = r, now
-			case errors.Is(err, jetstream.ErrKeyExists), isWrongSequence(err), errors.Is(err, jetstream.ErrKeyNotFound):
-				l.set(false, "lease taken over")
-			case now.Sub(renewed) > l.ttl/2:
-				l.log.Warn().Err(err).Msg("lease not renewed")
-				l.set(false, "lease not renewed in time")
-			}
+		rev = l.attempt(ctx, rev, period)
+		if l.held {
+			lapse.Reset(time.Duration(l.until.Load()) - l.now())
 		} else {
-			r, err := l.kv.Create(ctx, l.key, []byte(l.id))
-			if err == nil {
-				rev, renewed = r, now
-				l.set(true, "lease acquired")
-			}
+			lapse.Stop()
 		}
-		select {
-		case <-ctx.Done():
-			if l.Leader() {
-				l.set(false, "stopping")
-				// Hand over at once instead of after TTL.
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				_ = l.kv.Delete(dctx, l.key, jetstream.LastRevision(rev))
-				cancel()
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				l.until.Store(0)
+				l.notify("stopping")
+				if rev != 0 {
+					// Hand over at once instead of after TTL.
+					_, _ = bounded(context.WithoutCancel(ctx), 2*time.Second, func(ctx context.Context) (uint64, error) {
+						return 0, l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+					})
+				}
+				return nil
+			case <-lapse.C:
+				// Report the step-down now, not at the next renewal.
+				l.notify("lease not renewed in time")
+			case <-tick.C:
+				waiting = false
 			}
-			return nil
-		case <-t.C:
 		}
 	}
 }
 
-func (l *Lease) set(leader bool, why string) {
-	if l.leader.Swap(leader) == leader {
+// attempt renews the key (rev != 0) or tries to create it, and returns
+// the revision we hold afterwards (0: none).
+func (l *Lease) attempt(ctx context.Context, rev uint64, period time.Duration) uint64 {
+	sent := l.now()
+	timeout := period
+	if left := time.Duration(l.until.Load()) - sent; left > 0 && left < timeout {
+		timeout = left // a later answer cannot keep us leading anyway
+	}
+	r, err := bounded(ctx, timeout, func(ctx context.Context) (uint64, error) {
+		if rev != 0 {
+			return l.kv.Update(ctx, l.key, []byte(l.id), rev)
+		}
+		return l.kv.Create(ctx, l.key, []byte(l.id))
+	})
+	switch {
+	case err == nil:
+		// A CAS on our revision succeeded, so nobody wrote the key since:
+		// leading again is safe even after a lapse.
+		l.until.Store(int64(sent + l.stepDownAfter()))
+		l.notify("lease acquired")
+		return r
+	case rev == 0:
+		return 0 // someone else holds it, or NATS is unreachable
+	case errors.Is(err, jetstream.ErrKeyExists), isWrongSequence(err), errors.Is(err, jetstream.ErrKeyNotFound):
+		if r := l.ours(ctx, timeout); r != 0 {
+			// A renewal we abandoned did write: the key is still ours. Keep
+			// the deadline (that call's sending time is unknown); the next
+			// renewal, on this revision, extends it.
+			return r
+		}
+		l.until.Store(0)
+		l.notify("lease taken over")
+		return 0
+	default:
+		// Keep the revision: a later renewal may still succeed. Leader
+		// turns false at the deadline by itself.
+		if ctx.Err() == nil {
+			l.log.Warn().Err(err).Msg("lease not renewed")
+		}
+		l.notify("lease not renewed in time")
+		return rev
+	}
+}
+
+// ours returns the key's revision if its value is our identity (nobody
+// else writes it), else 0.
+func (l *Lease) ours(ctx context.Context, timeout time.Duration) uint64 {
+	r, _ := bounded(ctx, timeout, func(ctx context.Context) (uint64, error) {
+		e, err := l.kv.Get(ctx, l.key)
+		if err != nil || string(e.Value()) != l.id {
+			return 0, err
+		}
+		return e.Revision(), nil
+	})
+	return r
+}
+
+// bounded runs call with a timeout and returns when the timeout ends even
+// if call has not: nats.go honours the context only once it has the
+// connection's lock, which a write to a dead link holds for up to its
+// flusher timeout (a minute). The abandoned call finishes in the
+// background; if it did renew, our next compare-and-set fails on the
+// revision and we step down, which is safe.
+func bounded(ctx context.Context, timeout time.Duration, call func(context.Context) (uint64, error)) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	type result struct {
+		rev uint64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		r, err := call(ctx)
+		done <- result{r, err}
+	}()
+	select {
+	case res := <-done:
+		return res.rev, res.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// notify reports a change of Leader to the log and onChange.
+func (l *Lease) notify(why string) {
+	leader := l.Leader()
+	if leader == l.held {
 		return
 	}
+	l.held = leader
 	l.log.Info().Bool("leader", leader).Msg(why)
 	if l.onChange != nil {
 		l.onChange(leader)
