@@ -155,7 +155,7 @@ func TestFourEyesNoSinglePersonLive(t *testing.T) {
 
 	// The second person: the fix is applied, once.
 	r := press(approver2, chatops.ActionApprove, inc.Key, contains("approved by", "not applied", "failed"))
-	if !strings.Contains(r, "approved by <@"+approver2+">") || !strings.Contains(r, "applied") {
+	if !strings.Contains(r, "approved by <@"+approver2+">") || !strings.Contains(r, "and applied") {
 		t.Fatalf("second approver: %q", r)
 	}
 	fixed := e.state(t)
@@ -250,7 +250,7 @@ func TestForgedActionRequestsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	genuine := propose("kubernetes")
-	if r := acts.Approve(ctx, genuine.ID, approver1); !strings.Contains(r.Text, "applied") {
+	if r := acts.Approve(ctx, genuine.ID, approver1); !strings.Contains(r.Text, "and applied") {
 		t.Fatalf("genuine approval: %q", r.Text)
 	}
 	wire, err := spy.NextMsg(natsWait)

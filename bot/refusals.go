@@ -38,6 +38,7 @@ type RefusalNotices struct {
 	Now func() time.Time
 
 	mu     sync.Mutex
+	day    string
 	counts map[string]uint64
 }
 
@@ -112,8 +113,9 @@ func (n *RefusalNotices) handle(ctx context.Context, subject string, data []byte
 	day := r.Time.UTC().Format("2006-01-02")
 	key := "refused-" + source + "-" + strings.ReplaceAll(day, "-", "")
 	n.mu.Lock()
-	if n.counts == nil {
-		n.counts = map[string]uint64{}
+	if n.counts == nil || day > n.day {
+		// One day's messages at a time: earlier days are done.
+		n.counts, n.day = map[string]uint64{}, day
 	}
 	n.counts[key]++
 	count := n.counts[key]

@@ -91,11 +91,15 @@ func (sp *stuckPublisher) errors(t *testing.T, kind string) float64 {
 // then (more) lets two more attempts fail: still one log line.
 func (sp *stuckPublisher) surfaces(t *testing.T, more bool) {
 	t.Helper()
-	testenv.Eventually(t, 3*watchers.ProblemAfter, "the publisher to report the missing stream", func() bool { return sp.pub.Problem() != nil })
-	if err := sp.pub.Problem(); !strings.Contains(err.Error(), "no_stream") || !strings.Contains(err.Error(), fmt.Sprintf("%d events held", sp.held)) {
-		t.Errorf("Problem() = %v, want the kind and the events held", err)
+	var problem error
+	testenv.Eventually(t, 3*watchers.ProblemAfter, "the publisher to report the missing stream", func() bool {
+		problem = sp.pub.Problem()
+		return problem != nil
+	})
+	if !strings.Contains(problem.Error(), "no_stream") || !strings.Contains(problem.Error(), fmt.Sprintf("%d events held", sp.held)) {
+		t.Errorf("Problem() = %v, want the kind and the events held", problem)
 	}
-	t.Logf("readiness: %v", sp.pub.Problem())
+	t.Logf("readiness: %v", problem)
 	testenv.Eventually(t, natstest.Timeout, "the episode's log line", func() bool { return strings.Contains(sp.logs.String(), "NATS refuses the agent's events") })
 	if more {
 		n := sp.errors(t, "no_stream")

@@ -28,13 +28,15 @@ func (p Proposal) Attestation() (actions.Approval, error) {
 
 // Claims are the proposal's fields fixed when it was made, which its Seal
 // covers.
-func (p Proposal) Claims() (actions.ProposalClaims, error) {
-	digest, err := actions.RequestDigest(p.Request)
-	if err != nil {
-		return actions.ProposalClaims{}, err
+func (p Proposal) Claims() (actions.ProposalClaims, error) { return p.Record().Claims() }
+
+// Record is the proposal as the agent's verifier reads it.
+func (p Proposal) Record() actions.ApprovalRecord {
+	return actions.ApprovalRecord{
+		ID: p.ID, State: string(p.State), Source: p.Source, RequestedBy: p.RequestedBy, DecidedBy: p.DecidedBy,
+		DecidedAt: p.DecidedAt, CreatedAt: p.CreatedAt, ExpiresAt: p.ExpiresAt, FourEyes: p.FourEyes, Request: p.Request,
+		Seal: p.Seal,
 	}
-	return actions.ProposalClaims{ID: p.ID, Source: p.Source, RequestedBy: p.RequestedBy, FourEyes: p.FourEyes,
-		CreatedAt: p.CreatedAt, ExpiresAt: p.ExpiresAt, RequestSHA256: digest}, nil
 }
 
 // Lookup reads proposals for the agent, which checks every action request
@@ -73,11 +75,7 @@ func (l *Lookup) LookupApproval(ctx context.Context, id string) (actions.Approva
 	if err := json.Unmarshal(e.Value(), &p); err != nil {
 		return actions.ApprovalRecord{}, fmt.Errorf("approval: decode proposal %s: %w", id, err)
 	}
-	return actions.ApprovalRecord{
-		ID: p.ID, State: string(p.State), Source: p.Source, RequestedBy: p.RequestedBy, DecidedBy: p.DecidedBy,
-		DecidedAt: p.DecidedAt, CreatedAt: p.CreatedAt, ExpiresAt: p.ExpiresAt, FourEyes: p.FourEyes, Request: p.Request,
-		Seal: p.Seal,
-	}, nil
+	return p.Record(), nil
 }
 
 func (l *Lookup) bucket(ctx context.Context) (jetstream.KeyValue, error) {

@@ -53,6 +53,10 @@ func TestAllAgentEnforcesConfiguredKeys(t *testing.T) {
 		{"agent requires four-eyes", func(signer, _ string) string {
 			return "  trustedKeys: [" + signer + "]\n  requireFourEyes: true\n"
 		}, "U0KEYS0001", "four-eyes"},
+		// The bot accepts U0KEYS0002; the agent lists only someone else.
+		{"agent lists its approvers", func(signer, _ string) string {
+			return "  trustedKeys: [" + signer + "]\n  approvers: [U0KEYS0009]\n"
+		}, "U0KEYS0002", "not an approver this agent accepts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

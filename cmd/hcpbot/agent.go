@@ -358,11 +358,7 @@ type natsClient struct {
 func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.Conn, error) {
 	cfg := bus.Config{Name: nc.name, CredsFile: nc.creds, NkeySeedFile: nc.nkeySeed, CAFile: nc.caFile, InboxPrefix: nc.inboxPrefix}
 	storeDir := nc.storeDir
-	for u := range strings.SplitSeq(nc.urls, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			cfg.URLs = append(cfg.URLs, u)
-		}
-	}
+	cfg.URLs = splitList(nc.urls)
 	if len(cfg.URLs) == 0 {
 		if storeDir == "" {
 			base, err := os.UserCacheDir()

@@ -95,7 +95,7 @@ log: {level: info, format: json}
 			if err != nil {
 				t.Fatal(err)
 			}
-			cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			cctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 			defer cancel()
 			c, err := connectNATS(cctx, botNATSClient(cfg, "bot"), zerolog.Nop())
 			if err == nil {

@@ -675,6 +675,15 @@ func TestNATSPermissions(t *testing.T) {
 		if _, err := bus.EnsureStream(cctx, ag1C.JS, bus.EventsStream(1, time.Hour, 0)); err == nil {
 			t.Fatal("the agent changed the events stream")
 		}
+		// The refusal is the server's (the request times out behind a
+		// permission violation), and the stream keeps the bot's settings.
+		s, err := botC.JS.Stream(ctx, event.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if maxAge := s.CachedInfo().Config.MaxAge; maxAge == time.Hour {
+			t.Fatalf("events stream max age %s: the agent's settings", maxAge)
+		}
 	})
 
 	// Nothing refused had an effect.
