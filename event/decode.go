@@ -102,6 +102,8 @@ func (e Event) DecodePayload() (Payload, error) {
 		return decodeAs[OpenShiftProxy](e)
 	case TypeSnapshotDone:
 		return decodeAs[SnapshotDone](e)
+	case TypeNodeSummary:
+		return decodeAs[NodeSummary](e)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
 }

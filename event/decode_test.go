@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hcpbot/hcpbot/event"
 )
@@ -183,6 +184,7 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 		event.NodePoolState{Name: "workers", ClusterName: "example", Replicas: &replicas, CurrentReplicas: 2,
 			Conditions: []event.Condition{{Type: "AllNodesHealthy", Status: event.ConditionFalse, Severity: "Warning"}}},
 		event.NodeReadiness{Node: "w1", Ready: event.ConditionUnknown},
+		event.NodeReadiness{Node: "w2", Ready: event.ConditionUnknown, NotJoining: true, Created: transition},
 		event.PodCrashLoop{Namespace: "ns", Pod: "p", Container: "c", RestartCount: 1, Cleared: true},
 		event.KubeAPIServerProxy{Pod: "kube-apiserver-proxy-w1", Node: "w1", Mode: event.ProxyModeTunnel, ConnectFailure: true,
 			ConnectMessage: "got unexpected statuscode 403 to CONNECT request"},
@@ -190,8 +192,9 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 		event.Reachability{Endpoint: "api.example.corp:443", Error: "dial tcp: i/o timeout", Since: transition},
 		event.OpenShiftProxy{Spec: event.ProxySpec{HTTPProxy: "http://proxy:3128"}, Status: event.ProxyStatus{NoProxy: ".cluster.local"}},
 		event.SnapshotDone{Started: transition, Count: 9, Types: []event.Type{event.TypeNode}},
+		event.NodeSummary{Total: 2000, Ready: 1990, NotReady: 4, Unknown: 1, Joining: 3, NotJoining: 2, JoinGrace: 10 * time.Minute},
 	}
-	if len(payloads) != len(event.Types()) {
+	if len(payloads) != len(event.Types())+1 { // two NodeReadiness shapes
 		t.Fatalf("test covers %d types, package has %d", len(payloads), len(event.Types()))
 	}
 	for _, p := range payloads {

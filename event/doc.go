@@ -49,6 +49,7 @@
 //	reachability    Reachability        whether the agent reaches the hosted API server, or (Unwatched) why it does not watch it
 //	ocpproxy        OpenShiftProxy      Proxy/cluster spec and status of a standalone OpenShift
 //	snapshotdone    SnapshotDone        end of a resync snapshot of one source
+//	nodesummary     NodeSummary         a hosted cluster's node population: total, Ready, NotReady, Unknown, joining, not joining
 //
 // A consumer that meets a type it does not know gets [ErrUnknownType] from
 // [Decode] together with the envelope, and should dead-letter the message
@@ -105,11 +106,13 @@
 //	hostedcluster, nodepool, virtlauncher, ocpproxy, apiserverproxy
 //	                "rv:" + the object's metadata.resourceVersion
 //	proxychange     "rv:" + the resourceVersion of the object carrying the new spec
-//	node            TransitionAt("Ready=<status>", lastTransitionTime)
+//	node            TransitionAt("Ready=<status>", lastTransitionTime), or
+//	                TransitionAt("NotJoining", creationTimestamp)
 //	crashloop       "crashloop:<container>:<signature>:<restartCount>", or
 //	                "cleared:<pod uid>:<restarts>" when it runs again
 //	reachability    TransitionAt("reachable=<bool>:<hash of the reason>", since)
 //	snapshotdone    the run ID ([NewSnapshotDone] does this)
+//	nodesummary     "nodes:<counts>@rv:<highest Node resourceVersion counted>"
 //	any deletion    "deleted" (the UID already makes it unique)
 //
 // Facts read from probes or logs (reachability, CONNECT failures) depend on

@@ -24,6 +24,7 @@ const (
 	TypeReachability   Type = "reachability"   // Reachability
 	TypeOCPProxy       Type = "ocpproxy"       // OpenShiftProxy
 	TypeSnapshotDone   Type = "snapshotdone"   // SnapshotDone
+	TypeNodeSummary    Type = "nodesummary"    // NodeSummary
 )
 
 // Types returns every type this build knows, in a fixed order. The slice is
@@ -32,7 +33,7 @@ func Types() []Type {
 	return []Type{
 		TypeHostedCluster, TypeProxyChange, TypeNodePool, TypeNode,
 		TypeCrashLoop, TypeAPIServerProxy, TypeVirtLauncher,
-		TypeReachability, TypeOCPProxy, TypeSnapshotDone,
+		TypeReachability, TypeOCPProxy, TypeSnapshotDone, TypeNodeSummary,
 	}
 }
 
@@ -41,7 +42,7 @@ func (t Type) Known() bool {
 	switch t {
 	case TypeHostedCluster, TypeProxyChange, TypeNodePool, TypeNode,
 		TypeCrashLoop, TypeAPIServerProxy, TypeVirtLauncher,
-		TypeReachability, TypeOCPProxy, TypeSnapshotDone:
+		TypeReachability, TypeOCPProxy, TypeSnapshotDone, TypeNodeSummary:
 		return true
 	}
 	return false
@@ -239,7 +240,13 @@ type NodeReadiness struct {
 	LastTransitionTime time.Time       `json:"lastTransitionTime,omitzero"`
 	ProviderID         string          `json:"providerID,omitempty"` // kubevirt://<vmi> on KubeVirt
 	InternalIP         string          `json:"internalIP,omitempty"` // equals the virt-launcher pod IP on KubeVirt
-	Deleted            bool            `json:"deleted,omitempty"`
+	// NotJoining: the node has had no Ready condition (the kubelet never
+	// posted its status) for longer than the agent's join grace since
+	// Created; Ready is then Unknown. Within the grace such a node is
+	// "joining", counted in NodeSummary.Joining and not published.
+	NotJoining bool      `json:"notJoining,omitempty"`
+	Created    time.Time `json:"created,omitzero"` // metadata.creationTimestamp; set with NotJoining
+	Deleted    bool      `json:"deleted,omitempty"`
 }
 
 // EventType implements Payload.
@@ -249,6 +256,35 @@ func (p NodeReadiness) sanitized() Payload {
 	p.Message = boundHead(redactText(p.Message))
 	return p
 }
+
+// NodeSummary is the node population of one hosted cluster as the agent's
+// cache holds it: every Node, healthy ones included, which per-node events
+// (problems only) cannot tell. Carried by TypeNodeSummary; Event.Object is
+// the HostedCluster. The agent publishes it when the counts change, at most
+// once per its summary interval per cluster, and in every snapshot.
+//
+// Total = Ready + NotReady + Unknown + Joining + NotJoining.
+type NodeSummary struct {
+	Total    int `json:"total"`
+	Ready    int `json:"ready"`    // Ready=True
+	NotReady int `json:"notReady"` // Ready=False
+	Unknown  int `json:"unknown"`  // Ready=Unknown (the node lifecycle controller lost the kubelet)
+	// Joining nodes have no Ready condition yet and are younger than
+	// JoinGrace: new, not broken.
+	Joining int `json:"joining"`
+	// NotJoining nodes have had no Ready condition for longer than
+	// JoinGrace (see NodeReadiness.NotJoining).
+	NotJoining int           `json:"notJoining"`
+	JoinGrace  time.Duration `json:"joinGrace,omitempty"` // the agent's grace, in nanoseconds
+}
+
+// EventType implements Payload.
+func (NodeSummary) EventType() Type { return TypeNodeSummary }
+
+func (p NodeSummary) sanitized() Payload { return p }
+
+// Problems is the number of nodes that are neither Ready nor joining.
+func (p NodeSummary) Problems() int { return p.NotReady + p.Unknown + p.NotJoining }
 
 // Signature classifies a container's last termination message, so the bot
 // can match known failures without each consumer re-parsing log text.

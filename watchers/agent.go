@@ -42,7 +42,21 @@ type Config struct {
 	// SnapshotWait bounds how long the start-up snapshot waits for hosted
 	// clusters' informers to sync; default 30s.
 	SnapshotWait time.Duration
+	// NodeJoinGrace is how long a Node without a Ready condition counts
+	// as joining (new) rather than a problem; after it the node is
+	// reported as not joining. Default DefaultNodeJoinGrace.
+	NodeJoinGrace time.Duration
+	// NodeSummaryInterval is the shortest time between two node summaries
+	// of one hosted cluster: changes inside it are coalesced into one.
+	// Default DefaultNodeSummaryInterval.
+	NodeSummaryInterval time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultNodeJoinGrace       = 10 * time.Minute
+	DefaultNodeSummaryInterval = 5 * time.Second
+)
 
 func (c *Config) defaults() error {
 	if err := event.ValidateSource(c.Source); err != nil {
@@ -66,6 +80,12 @@ func (c *Config) defaults() error {
 	if c.SnapshotWait <= 0 {
 		c.SnapshotWait = 30 * time.Second
 	}
+	if c.NodeJoinGrace <= 0 {
+		c.NodeJoinGrace = DefaultNodeJoinGrace
+	}
+	if c.NodeSummaryInterval <= 0 {
+		c.NodeSummaryInterval = DefaultNodeSummaryInterval
+	}
 	return nil
 }
 
@@ -80,11 +100,12 @@ const (
 	kindNode
 	kindServiceCAPod
 	kindAPIProxyPod
+	kindNodeSummary // one per hosted cluster: its state in Agent.states
 )
 
 var kindNames = map[kind]string{
 	kindHostedCluster: "HostedCluster", kindNodePool: "NodePool", kindVirtLauncher: "Pod", kindOCPProxy: "Proxy",
-	kindSecret: "Secret", kindNode: "Node", kindServiceCAPod: "Pod", kindAPIProxyPod: "Pod",
+	kindSecret: "Secret", kindNode: "Node", kindServiceCAPod: "Pod", kindAPIProxyPod: "Pod", kindNodeSummary: "HostedCluster",
 }
 
 // key is a work item: an object of a kind, in the management cluster or
@@ -559,6 +580,9 @@ func (a *Agent) syncHostedObject(ctx context.Context, k key) error {
 	ref := k.cluster
 	if apierrors.IsNotFound(err) {
 		a.objectGone(ctx, k, &ref)
+		if k.kind == kindNode {
+			a.nodesChanged(ctx, hc)
+		}
 		return nil
 	}
 	if err != nil {
@@ -566,7 +590,14 @@ func (a *Agent) syncHostedObject(ctx context.Context, k key) error {
 	}
 	switch o := obj.(type) {
 	case *corev1.Node:
-		a.emitIfChanged(ctx, k, &ref, nodeRef(o), nodeFact(o))
+		now := a.now()
+		if wait := joinWait(o, now, a.cfg.NodeJoinGrace); wait > 0 {
+			// Nothing in the API changes when the grace runs out: look
+			// again then.
+			a.queue.AddAfter(k, wait+time.Second)
+		}
+		a.emitIfChanged(ctx, k, &ref, nodeRef(o), nodeFact(o, now, a.cfg.NodeJoinGrace))
+		a.nodesChanged(ctx, hc)
 	case *corev1.Pod:
 		if k.kind == kindAPIProxyPod {
 			a.emitIfChanged(ctx, k, &ref, podRef(o, true), apiServerProxyFact(o))
@@ -586,7 +617,7 @@ func (a *Agent) syncHostedObject(ctx context.Context, k key) error {
 func (a *Agent) objectGone(ctx context.Context, k key, ref *event.ClusterRef) {
 	prev := a.state(k)
 	a.forget(func(x key) bool { return x == k })
-	if prev == "" {
+	if prev == "" || prev == stateJoining { // never published
 		return
 	}
 	obj := event.ObjectRef{Kind: kindNames[k.kind], Namespace: k.namespace, Name: k.name, Hosted: true}
@@ -612,7 +643,9 @@ func (a *Agent) emitIfChanged(ctx context.Context, k key, ref *event.ClusterRef,
 	if seen && prev == f.state {
 		return
 	}
-	if !seen && !f.problem {
+	// A joining node was never published: its first healthy state is no
+	// news either.
+	if (!seen || prev == stateJoining) && !f.problem {
 		return
 	}
 	a.emit(ctx, ref, obj, f)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,14 +128,26 @@ func nodePoolFact(np *hypershift.NodePool) fact {
 	return fact{payload: p, key: rvKey(np.ResourceVersion), state: state.String(), problem: problem}
 }
 
-func nodeFact(n *corev1.Node) fact {
+// The node states that are not a Ready condition's.
+const (
+	// stateJoining: no Ready condition yet, within the join grace. Never
+	// published: a new node is no news.
+	stateJoining = "Joining"
+	// stateNotJoining: still no Ready condition after the grace, seed
+	// 000's first symptom (the kubelet cannot reach the API server).
+	stateNotJoining = "NotJoining"
+)
+
+// nodeFact states a node's readiness at now. A node without a Ready
+// condition (the kubelet has not posted its status yet) is joining for
+// grace after its creation, then not joining.
+func nodeFact(n *corev1.Node, now time.Time, grace time.Duration) fact {
 	p := event.NodeReadiness{Node: n.Name, Ready: event.ConditionUnknown, ProviderID: n.Spec.ProviderID}
 	var ltt metav1.Time
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			p.Ready, p.Reason, p.Message = event.ConditionStatus(c.Status), c.Reason, c.Message
-			p.LastTransitionTime, ltt = c.LastTransitionTime.Time, c.LastTransitionTime
-		}
+	c := readyCondition(n)
+	if c != nil {
+		p.Ready, p.Reason, p.Message = event.ConditionStatus(c.Status), c.Reason, c.Message
+		p.LastTransitionTime, ltt = c.LastTransitionTime.Time, c.LastTransitionTime
 	}
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
@@ -142,8 +155,38 @@ func nodeFact(n *corev1.Node) fact {
 			break
 		}
 	}
+	if c == nil {
+		created := n.CreationTimestamp.Time
+		if joinWait(n, now, grace) > 0 {
+			return fact{payload: p, key: event.TransitionAt(stateJoining, created), state: stateJoining}
+		}
+		// The key derives from the creation time, which every agent reads
+		// alike, so two agents report the same fact under one ID.
+		p.NotJoining, p.Created = true, created
+		return fact{payload: p, key: event.TransitionAt(stateNotJoining, created), state: stateNotJoining, problem: true}
+	}
 	state := "Ready=" + string(p.Ready)
 	return fact{payload: p, key: event.TransitionAt(state, ltt.Time), state: state, problem: p.Ready != event.ConditionTrue}
+}
+
+// joinWait is how long a node without a Ready condition is still joining
+// at now: zero once the grace is over (or the node has a Ready condition).
+func joinWait(n *corev1.Node, now time.Time, grace time.Duration) time.Duration {
+	if readyCondition(n) != nil {
+		return 0
+	}
+	return max(0, n.CreationTimestamp.Add(grace).Sub(now))
+}
+
+// readyCondition returns the node's last Ready condition, or nil.
+func readyCondition(n *corev1.Node) *corev1.NodeCondition {
+	var out *corev1.NodeCondition
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			out = &n.Status.Conditions[i]
+		}
+	}
+	return out
 }
 
 // crashLoopFact reports the first container of a pod that is waiting in

@@ -29,7 +29,9 @@ var (
 	factT1 = factT0.Add(90 * time.Second)
 	// factObserved is the observation time handed to event.New.
 	factObserved = time.Date(2026, 7, 22, 10, 0, 0, 0, time.UTC)
-	factCluster  = &event.ClusterRef{Namespace: "clusters", Name: "example"}
+	// factNow is when the agent evaluates a node's join grace.
+	factNow     = factObserved
+	factCluster = &event.ClusterRef{Namespace: "clusters", Name: "example"}
 )
 
 // skipBug skips a test that demonstrates a known bug, unless HCPBOT_BUGS is
@@ -84,14 +86,15 @@ func fxNode(name string, status corev1.ConditionStatus, transition time.Time, mu
 
 func TestFactNode(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		node        *corev1.Node
-		wantReady   event.ConditionStatus
-		wantKey     string
-		wantState   string
-		wantProblem bool
-		wantIP      string
-		wantCopied  bool // reason, message and transition time of the condition
+		name           string
+		node           *corev1.Node
+		wantReady      event.ConditionStatus
+		wantKey        string
+		wantState      string
+		wantProblem    bool
+		wantIP         string
+		wantNotJoining bool
+		wantCopied     bool // reason, message and transition time of the condition
 	}{
 		{
 			name: "ready", node: fxNode("w-0", corev1.ConditionTrue, factT0),
@@ -109,17 +112,27 @@ func TestFactNode(t *testing.T) {
 			wantProblem: true, wantIP: "10.131.0.7",
 		},
 		{
-			name: "no Ready condition and no addresses (a node just registered)",
+			name: "no Ready condition and no addresses, created 2 min ago: joining, no problem",
 			node: fxNode("w-3", corev1.ConditionTrue, factT0, func(n *corev1.Node) {
 				n.Status.Conditions = n.Status.Conditions[:1]
 				n.Status.Addresses = nil
+				n.CreationTimestamp = metav1.NewTime(factNow.Add(-2 * time.Minute))
 			}),
-			wantReady: event.ConditionUnknown, wantKey: event.TransitionAt("Ready=Unknown", time.Time{}), wantState: "Ready=Unknown",
-			wantProblem: true,
+			wantReady: event.ConditionUnknown, wantKey: event.TransitionAt("Joining", factNow.Add(-2*time.Minute)), wantState: "Joining",
+		},
+		{
+			name: "no Ready condition 11 min after creation: not joining",
+			node: fxNode("w-4", corev1.ConditionTrue, factT0, func(n *corev1.Node) {
+				n.Status.Conditions = nil
+				n.Status.Addresses = nil
+				n.CreationTimestamp = metav1.NewTime(factNow.Add(-11 * time.Minute))
+			}),
+			wantReady: event.ConditionUnknown, wantKey: event.TransitionAt("NotJoining", factNow.Add(-11*time.Minute)), wantState: "NotJoining",
+			wantProblem: true, wantNotJoining: true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := nodeFact(tc.node)
+			f := nodeFact(tc.node, factNow, DefaultNodeJoinGrace)
 			p, ok := f.payload.(event.NodeReadiness)
 			if !ok {
 				t.Fatalf("payload %T, want event.NodeReadiness", f.payload)
@@ -129,6 +142,9 @@ func TestFactNode(t *testing.T) {
 			}
 			if f.key != tc.wantKey || f.state != tc.wantState || f.problem != tc.wantProblem {
 				t.Errorf("key/state/problem = %q/%q/%v, want %q/%q/%v", f.key, f.state, f.problem, tc.wantKey, tc.wantState, tc.wantProblem)
+			}
+			if p.NotJoining != tc.wantNotJoining || (tc.wantNotJoining && !p.Created.Equal(tc.node.CreationTimestamp.Time)) {
+				t.Errorf("NotJoining/Created = %v/%v, want %v", p.NotJoining, p.Created, tc.wantNotJoining)
 			}
 			if tc.wantCopied && (p.Reason != "KubeletNotReady" || p.Message != "container runtime network not ready" || !p.LastTransitionTime.Equal(factT0)) {
 				t.Errorf("condition not copied: %+v", p)
@@ -143,7 +159,7 @@ func TestFactNode(t *testing.T) {
 // emitIfChanged) but a new fact (a new ID, not deduplicated); heartbeats and
 // sub-second jitter change neither.
 func TestFactNodeStateVersusKey(t *testing.T) {
-	base := nodeFact(fxNode("w", corev1.ConditionFalse, factT0))
+	base := nodeFact(fxNode("w", corev1.ConditionFalse, factT0), factNow, DefaultNodeJoinGrace)
 	for _, tc := range []struct {
 		name               string
 		node               *corev1.Node
@@ -162,7 +178,7 @@ func TestFactNodeStateVersusKey(t *testing.T) {
 		{"Unknown", fxNode("w", corev1.ConditionUnknown, factT0), false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := nodeFact(tc.node)
+			f := nodeFact(tc.node, factNow, DefaultNodeJoinGrace)
 			if got := f.state == base.state; got != tc.sameState {
 				t.Errorf("state %q vs %q: same = %v, want %v", f.state, base.state, got, tc.sameState)
 			}
@@ -830,7 +846,7 @@ func TestTransformNode(t *testing.T) {
 		t.Errorf("addresses = %+v, want %+v", slim.Status.Addresses, want)
 	}
 	// The transform must not change what the agent concludes.
-	if f, g := nodeFact(full), nodeFact(slim); !reflect.DeepEqual(f, g) {
+	if f, g := nodeFact(full, factNow, DefaultNodeJoinGrace), nodeFact(slim, factNow, DefaultNodeJoinGrace); !reflect.DeepEqual(f, g) {
 		t.Errorf("nodeFact differs after the transform:\n full %+v\n slim %+v", f, g)
 	}
 	// A heartbeat alone must leave the cached object unchanged, so that

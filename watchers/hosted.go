@@ -56,6 +56,8 @@ type hostedCluster struct {
 	// or invalid) and reported: the same content is not parsed, logged or
 	// counted again on each snapshot, only once it changes.
 	unusable string
+
+	summary summaryTimer
 }
 
 // hostedConn is the informers of one set of credentials; a rotated Secret

@@ -106,9 +106,11 @@ func (a *Agent) snapshot(ctx context.Context) {
 		ref := hc.ref
 		sc := &scope{ref: &ref, types: []event.Type{event.TypeNode, event.TypeCrashLoop, event.TypeAPIServerProxy}}
 		nodes, sca, apiProxy := conn.list()
+		now := a.now()
 		for _, n := range nodes {
-			emit(sc, key{kind: kindNode, cluster: ref, name: n.Name}, &ref, nodeRef(n), nodeFact(n))
+			emit(sc, key{kind: kindNode, cluster: ref, name: n.Name}, &ref, nodeRef(n), nodeFact(n, now, a.cfg.NodeJoinGrace))
 		}
+		emit(sc, key{kind: kindNodeSummary, cluster: ref}, &ref, summaryRef(ref), a.nodeSummaryFact(nodes, now))
 		for _, p := range sca {
 			if f, ok := crashLoopFact(p); ok {
 				emit(sc, key{kind: kindServiceCAPod, cluster: ref, namespace: p.Namespace, name: p.Name}, &ref, podRef(p, true), f)

@@ -24,6 +24,8 @@ func transformNode(obj any) (any, error) {
 	}
 	out := &corev1.Node{ObjectMeta: slimMeta(n.ObjectMeta), Spec: corev1.NodeSpec{ProviderID: n.Spec.ProviderID}}
 	out.Labels = nil
+	// A node without status is "joining" for a grace after its creation.
+	out.CreationTimestamp = n.CreationTimestamp
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			c.LastHeartbeatTime = metav1.Time{} // changes every few seconds; not part of any fact

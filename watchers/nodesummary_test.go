@@ -1,0 +1,50 @@
+package watchers
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hcpbot/hcpbot/event"
+)
+
+// The summary counts every node as nodeFact classifies it, and its key
+// changes when counts come back later, so a return to the same counts is
+// news and not a duplicate.
+func TestNodeSummaryFactCounts(t *testing.T) {
+	a := &Agent{cfg: Config{NodeJoinGrace: DefaultNodeJoinGrace}}
+	noStatus := func(name string, age time.Duration) *corev1.Node {
+		return fxNode(name, corev1.ConditionTrue, factT0, func(n *corev1.Node) {
+			n.Status.Conditions = nil
+			n.CreationTimestamp = metav1.NewTime(factNow.Add(-age))
+		})
+	}
+	nodes := []*corev1.Node{
+		fxNode("r1", corev1.ConditionTrue, factT0), fxNode("r2", corev1.ConditionTrue, factT0),
+		fxNode("f1", corev1.ConditionFalse, factT0), fxNode("u1", corev1.ConditionUnknown, factT0),
+		noStatus("j1", time.Minute), noStatus("n1", time.Hour),
+	}
+	f := a.nodeSummaryFact(nodes, factNow)
+	p := f.payload.(event.NodeSummary)
+	want := event.NodeSummary{Total: 6, Ready: 2, NotReady: 1, Unknown: 1, Joining: 1, NotJoining: 1, JoinGrace: DefaultNodeJoinGrace}
+	if p != want {
+		t.Fatalf("summary = %+v, want %+v", p, want)
+	}
+	if !f.problem || p.Problems() != 3 {
+		t.Errorf("problem = %v (restated in snapshots), Problems() = %d, want 3", f.problem, p.Problems())
+	}
+	factEvent(t, summaryRef(*factCluster), f)
+
+	// The same counts at a later resourceVersion: same state, new key.
+	nodes[0] = fxNode("r1", corev1.ConditionTrue, factT0, func(n *corev1.Node) { n.ResourceVersion = "43" })
+	g := a.nodeSummaryFact(nodes, factNow)
+	if g.state != f.state || g.key == f.key {
+		t.Errorf("state %q/%q, key %q/%q: want the same state under a new key", f.state, g.state, f.key, g.key)
+	}
+	// The joining node's grace runs out: the counts change.
+	if h := a.nodeSummaryFact(nodes, factNow.Add(DefaultNodeJoinGrace)); h.payload.(event.NodeSummary).NotJoining != 2 {
+		t.Errorf("after the grace: %+v, want 2 not joining", h.payload)
+	}
+}
