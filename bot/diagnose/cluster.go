@@ -62,6 +62,9 @@ type Cluster struct {
 	launchers  table[launcherRec]
 	reach      table[reachRec] // one entry, key ""
 	ocp        table[ocpRec]   // one entry, key ""; management scope only
+	// summary is the agent's count of every node (one entry, key ""):
+	// nodes holds only those that were once a problem.
+	summary table[event.NodeSummary]
 
 	memo memo
 }
@@ -257,6 +260,10 @@ type nodeRec struct {
 	message string
 	ltt     time.Time
 	ip      string
+	// notJoining: no Ready condition for longer than the agent's join
+	// grace since created.
+	notJoining bool
+	created    time.Time
 }
 
 func (r nodeRec) notReady() bool { return r.ready != event.ConditionTrue }
@@ -441,6 +448,8 @@ func (c *Cluster) Apply(e event.Event, p event.Payload) (changed bool) {
 	case event.OpenShiftProxy:
 		rec := ocpRec{spec: cloneSpec(p.Spec), status: p.Status}
 		return c.ocp.put("", st, ref, false, rec, sameOCP)
+	case event.NodeSummary:
+		return c.summary.put("", st, ref, false, p, equal[event.NodeSummary])
 	}
 	return false
 }
@@ -492,6 +501,7 @@ func (c *Cluster) buryHosted(st stamp) {
 		c.nodePools.bury(k, st)
 	}
 	c.reach.bury("", st)
+	c.summary.bury("", st)
 }
 
 func (c *Cluster) applyNode(st stamp, ref objRef, objName string, p event.NodeReadiness) bool {
@@ -508,7 +518,8 @@ func (c *Cluster) applyNode(st stamp, ref objRef, objName string, p event.NodeRe
 	if !ltt.IsZero() {
 		st.at = ltt
 	}
-	rec := nodeRec{name: name, ready: p.Ready, reason: p.Reason, message: p.Message, ltt: ltt, ip: p.InternalIP}
+	rec := nodeRec{name: name, ready: p.Ready, reason: p.Reason, message: p.Message, ltt: ltt, ip: p.InternalIP,
+		notJoining: p.NotJoining, created: norm(p.Created)}
 	return c.nodes.put(name, st, ref, false, rec, equal[nodeRec])
 }
 

@@ -312,7 +312,7 @@ func TestApplyIgnoresOtherScopes(t *testing.T) {
 	c := NewCluster(hcKey)
 	other := event.ClusterRef{Namespace: "clusters", Name: "other"}
 	f := newFact(t, &other, event.ObjectRef{Kind: "Node", Name: nodeA, Hosted: true}, event.NodeReadiness{Node: nodeA, Ready: event.ConditionFalse}, "k", at(1))
-	if c.Apply(f.e, f.p) || c.liveNodes() != 0 {
+	if c.Apply(f.e, f.p) || c.nodeTotal() != 0 {
 		t.Error("an event of another cluster was applied")
 	}
 	g := nodeFact(t, nodeA, event.ConditionFalse, at(1), at(1))
@@ -348,7 +348,7 @@ func TestModel(t *testing.T) {
 	if want := []Key{mgmtKey, hcKey, {Source: source, Cluster: other}}; !slices.Equal(m.Keys(), want) {
 		t.Errorf("keys = %v, want %v", m.Keys(), want)
 	}
-	if m.Cluster(hcKey).liveNodes() != 1 {
+	if m.Cluster(hcKey).nodeTotal() != 1 {
 		t.Error("node lost")
 	}
 

@@ -36,6 +36,7 @@ func (c *Cluster) ApproxBytes() int {
 		return len(r.namespace) + len(r.pod) + len(r.vmi) + len(r.node) + len(r.ip) + len(r.phase) + len(r.nodePool)
 	})
 	n += tableBytes(c.reach, func(r reachRec) int { return len(r.endpoint) + len(r.err) })
+	n += tableBytes(c.summary, func(event.NodeSummary) int { return 0 })
 	n += tableBytes(c.ocp, func(r ocpRec) int {
 		return specBytes(r.spec) + len(r.status.HTTPProxy) + len(r.status.HTTPSProxy) + len(r.status.NoProxy)
 	})

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,8 +156,8 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 		}
 		d.Evidence = append(d.Evidence, capEvidence(ev, maxEvidencePerKind, "crashlooping pods")...)
 	}
-	if n := len(s.nodes); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d of %s NotReady", n, plural(c.liveNodes(), "node is", "nodes are")))
+	if len(s.nodes) > 0 {
+		parts = append(parts, nodesPart(s.nodes, c.nodeTotal()))
 		var ev []Evidence
 		for _, e := range s.nodes {
 			ev = append(ev, note(nodeEvidence(e)))
@@ -398,6 +399,87 @@ func hostedAPIUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool
 	return d, true
 }
 
+// The grading of nodes-notready: critical when no node is Ready, when at
+// least NodesCriticalFraction of the cluster's nodes are affected (half its
+// capacity is gone), or when at least NodesCriticalCount nodes are (their
+// workloads are more than a large cluster's spare capacity absorbs without
+// a person); a warning otherwise, so one node of 2,000 is a warning. Nodes
+// that are joining (no status yet, within the grace) count in the total
+// only.
+const (
+	NodesCriticalFraction = 0.5
+	NodesCriticalCount    = 50
+)
+
+// NodeSeverity grades affected of total nodes and says why, as a sentence.
+func NodeSeverity(affected, total int) (Severity, string) {
+	total = max(total, affected)
+	share := 100 * float64(affected) / float64(max(total, 1))
+	of := fmt.Sprintf("%s of %s (%s%%)", count(affected), plural(total, "node", "nodes"), percent(share))
+	switch {
+	case affected >= total:
+		return SeverityCritical, "Critical: no node is Ready."
+	case float64(affected) >= NodesCriticalFraction*float64(total):
+		return SeverityCritical, fmt.Sprintf("Critical: %s is at least half the cluster.", of)
+	case affected >= NodesCriticalCount:
+		return SeverityCritical, fmt.Sprintf("Critical: %s is at least %d nodes.", of, NodesCriticalCount)
+	}
+	return SeverityWarning, fmt.Sprintf("Warning: %s is less than half the cluster and fewer than %d nodes.", of, NodesCriticalCount)
+}
+
+// percent writes a share with the precision that keeps it nonzero.
+func percent(p float64) string {
+	if p >= 10 || p == 0 {
+		return strconv.FormatFloat(p, 'f', 0, 64)
+	}
+	if p >= 1 {
+		return strconv.FormatFloat(p, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(p, 'f', 2, 64)
+}
+
+// splitNodes counts problem nodes: NotReady (a Ready condition other than
+// True) and not joining.
+func splitNodes(nodes []*entry[nodeRec]) (notReady, notJoining int) {
+	for _, e := range nodes {
+		if e.rec.notJoining {
+			notJoining++
+		} else {
+			notReady++
+		}
+	}
+	return notReady, notJoining
+}
+
+// nodesTitle: "1 of 2,000 nodes NotReady", "3 of 2,003 nodes not
+// joining", "5 of 2,005 nodes NotReady or not joining".
+func nodesTitle(nodes []*entry[nodeRec], total int) string {
+	notReady, notJoining := splitNodes(nodes)
+	what := "NotReady"
+	switch {
+	case notReady == 0:
+		what = "not joining"
+	case notJoining > 0:
+		what = "NotReady or not joining"
+	}
+	return fmt.Sprintf("%s of %s %s", count(len(nodes)), plural(total, "node", "nodes"), what)
+}
+
+// nodesPart is the nodes' share of a symptom list: "2 of 3 nodes are
+// NotReady", "1 of 2,000 nodes are not joining", "2 of 9 nodes are NotReady
+// and 1 not joining".
+func nodesPart(nodes []*entry[nodeRec], total int) string {
+	notReady, notJoining := splitNodes(nodes)
+	of := plural(total, "node is", "nodes are")
+	switch {
+	case notJoining == 0:
+		return fmt.Sprintf("%s of %s NotReady", count(notReady), of)
+	case notReady == 0:
+		return fmt.Sprintf("%s of %s not joining (no Ready condition since creation)", count(notJoining), of)
+	}
+	return fmt.Sprintf("%s of %s NotReady and %s not joining", count(notReady), of, count(notJoining))
+}
+
 // nodesNotReady: NotReady nodes that no proxy rule explains.
 func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	if c.Gone() {
@@ -407,13 +489,11 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	if len(nodes) == 0 {
 		return Diagnosis{}, false
 	}
-	total := c.liveNodes()
+	total := c.nodeTotal()
+	sev, why := NodeSeverity(len(nodes), total)
 	d := Diagnosis{
-		Severity: SeverityWarning,
-		Title:    fmt.Sprintf("%d of %s NotReady in %s", len(nodes), plural(total, "node", "nodes"), c.label()),
-	}
-	if len(nodes) == total {
-		d.Severity = SeverityCritical
+		Severity: sev,
+		Title:    nodesTitle(nodes, total) + " in " + c.label(),
 	}
 	var ev, vmEv []Evidence
 	vmDown, vmKnown := 0, 0
@@ -428,7 +508,7 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 			}
 		}
 	}
-	d.Evidence = append(capEvidence(ev, maxEvidencePerKind, "NotReady nodes"), capEvidence(vmEv, maxEvidencePerKind, "virt-launcher pods")...)
+	d.Evidence = append(capEvidence(ev, maxEvidencePerKind, "NotReady or not joining nodes"), capEvidence(vmEv, maxEvidencePerKind, "virt-launcher pods")...)
 	for _, e := range c.unhealthyPools() {
 		d.Evidence = append(d.Evidence, poolEvidence(e, "AllNodesHealthy"))
 	}
@@ -440,15 +520,40 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	}
 
 	first := nodes[0].rec
-	head := fmt.Sprintf("%d of %d nodes are NotReady", len(nodes), total)
-	if total == 1 {
+	notReady, notJoining := splitNodes(nodes)
+	var head string
+	switch {
+	case total == 1 && notJoining == 1:
+		head = "The only node is not joining"
+	case total == 1:
 		head = "The only node is NotReady"
+	case notJoining == 0:
+		head = fmt.Sprintf("%s of %s are NotReady", count(notReady), plural(total, "node", "nodes"))
+	case notReady == 0:
+		head = fmt.Sprintf("%s of %s are not joining", count(notJoining), plural(total, "node", "nodes"))
+	default:
+		head = fmt.Sprintf("%s of %s are NotReady and %s not joining", count(notReady), plural(total, "node", "nodes"), count(notJoining))
 	}
-	head += "; " + first.name + " reports Ready=" + string(first.ready)
-	if first.reason != "" {
-		head += " (" + first.reason + ")"
+	if first.notJoining {
+		head += "; " + first.name + " has had no Ready condition since its creation"
+		if !first.created.IsZero() {
+			head += " at " + first.created.Format(time.RFC3339)
+		}
+	} else {
+		head += "; " + first.name + " reports Ready=" + string(first.ready)
+		if first.reason != "" {
+			head += " (" + first.reason + ")"
+		}
 	}
 	parts := []string{head + "."}
+	if notJoining > 0 {
+		grace := "the agent's join grace"
+		if n := c.Nodes(); n.JoinGrace > 0 {
+			grace = n.JoinGrace.String()
+		}
+		parts = append(parts, fmt.Sprintf("Not joining: no Ready condition more than %s after the Node was created, so its kubelet never posted status; workers that cannot reach the API server (for instance through a proxy, seed 000) look like this first.", grace))
+	}
+	parts = append(parts, why)
 	if vmDown > 0 {
 		parts = append(parts, fmt.Sprintf("The VMs behind %d of them are not running (virt-launcher phase other than Running).", vmDown))
 	}

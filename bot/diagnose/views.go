@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,7 +89,45 @@ func (c *Cluster) notReadyNodes(x Explained) []*entry[nodeRec] {
 	return out
 }
 
-func (c *Cluster) liveNodes() int { return len(c.nodes.live()) }
+// NodeCount is the node population the bot knows of a hosted cluster.
+// From the agent's node summary when one arrived (Summary true): every
+// node, healthy ones included. Else only the nodes the bot heard of,
+// which are those that were once a problem (an agent older than the
+// summary).
+type NodeCount struct {
+	Total, Ready, NotReady, Unknown, Joining, NotJoining int
+	Summary                                              bool
+	JoinGrace                                            time.Duration
+}
+
+// Nodes returns the node population of c.
+func (c *Cluster) Nodes() NodeCount {
+	known := len(c.nodes.live())
+	if es := c.summary.live(); len(es) == 1 {
+		s := es[0].rec
+		n := NodeCount{Total: s.Total, Ready: s.Ready, NotReady: s.NotReady, Unknown: s.Unknown,
+			Joining: s.Joining, NotJoining: s.NotJoining, Summary: true, JoinGrace: s.JoinGrace}
+		// The summary is coalesced and may lag a node event by a few
+		// seconds: never claim fewer nodes than are reported.
+		n.Total = max(n.Total, c.problemNodes())
+		return n
+	}
+	return NodeCount{Total: known}
+}
+
+// problemNodes counts the visible nodes that are a problem.
+func (c *Cluster) problemNodes() int {
+	n := 0
+	for _, e := range c.nodes.live() {
+		if e.rec.notReady() {
+			n++
+		}
+	}
+	return n
+}
+
+// nodeTotal is M in "N of M nodes".
+func (c *Cluster) nodeTotal() int { return c.Nodes().Total }
 
 // unhealthyPools returns the NodePools with AllNodesHealthy=False.
 func (c *Cluster) unhealthyPools() []*entry[nodePoolRec] {
@@ -167,6 +206,13 @@ func nodeEvidence(e *entry[nodeRec]) Evidence {
 	at := e.rec.ltt
 	if at.IsZero() {
 		at = e.since
+	}
+	if e.rec.notJoining {
+		text := "no Ready condition: the kubelet has not posted the node's status (not joining)"
+		if !e.rec.created.IsZero() {
+			text = "created " + e.rec.created.Format(time.RFC3339) + ", no Ready condition since: the kubelet has not posted the node's status (not joining)"
+		}
+		return Evidence{At: firstTime(e.rec.created, e.since), Kind: "node", Object: nodeKey(e.rec.name), Text: text}
 	}
 	text := "Ready=" + string(e.rec.ready)
 	if e.rec.reason != "" {
@@ -324,5 +370,23 @@ func plural(n int, one, many string) string {
 	if n == 1 {
 		return fmt.Sprintf("%d %s", n, one)
 	}
-	return fmt.Sprintf("%d %s", n, many)
+	return fmt.Sprintf("%s %s", count(n), many)
+}
+
+// count writes n with thousands separators: 2,000.
+func count(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
