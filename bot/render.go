@@ -109,6 +109,7 @@ func reasonSuffix(reason string) string {
 // the thread (StormPage).
 func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 	open, byTitle, fixes := 0, map[string]int{}, 0
+	var nodes diagnose.NodeImpact // summed over the open members
 	var sev diagnose.Severity = diagnose.SeverityInfo
 	for _, m := range s.Members {
 		if !m.Open() {
@@ -119,6 +120,10 @@ func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 			continue
 		}
 		d := m.Diagnoses[0]
+		if n := d.Nodes; n != nil {
+			nodes.Affected += n.Affected
+			nodes.Total += n.Total
+		}
 		// Titles name their cluster: count kinds by rule.
 		byTitle[ruleTitle(d)]++
 		if d.Fix != nil {
@@ -163,6 +168,10 @@ func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 		slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(text, notify.MaxHeaderText), false, false)),
 		slack.NewSectionBlock(md(fmt.Sprintf("*Shared cause* — all %d %s.", total, s.Cause.Text)), nil, nil),
 		slack.NewSectionBlock(md("*Diagnoses*\n"+what.String()), nil, nil),
+	}
+	if nodes.Affected > 0 {
+		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf("*Nodes* — %s of %s nodes of these clusters are NotReady or not joining.",
+			diagnose.FormatCount(nodes.Affected), diagnose.FormatCount(nodes.Total))), nil, nil))
 	}
 	if fixes > 0 {
 		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf(

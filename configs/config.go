@@ -82,6 +82,10 @@ type Agent struct {
 	// HostedProbeInterval is how often each hosted API server is probed
 	// for reachability. Default 15s.
 	HostedProbeInterval time.Duration
+	// NodeJoinGrace is how long a hosted Node without a Ready condition
+	// (its kubelet has not posted status yet) counts as joining rather than
+	// a problem; after it the node is reported as not joining. Default 10m.
+	NodeJoinGrace time.Duration
 	// TrustedKeys are the public keys (nkeys user keys, U…) whose
 	// signature the agent accepts on action requests: the bot's, two
 	// during a key rotation. Default: none, and every action request is
@@ -247,6 +251,7 @@ const (
 	DefaultRetryPeriod         = 2 * time.Second
 	DefaultBufferEvents        = 10000
 	DefaultHostedProbeInterval = 15 * time.Second
+	DefaultNodeJoinGrace       = 10 * time.Minute
 	DefaultBotListen           = ":8081"
 	DefaultBotOpsListen        = ":8082"
 	DefaultGroupWait           = 5 * time.Second

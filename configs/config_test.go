@@ -67,7 +67,7 @@ func TestExampleDefaultsMatchCode(t *testing.T) {
 	drop := map[string]bool{
 		"streamReplicas": true, "eventsMaxAge": true, "duplicateWindow": true, "listen": true, "opsListen": true,
 		"enabled": true, "leaseName": true, "leaseDuration": true, "renewDeadline": true, "retryPeriod": true,
-		"bufferEvents": true, "hostedProbeInterval": true, "groupWait": true, "groupInterval": true,
+		"bufferEvents": true, "hostedProbeInterval": true, "nodeJoinGrace": true, "groupWait": true, "groupInterval": true,
 		"resolveTimeout": true, "threshold": true, "window": true, "apiURL": true, "socketMode": true,
 		"fourEyes": true, "requireFourEyes": true, "proposalTTL": true, "level": true, "format": true, "kubeconfig": true,
 	}
@@ -98,7 +98,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("nats = %+v, want %+v", c.NATS, want)
 	}
 	a := c.Agent
-	if a.Listen != ":8080" || a.BufferEvents != 10000 || a.HostedProbeInterval != 15*time.Second ||
+	if a.Listen != ":8080" || a.BufferEvents != 10000 || a.HostedProbeInterval != 15*time.Second || a.NodeJoinGrace != 10*time.Minute ||
 		a.LeaderElection != (LeaderElection{Enabled: true, LeaseName: "hcpbot-agent", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}) {
 		t.Errorf("agent = %+v", a)
 	}
@@ -138,6 +138,8 @@ func TestRejected(t *testing.T) {
 		{"unknown nested key", "agent:\n  source: mgmt-1\n  leaderElection:\n    enabled: true\n    leaseDurration: 15s\n", 5, "agent.leaderElection.leaseDurration", "unknown key"},
 		{"wrong-case key", "nats:\n  streamreplicas: 1\nagent:\n  source: mgmt-1\n", 2, "nats.streamreplicas", `did you mean "streamReplicas"`},
 		{"bad duration", "agent:\n  source: mgmt-1\n  hostedProbeInterval: 15 seconds\n", 3, "agent.hostedProbeInterval", `"15 seconds" is not a duration`},
+		{"join grace too short", "agent:\n  source: mgmt-1\n  nodeJoinGrace: 1s\n", 3, "agent.nodeJoinGrace", "must be at least 10s"},
+		{"join grace too long", "agent:\n  source: mgmt-1\n  nodeJoinGrace: 48h\n", 3, "agent.nodeJoinGrace", "at most 24h"},
 		{"duration without unit", "nats:\n  eventsMaxAge: 72\nagent:\n  source: mgmt-1\n", 2, "nats.eventsMaxAge", "has no unit"},
 		{"negative duration", botBase + "  groupWait: -5s\n", 6, "bot.groupWait", "must not be negative"},
 		{"bad cron", botBase + "digests:\n  - name: daily\n    schedule: \"0 25 * * *\"\n    channel: C0123456789\n", 8, "digests[0].schedule", "is not a cron schedule"},

@@ -179,6 +179,15 @@ func (d *decoder) agent(n *yaml.Node, path string, a *Agent) bool {
 				a.HostedProbeInterval = t
 			}
 		}},
+		{"nodeJoinGrace", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, 10*time.Second); ok {
+				if t > 24*time.Hour {
+					d.problem(v, p, "%s: at most 24h (a node without status for a day is not joining)", t)
+					return
+				}
+				a.NodeJoinGrace = t
+			}
+		}},
 		{"trustedKeys", func(v *yaml.Node, p string) {
 			d.uniqueStrings(v, p, &a.TrustedKeys, func(s string) string {
 				if !nkeys.IsValidPublicUserKey(s) {
@@ -925,6 +934,7 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 			a.BufferEvents = DefaultBufferEvents
 		}
 		a.HostedProbeInterval = orDuration(a.HostedProbeInterval, DefaultHostedProbeInterval)
+		a.NodeJoinGrace = orDuration(a.NodeJoinGrace, DefaultNodeJoinGrace)
 	}
 	if b := c.Bot; b != nil {
 		b.Listen = orString(b.Listen, DefaultBotListen)

@@ -82,7 +82,14 @@ type Diagnosis struct {
 	// management cluster's Proxy), sorted; later rules leave them out.
 	Symptoms []string
 	Trigger  *ProxyChangeRef // the proxy change that preceded the symptoms, if any
+	// Nodes is how many of the cluster's nodes the diagnosis covers as
+	// NotReady or not joining, of its real total; nil when it covers none.
+	Nodes *NodeImpact
 }
+
+// NodeImpact is "Affected of Total nodes": Total from the agent's node
+// summary, so storms add up real cluster sizes.
+type NodeImpact struct{ Affected, Total int }
 
 // Explained is the set of symptoms earlier rules of a run have explained.
 type Explained struct{ by map[string]string }

@@ -158,6 +158,7 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 	}
 	if len(s.nodes) > 0 {
 		parts = append(parts, nodesPart(s.nodes, c.nodeTotal()))
+		d.Nodes = &NodeImpact{Affected: len(s.nodes), Total: max(c.nodeTotal(), len(s.nodes))}
 		var ev []Evidence
 		for _, e := range s.nodes {
 			ev = append(ev, note(nodeEvidence(e)))
@@ -494,6 +495,7 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	d := Diagnosis{
 		Severity: sev,
 		Title:    nodesTitle(nodes, total) + " in " + c.label(),
+		Nodes:    &NodeImpact{Affected: len(nodes), Total: max(total, len(nodes))},
 	}
 	var ev, vmEv []Evidence
 	vmDown, vmKnown := 0, 0

@@ -373,7 +373,9 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%s %s", count(n), many)
 }
 
-// count writes n with thousands separators: 2,000.
+// FormatCount writes n with thousands separators: 2,000.
+func FormatCount(n int) string { return count(n) }
+
 func count(n int) string {
 	s := strconv.Itoa(n)
 	neg := strings.HasPrefix(s, "-")

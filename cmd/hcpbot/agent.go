@@ -65,6 +65,7 @@ type agentFlags struct {
 	logLevel       string
 	logFormat      string
 	probeInterval  time.Duration
+	nodeJoinGrace  time.Duration // 0: watchers.DefaultNodeJoinGrace
 	lease          watchers.LeaderConfig
 	// Which action requests the agent runs (actions.Verifier).
 	trustedKeys     []string
@@ -200,7 +201,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := watchers.NewMetrics(reg)
 	pub := watchers.NewJetStreamPublisher(conn.JS, f.bufferEvents, metrics, log)
-	agent, err := watchers.New(watchers.Config{Source: f.source, Identity: f.identity, ProbeInterval: f.probeInterval}, kube, dyn, pub, metrics, log)
+	agent, err := watchers.New(watchers.Config{Source: f.source, Identity: f.identity, ProbeInterval: f.probeInterval, NodeJoinGrace: f.nodeJoinGrace}, kube, dyn, pub, metrics, log)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
@@ -443,7 +444,7 @@ func agentFlagsFromConfig(cfg *configs.Config) agentFlags {
 	return agentFlags{
 		kubeconfig: a.Kubeconfig, source: a.Source, listen: a.Listen,
 		leaderElect: a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
-		identity: os.Getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval,
+		identity: os.Getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval, nodeJoinGrace: a.NodeJoinGrace,
 		lease:       watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
 		trustedKeys: a.TrustedKeys, requireFourEyes: a.RequireFourEyes, approvers: a.Approvers,
 	}
