@@ -16,6 +16,15 @@
 // with the snapshot run, closed by a SnapshotDone), so a consumer that
 // missed events converges, like a controller's resync.
 //
+// Per-node events carry problems only; so that the bot knows each hosted
+// cluster's real size, the agent also publishes a node summary (total,
+// Ready, NotReady, Unknown, joining, not joining) when its counts change,
+// at most once per NodeSummaryInterval per cluster (nodesummary.go), and in
+// every snapshot. A Node without a Ready condition is joining (not a
+// problem, not published) for NodeJoinGrace after its creation; the node is
+// requeued for the moment the grace runs out and is then published as not
+// joining.
+//
 // The publisher holds events NATS refuses and retries them. A refusal that
 // retrying alone does not cure (no stream, permissions, too large) lasting
 // ProblemAfter is an episode: Problem fails the agent's /readyz with the

@@ -50,6 +50,19 @@
 // do not depend on now, so re-running Diagnose is only needed after Apply
 // reported a change; now is passed for rules with durations.
 //
+// # Node counts and grading
+//
+// "N of M nodes": N counts the nodes whose events report a problem (NotReady,
+// Unknown, or not joining: no Ready condition past the agent's join grace),
+// M is the total of the agent's newest node summary ([Cluster.Nodes]); from
+// an agent without summaries, M falls back to the nodes the bot heard of.
+// nodes-notready grades with [NodeSeverity]: critical when no node is
+// Ready, when at least [NodesCriticalFraction] (half) of the nodes are
+// affected, or when at least [NodesCriticalCount] (50) are; a warning
+// otherwise, so 1 of 2,000 is a warning and 500 of 2,000 critical. The
+// root cause states which rule applied. proxy-tunnel stays critical: its
+// cause breaks every worker as the rollout proceeds.
+//
 // # The proxy rules
 //
 // HyperShift decides from the HostedCluster's spec noProxy whether the
