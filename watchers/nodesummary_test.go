@@ -48,3 +48,22 @@ func TestNodeSummaryFactCounts(t *testing.T) {
 		t.Errorf("after the grace: %+v, want 2 not joining", h.payload)
 	}
 }
+
+// BenchmarkNodeSummary2000 is the agent's cost of one summary of a
+// 2,000-node cluster: counting the cached Nodes (the coalescing bounds how
+// often it runs to once per NodeSummaryInterval per cluster).
+func BenchmarkNodeSummary2000(b *testing.B) {
+	a := &Agent{cfg: Config{NodeJoinGrace: DefaultNodeJoinGrace}}
+	nodes := make([]*corev1.Node, 2000)
+	for i := range nodes {
+		status := corev1.ConditionTrue
+		if i%100 == 0 {
+			status = corev1.ConditionFalse
+		}
+		nodes[i] = fxNode("w-"+itoa(i), status, factT0, func(n *corev1.Node) { n.ResourceVersion = itoa(1000 + i) })
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = a.nodeSummaryFact(nodes, factNow)
+	}
+}
