@@ -2,12 +2,15 @@ package bot_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/scenario"
@@ -145,5 +148,25 @@ func TestNodesWithoutStatusJoinQuietly(t *testing.T) {
 		if inc.Cluster == key {
 			t.Errorf("incident %s about joining nodes", inc.Key)
 		}
+	}
+}
+
+// A storm message adds up its members' real node counts.
+func TestRenderStormSumsNodes(t *testing.T) {
+	opened := time.Date(2026, 7, 22, 10, 0, 0, 0, time.UTC)
+	s := &bot.Storm{Key: "storm-1", Opened: opened}
+	for i, n := range []diagnose.NodeImpact{{Affected: 500, Total: 2000}, {Affected: 1000, Total: 1000}, {Affected: 3, Total: 10}} {
+		s.Members = append(s.Members, &bot.Incident{
+			Key: fmt.Sprintf("inc-%d", i), Cluster: diagnose.Key{Source: "mgmt", Cluster: event.ClusterRef{Namespace: "clusters", Name: fmt.Sprintf("c%d", i)}},
+			Opened: opened, Diagnoses: []diagnose.Diagnosis{{Rule: diagnose.RuleNodesNotReady, Severity: diagnose.SeverityCritical, Title: "x", Nodes: &n}},
+		})
+	}
+	_, blocks := bot.RenderStorm(s, opened.Add(time.Minute))
+	raw, err := json.Marshal(blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "1,503 of 3,010 nodes of these clusters are NotReady or not joining") {
+		t.Errorf("storm message lacks the node total:\n%s", raw)
 	}
 }
