@@ -42,8 +42,9 @@ func testConfig() bot.Config {
 	return bot.Config{Channel: channel, GroupWait: 500 * time.Millisecond, GroupInterval: time.Second}
 }
 
-// startPipeline runs agent → NATS → bot → Slack recorder, all real.
-func startPipeline(t *testing.T, source string) *pipeline {
+// startPipeline runs agent → NATS → bot → Slack recorder, all real;
+// agentOpts adjust the agent's configuration.
+func startPipeline(t *testing.T, source string, agentOpts ...func(*watchers.Config)) *pipeline {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := natstest.RunServer(t)
@@ -68,7 +69,11 @@ func startPipeline(t *testing.T, source string) *pipeline {
 	b := bot.New(testConfig(), conn.JS, n, reg, log)
 	m := watchers.NewMetrics(nil)
 	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, m, log)
-	agent, err := watchers.New(watchers.Config{Source: source, SnapshotWait: 10 * time.Second}, env.Kube, env.Dynamic, pub, m, log)
+	acfg := watchers.Config{Source: source, SnapshotWait: 10 * time.Second}
+	for _, o := range agentOpts {
+		o(&acfg)
+	}
+	agent, err := watchers.New(acfg, env.Kube, env.Dynamic, pub, m, log)
 	if err != nil {
 		t.Fatal(err)
 	}

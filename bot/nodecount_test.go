@@ -16,6 +16,7 @@ import (
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+	"github.com/hcpbot/hcpbot/watchers"
 )
 
 // rootsAbout returns the root messages naming cluster.
@@ -169,4 +170,30 @@ func TestRenderStormSumsNodes(t *testing.T) {
 	if !strings.Contains(string(raw), "1,503 of 3,010 nodes of these clusters are NotReady or not joining") {
 		t.Errorf("storm message lacks the node total:\n%s", raw)
 	}
+}
+
+// Seed 000's first symptom: behind a tunnelling proxy, new workers never
+// post status. Once the join grace (short here; TestNodesWithoutStatusJoinQuietly
+// shows the default) is over they are "not joining", and the proxy-tunnel
+// incident names them with the cluster's real total.
+func TestSeedNodesNotJoining(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	hosted := env.HostedCluster(t, scenario.BehindProxy(ns, "stuck"))
+	if _, err := scenario.CreateNodes(ctx, hosted.Kube, "stuck-old", 7, corev1.ConditionTrue); err != nil {
+		t.Fatal(err)
+	}
+	p := startPipeline(t, "mgmt-"+ns, func(c *watchers.Config) { c.NodeJoinGrace = 10 * time.Second })
+	if _, err := scenario.CreateNodes(ctx, hosted.Kube, "stuck-new", 3, ""); err != nil {
+		t.Fatal(err)
+	}
+	p.slack.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range rootsAbout(r, ns+"/stuck") {
+			if strings.Contains(m.Text, "tunnelled through the HTTPS proxy") && strings.Contains(string(m.Blocks), "3 of 10 nodes are not joining") {
+				return true
+			}
+		}
+		return false
+	})
 }
