@@ -1,7 +1,9 @@
 // Package demo builds the world `hcpbot demo` runs in: a local management
 // cluster (real etcd + kube-apiserver) with two hosted clusters — one
 // healthy, one behind a proxy whose noProxy lacks `kubernetes` — and drives
-// the seed 000 incident on it.
+// the seed 000 incident on it. It is the demo's world only: agent and bot
+// run on it as in production (cmd/hcpbot), and it plays what HyperShift
+// would do when they change a HostedCluster (HealWhenFixed).
 package demo
 
 import (
