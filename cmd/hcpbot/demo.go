@@ -116,18 +116,21 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 		cfg.File, cfg.NATS.StoreDir, logFile.Name())
 	fmt.Fprintf(out, "▶ look with kubectl:  export KUBECONFIG=%s\n", w.Kubeconfig)
 	s := &demoSession{w: w, bot: p.bot, commands: p.commands, out: out, console: sec.SlackBotToken == ""}
+	var healer sync.WaitGroup
 	err = w.BreakProxied(ctx, out)
 	if err == nil {
 		// The demo world's stand-in for HyperShift: it rolls out once the
 		// agent has changed the HostedCluster.
-		go func() { _ = w.HealWhenFixed(runCtx, out) }()
+		healer.Go(func() { _ = w.HealWhenFixed(runCtx, out) })
 		if *script {
 			err = s.script(ctx, *timeout)
 		} else {
 			err = s.interactive(ctx, c.stdin, *timeout)
 		}
 	}
-	return errors.Join(err, stop())
+	err = errors.Join(err, stop())
+	healer.Wait() // before the world stops
+	return err
 }
 
 // demoConfig is the configuration the demo runs: a file in dir, read and
