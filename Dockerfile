@@ -7,7 +7,8 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 ARG COMMIT=unknown
-RUN CGO_ENABLED=0 go build -trimpath \
+# -tags nodemo: the demo needs a source checkout; the image says so instead.
+RUN CGO_ENABLED=0 go build -tags nodemo -trimpath \
       -ldflags "-s -w -X github.com/hcpbot/hcpbot/internal/version.Version=${VERSION} -X github.com/hcpbot/hcpbot/internal/version.Commit=${COMMIT}" \
       -o /out/hcpbot ./cmd/hcpbot
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -31,6 +33,12 @@ type Console struct {
 	UserID string
 	// Prompt is printed before each line when set (interactive use).
 	Prompt string
+	// Users, when set, are the people sharing this console, by name, with
+	// the user ID each one's commands run as. The line "as NAME" makes
+	// NAME the one the following lines run as, and the prompt names them:
+	// two people at one keyboard, so that four-eyes approval can be shown
+	// (the demo). Lines run as UserID until the first "as".
+	Users map[string]string
 }
 
 // Run serves the console until In ends (nil), ctx ends (ctx.Err()) or a
@@ -44,6 +52,12 @@ func (c *Console) Run(ctx context.Context) error {
 	user := c.UserID
 	if user == "" {
 		user = DefaultConsoleUser
+	}
+	name := user
+	for n, id := range c.Users {
+		if id == user {
+			name = n
+		}
 	}
 	type line struct {
 		text string
@@ -72,7 +86,11 @@ func (c *Console) Run(ctx context.Context) error {
 	}()
 	for {
 		if c.Prompt != "" {
-			if _, err := io.WriteString(c.Out, c.Prompt); err != nil {
+			prompt := c.Prompt
+			if len(c.Users) > 0 {
+				prompt = "[" + name + "] " + prompt
+			}
+			if _, err := io.WriteString(c.Out, prompt); err != nil {
 				return fmt.Errorf("chatops: console: %w", err)
 			}
 		}
@@ -100,7 +118,17 @@ func (c *Console) Run(ctx context.Context) error {
 			if text == "quit" || text == "exit" {
 				return nil
 			}
-			out = c.run(ctx, user, text)
+			if as, ok := strings.CutPrefix(text, "as "); ok && len(c.Users) > 0 {
+				as = strings.TrimSpace(as)
+				if id, known := c.Users[as]; known {
+					user, name = id, as
+					out = "now acting as " + as + " (" + id + ")"
+				} else {
+					out = fmt.Sprintf("no user %q at this console; users: %s", as, strings.Join(slices.Sorted(maps.Keys(c.Users)), ", "))
+				}
+				break
+			}
+			out = c.run(ctx, user, name, text)
 		}
 		if out != "" {
 			if _, err := io.WriteString(c.Out, out+"\n"); err != nil {
@@ -111,7 +139,7 @@ func (c *Console) Run(ctx context.Context) error {
 }
 
 // run parses and runs one command line, returning the text to print.
-func (c *Console) run(ctx context.Context, user, text string) (out string) {
+func (c *Console) run(ctx context.Context, user, name, text string) (out string) {
 	if rest, found := strings.CutPrefix(text, Prefix); found && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
 		text = rest
 	}
@@ -126,7 +154,7 @@ func (c *Console) run(ctx context.Context, user, text string) (out string) {
 	if h, isHelp := cmd.(ShowHelp); isHelp {
 		return PlainText(helpReply(h))
 	}
-	req := Request{Origin: Origin{Transport: TransportConsole, UserID: user, UserName: user}, Command: cmd}
+	req := Request{Origin: Origin{Transport: TransportConsole, UserID: user, UserName: name}, Command: cmd}
 	defer func() {
 		if p := recover(); p != nil {
 			out = fmt.Sprintf("internal error: %v", p)

@@ -136,3 +136,41 @@ func TestPlainTextAndEscaping(t *testing.T) {
 		t.Error("wire changed the caller's blocks")
 	}
 }
+
+// Two people at one console: "as NAME" switches whom the following
+// commands run as (user ID and name), the prompt says who it is, and an
+// unknown name changes nothing.
+func TestConsoleUsers(t *testing.T) {
+	h := newFakeHandler()
+	h.reply = func(req any) Reply {
+		r := req.(Request)
+		return Reply{Text: "ok: " + r.Command.String() + " as " + r.UserID + "/" + r.UserName}
+	}
+	in := strings.Join([]string{"approve act-7f3k9q", "as bob", "approve act-7f3k9q", "as mallory", "approve act-8g4m2r", "as alice", "audit"}, "\n")
+	var out bytes.Buffer
+	c := &Console{In: strings.NewReader(in), Out: &out, Handler: h, Prompt: "hcp> ", UserID: "U0000ALICE",
+		Users: map[string]string{"alice": "U0000ALICE", "bob": "U00000BOB"}}
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := "[alice] hcp> ok: approve act-7f3k9q as U0000ALICE/alice\n" +
+		"[alice] hcp> now acting as bob (U00000BOB)\n" +
+		"[bob] hcp> ok: approve act-7f3k9q as U00000BOB/bob\n" +
+		"[bob] hcp> no user \"mallory\" at this console; users: alice, bob\n" +
+		"[bob] hcp> ok: approve act-8g4m2r as U00000BOB/bob\n" +
+		"[bob] hcp> now acting as alice (U0000ALICE)\n" +
+		"[alice] hcp> ok: audit as U0000ALICE/alice\n" +
+		"[alice] hcp> "
+	if got := out.String(); got != want {
+		t.Errorf("console output:\n%s\nwant:\n%s", got, want)
+	}
+	// Without Users, "as" is no command of its own.
+	out.Reset()
+	c = &Console{In: strings.NewReader("as bob\n"), Out: &out, Handler: h}
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "now acting") {
+		t.Errorf("as switched users on a console without Users: %q", out.String())
+	}
+}

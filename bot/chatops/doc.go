@@ -32,5 +32,6 @@
 // envelope_id, apart from HTTP keys) and Responder as the Server, so a
 // redelivered envelope reaching another replica is dropped and late
 // replies are checked alike. Console serves it on a terminal as a fixed
-// local user.
+// local user, or as one of several (Console.Users; "as NAME" switches):
+// the demo's two approvers at one keyboard.
 package chatops

@@ -80,6 +80,15 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	if cfg.NATS.Creds.Env != "" {
 		return errors.New("nats.credsEnv is not supported yet: use nats.credsFile")
 	}
+	return runConfigured(ctx, c, cfg, sec, name, log)
+}
+
+// runConfigured runs the bot, or agent and bot (name "all"), as cfg and
+// sec describe: `hcpbot bot`, `hcpbot all` and `hcpbot demo` (which
+// gives it its own config, secrets and chat transport, c.chat) all start
+// here, so the demo runs the product's wiring.
+func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, name string, log zerolog.Logger) error {
+	var err error
 	var agentKubeConfig *rest.Config
 	if name == "all" {
 		// Before anything starts: a process whose agent cannot reach its
@@ -324,6 +333,9 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 				log.Error().Err(err).Msg("socket mode stopped")
 			}
 		})
+	}
+	if c.chat != nil {
+		c.chat(b, commands)
 	}
 	err = b.Run(ctx)
 	wg.Wait()

@@ -1,41 +1,47 @@
+//go:build !nodemo
+
 package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
-	"github.com/hcpbot/hcpbot/bot/notify"
-	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/demo"
 	"github.com/hcpbot/hcpbot/internal/logging"
-	"github.com/hcpbot/hcpbot/watchers"
 )
 
 func init() {
-	extraCommands = append(extraCommands, command{name: "demo", summary: "run agent + bot on a local control plane and play the seed 000 incident", run: runDemo})
+	extraCommands = append(extraCommands, command{name: "demo", summary: demoSummary, run: runDemo})
 }
 
 const demoSource = "local"
 
+// The two people at the demo's console, by name, with the Slack-shaped
+// user IDs the config names as approvers: four-eyes needs two.
+var demoUsers = map[string]string{"alice": "U0000ALICE", "bob": "U00000BOB"}
+
+// demoChannel is the demo's bot.defaultChannel (the console notifier
+// only prints it).
+const demoChannel = "CDEMOCONSOLE"
+
 func runDemo(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("demo", "[--script] [--dir DIR]")
-	script := fs.Bool("script", false, "play the scenario end to end without a terminal; exit 0 only if diagnosed, fixed and resolved")
+	script := fs.Bool("script", false, "play the scenario end to end without a terminal; exit 0 only if diagnosed, fixed through a four-eyes approval, audited and resolved")
 	dir := fs.String("dir", "", "working folder (default: a new temporary folder)")
 	timeout := fs.Duration("timeout", 3*time.Minute, "with --script: how long each step may take")
 	if err := parse(fs, args); err != nil {
@@ -59,165 +65,195 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 	log, _ := logging.New(logFile, "info", "json")
 	c.klog(log)
 	// The console notifier, the script and the console prompt all print.
-	out := &lockedWriter{w: c.stdout}
+	out := &lockedWriter{w: c.stdout, keep: *script}
 
 	w, err := demo.Start(ctx, *dir, out, os.Stderr)
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
-
-	conn, err := bus.Connect(ctx, bus.Config{Name: "hcpbot-demo", Embedded: bus.EmbeddedConfig{StoreDir: filepath.Join(*dir, "nats"), Name: "hcpbot-demo", Logger: log}}, log)
+	cfg, sec, err := demoConfig(c, *dir, w.Kubeconfig)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
-		return err
+	if sec.SlackBotToken != "" {
+		fmt.Fprintf(out, "▶ posting to Slack channel %s\n", cfg.Bot.DefaultChannel)
 	}
 
-	var notifier notify.Notifier
-	channel := "console"
-	if token, ch := c.getenv("SLACK_BOT_TOKEN"), c.getenv("HCPBOT_SLACK_CHANNEL"); token != "" && ch != "" {
-		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{})
-		if err != nil {
-			return err
-		}
-		notifier, err = notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient(token, c.getenv("SLACK_API_URL"), nil), Store: store, Log: log})
-		if err != nil {
-			return err
-		}
-		channel = ch
-		fmt.Fprintf(out, "▶ posting to Slack channel %s\n", ch)
-	} else {
-		notifier = notify.NewConsole(out)
+	// Agent and bot run exactly as `hcpbot all --config` runs them; only
+	// the chat transport differs: the console, handed the bot's command
+	// handler once it is wired.
+	type wired struct {
+		bot      *bot.Bot
+		commands chatops.Handler
 	}
-
+	ready := make(chan wired, 1)
+	pc := *c
+	pc.stdout, pc.stderr = out, logFile
+	pc.chat = func(b *bot.Bot, h chatops.Handler) { ready <- wired{b, h} }
 	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	metrics := watchers.NewMetrics(nil)
-	pub := watchers.NewJetStreamPublisher(conn.JS, 10000, metrics, log)
-	agent, err := watchers.New(watchers.Config{Source: demoSource, Identity: "demo", ProbeInterval: 2 * time.Second}, w.Kube, w.Dynamic, pub, metrics, log)
-	if err != nil {
-		return err
-	}
-	pub.OnResync(agent.Resync)
-	// Short waits: the demo shows the whole life of an incident in a minute.
-	b := bot.New(bot.Config{Channel: channel, GroupWait: 2 * time.Second, GroupInterval: 5 * time.Second}, conn.JS, notifier, nil, log)
-	wg.Go(func() { pub.Run(runCtx) })
-	wg.Go(func() { _ = agent.Run(runCtx) })
-	wg.Go(func() { _ = notifier.Run(runCtx) })
-	wg.Go(func() {
-		if err := b.Run(runCtx); err != nil {
-			log.Error().Err(err).Msg("bot stopped")
+	done := make(chan error, 1)
+	go func() { done <- runConfigured(runCtx, &pc, cfg, sec, "all", log) }()
+	stop := func() error {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("agent + bot: %w", err)
 		}
-	})
+		return nil
+	}
+	var p wired
+	select {
+	case p = <-ready:
+	case err := <-done:
+		cancel()
+		return fmt.Errorf("agent + bot did not start: %w", err)
+	case <-ctx.Done():
+		_ = stop()
+		return ctx.Err()
+	}
 
-	fmt.Fprintf(out, "▶ agent + bot running on embedded NATS; logs in %s\n", logFile.Name())
+	fmt.Fprintf(out, "▶ agent + bot running as `hcpbot all --config %s`: embedded NATS JetStream (%s), proposals in the approval store (NATS KV), every decision on the audit stream, approved fixes sent to the agent signed; logs in %s\n",
+		cfg.File, cfg.NATS.StoreDir, logFile.Name())
 	fmt.Fprintf(out, "▶ look with kubectl:  export KUBECONFIG=%s\n", w.Kubeconfig)
-	if err := w.BreakProxied(ctx, out); err != nil {
-		return err
+	s := &demoSession{w: w, bot: p.bot, commands: p.commands, out: out, console: sec.SlackBotToken == ""}
+	var healer sync.WaitGroup
+	err = w.BreakProxied(ctx, out)
+	if err == nil {
+		// The demo world's stand-in for HyperShift: it rolls out once the
+		// agent has changed the HostedCluster.
+		healer.Go(func() { _ = w.HealWhenFixed(runCtx, out) })
+		if *script {
+			err = s.script(ctx, *timeout)
+		} else {
+			err = s.interactive(ctx, c.stdin, *timeout)
+		}
 	}
-	h := &demoHandler{w: w, bot: b, out: out, log: log, proposals: map[string]*diagnose.Fix{}}
-	if *script {
-		return h.script(ctx, *timeout)
-	}
-	// Show the diagnosis before the prompt, so the first command finds it.
-	if _, err := h.waitDiagnosed(ctx, *timeout); err != nil {
-		fmt.Fprintln(out, "▶", err)
-	}
-	fmt.Fprintln(out, "▶ type /hcp help — try: /hcp incidents, /hcp diagnose clusters/proxied, /hcp fix noproxy clusters/proxied, /hcp approve <id>; quit to leave")
-	return (&chatops.Console{In: c.stdin, Out: out, Handler: h, Prompt: "hcp> "}).Run(ctx)
+	err = errors.Join(err, stop())
+	healer.Wait() // before the world stops
+	return err
 }
 
-// demoHandler is the demo's console: bot.Commands answers from the bot's
-// state; fixes are proposed and approved here in memory and run through the
-// agent's executor. (The shared approval flow with its policy and audit
-// trail replaces this outside the demo.)
-type demoHandler struct {
-	w   *demo.World
-	bot *bot.Bot
-	out io.Writer
-	log zerolog.Logger
-
-	mu        sync.Mutex
-	proposals map[string]*diagnose.Fix
-}
-
-func (h *demoHandler) commands() *bot.Commands { return &bot.Commands{Bot: h.bot, Actions: h} }
-
-func (h *demoHandler) HandleCommand(ctx context.Context, r chatops.Request) chatops.Reply {
-	return h.commands().HandleCommand(ctx, r)
-}
-
-func (h *demoHandler) HandleAction(ctx context.Context, r chatops.ActionRequest) chatops.Reply {
-	return h.commands().HandleAction(ctx, r)
-}
-
-// ProposeNoProxy implements bot.Actions.
-func (h *demoHandler) ProposeNoProxy(_ context.Context, _ diagnose.Key, fix *diagnose.Fix, _ []string, _ string) chatops.Reply {
-	id := newActionID()
-	h.mu.Lock()
-	h.proposals[id] = fix
-	h.mu.Unlock()
-	return chatops.Reply{Text: fmt.Sprintf("Proposal %s for %s:\n%s\nApprove with: /hcp approve %s", id, fix.Target, fix.Diff, id)}
-}
-
-// Approve implements bot.Actions.
-func (h *demoHandler) Approve(ctx context.Context, id, _ string) chatops.Reply {
-	h.mu.Lock()
-	fix := h.proposals[id]
-	delete(h.proposals, id)
-	h.mu.Unlock()
-	if fix == nil {
-		return chatops.Reply{Text: "No pending proposal " + id}
+// demoConfig is the configuration the demo runs: a file in dir, read and
+// validated like any (configs.Load), for one local management cluster on
+// the embedded NATS server, with approvals under four-eyes by the two
+// console users. Its slack section only satisfies the schema: no secret
+// is read from it. With SLACK_BOT_TOKEN and HCPBOT_SLACK_CHANNEL set the
+// bot also posts to that Slack channel (SLACK_API_URL for another API).
+func demoConfig(c *cli, dir, kubeconfig string) (*configs.Config, *configs.Secrets, error) {
+	sec := &configs.Secrets{}
+	channel := demoChannel
+	apiURL := ""
+	if token, ch := c.getenv("SLACK_BOT_TOKEN"), c.getenv("HCPBOT_SLACK_CHANNEL"); token != "" && ch != "" {
+		sec.SlackBotToken, channel = token, ch
+		if u := c.getenv("SLACK_API_URL"); u != "" {
+			apiURL = fmt.Sprintf("\n  apiURL: %q", u)
+		}
 	}
-	if err := h.apply(ctx, fix); err != nil {
-		return chatops.Reply{Text: "Fix failed: " + err.Error()}
+	ids := make([]string, 0, len(demoUsers))
+	for _, id := range demoUsers {
+		ids = append(ids, id)
 	}
-	go func() { _ = h.w.HealProxied(context.WithoutCancel(ctx), h.out) }()
-	return chatops.Reply{Text: fmt.Sprintf("Applied: noProxy of %s is now %q", fix.Target, fix.After)}
-}
-
-// Reject implements bot.Actions.
-func (h *demoHandler) Reject(_ context.Context, id, _, _ string) chatops.Reply {
-	h.mu.Lock()
-	_, ok := h.proposals[id]
-	delete(h.proposals, id)
-	h.mu.Unlock()
-	if !ok {
-		return chatops.Reply{Text: "No pending proposal " + id}
+	slices.Sort(ids)
+	yaml := fmt.Sprintf(`# Written by hcpbot demo: what it runs, as `+"`hcpbot all --config`"+` would.
+# The listen addresses are replaced by loopback ports chosen at start.
+nats:
+  storeDir: %q
+agent:
+  source: %s
+  kubeconfig: %q
+  listen: "127.0.0.1:8080"
+  hostedProbeInterval: 2s
+bot:
+  listen: "127.0.0.1:8081"
+  opsListen: "127.0.0.1:8082"
+  # Short waits: the demo shows the whole life of an incident in a minute.
+  groupWait: 2s
+  groupInterval: 5s
+  resolveTimeout: 1s
+  defaultChannel: %s
+# The console stands in for Slack; the demo reads no secret from here.
+slack:%s
+  botTokenEnv: SLACK_BOT_TOKEN
+  signingSecretEnv: SLACK_SIGNING_SECRET
+approvals:
+  approvers: [%s]
+  fourEyes: true
+log: {level: info, format: json}
+`, filepath.Join(dir, "nats"), demoSource, kubeconfig, channel, apiURL, strings.Join(ids, ", "))
+	path := filepath.Join(dir, "hcpbot.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		return nil, nil, err
 	}
-	return chatops.Reply{Text: "Rejected " + id}
-}
-
-// apply runs the fix through the agent's executor (dry run, then a write
-// conditional on the noProxy the fix was computed from).
-func (h *demoHandler) apply(ctx context.Context, fix *diagnose.Fix) error {
-	parts := strings.Split(fix.Target, "/")
-	if len(parts) != 3 || parts[0] != "HostedCluster" {
-		return fmt.Errorf("unsupported target %q", fix.Target)
-	}
-	x := &actions.Executor{Dynamic: h.w.Dynamic, Kube: h.w.Kube}
-	res, err := x.Execute(ctx, actions.Request{
-		ID: newActionID(), Type: actions.TypeNoProxyPatch, RequestedBy: chatops.DefaultConsoleUser,
-		Cluster: actions.ClusterRef{Namespace: parts[1], Name: parts[2]},
-		NoProxy: &actions.NoProxyParams{Expected: fix.Before, Add: fix.Add},
-	})
+	cfg, err := configs.Load(path)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	h.log.Info().Str("outcome", string(res.Outcome)).Str("summary", res.Summary).Msg("fix executed")
-	return nil
+	// Any free loopback port: two demos, or a demo beside a bot, can run
+	// on one machine. (A file may not say port 0: probes need fixed ports.)
+	cfg.Agent.Listen, cfg.Bot.Listen, cfg.Bot.OpsListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	return cfg, sec, nil
+}
+
+// demoSession drives the demo's console: the bot's own command handler,
+// as Slack would reach it, with two users.
+type demoSession struct {
+	w        *demo.World
+	bot      *bot.Bot
+	commands chatops.Handler
+	out      *lockedWriter
+	// console: incidents are posted to the console (not to Slack).
+	console bool
+}
+
+func (s *demoSession) chat(in io.Reader, user, prompt string) *chatops.Console {
+	return &chatops.Console{In: in, Out: s.out, Handler: s.commands, UserID: demoUsers[user], Users: demoUsers, Prompt: prompt}
+}
+
+func (s *demoSession) interactive(ctx context.Context, in io.Reader, timeout time.Duration) error {
+	// Show the diagnosis before the prompt, so the first command finds it.
+	if _, err := s.waitDiagnosed(ctx, timeout); err != nil {
+		fmt.Fprintln(s.out, "▶", err)
+	}
+	fmt.Fprintln(s.out, "▶ type /hcp help — try: /hcp incidents, /hcp diagnose clusters/proxied, /hcp fix noproxy clusters/proxied,")
+	fmt.Fprintln(s.out, "  then `as bob` and /hcp approve <id> (four-eyes: alice proposes, bob approves), /hcp audit; quit to leave")
+	err := s.chat(in, "alice", "hcp> ").Run(ctx)
+	if ctx.Err() != nil {
+		return nil // interrupted: the usual way out
+	}
+	return err
+}
+
+// say runs one console line as user, printed as typed, and returns the
+// reply's text (before it is flattened for the terminal).
+func (s *demoSession) say(ctx context.Context, user, line string) (string, error) {
+	fmt.Fprintf(s.out, "[%s] hcp> %s\n", user, line)
+	rec := &replyRecorder{Handler: s.commands}
+	con := s.chat(strings.NewReader(line+"\n"), user, "")
+	con.Handler = rec
+	if err := con.Run(ctx); err != nil {
+		return "", err
+	}
+	return rec.last, nil
+}
+
+// replyRecorder keeps the last reply of the handler it wraps.
+type replyRecorder struct {
+	chatops.Handler
+	last string
+}
+
+func (r *replyRecorder) HandleCommand(ctx context.Context, req chatops.Request) chatops.Reply {
+	rep := r.Handler.HandleCommand(ctx, req)
+	r.last = rep.Text
+	return rep
 }
 
 // waitDiagnosed waits for the proxy-tunnel incident of clusters/proxied.
-func (h *demoHandler) waitDiagnosed(ctx context.Context, timeout time.Duration) (bot.Incident, error) {
-	k := diagnose.Key{Source: demoSource, Cluster: eventRef(chatops.ClusterRef{Namespace: demo.Namespace, Name: "proxied"})}
+func (s *demoSession) waitDiagnosed(ctx context.Context, timeout time.Duration) (bot.Incident, error) {
+	k := diagnose.Key{Source: demoSource, Cluster: event.ClusterRef{Namespace: demo.Namespace, Name: "proxied"}}
 	var inc bot.Incident
 	if !waitUntil(ctx, timeout, func() bool {
-		for _, i := range h.bot.Incidents() {
+		for _, i := range s.bot.Incidents() {
 			if i.Cluster == k && i.Open() && len(i.Diagnoses) > 0 && i.Diagnoses[0].Rule == "proxy-tunnel" && i.Diagnoses[0].Fix != nil {
 				inc = i
 				return true
@@ -230,26 +266,71 @@ func (h *demoHandler) waitDiagnosed(ctx context.Context, timeout time.Duration) 
 	return inc, nil
 }
 
-// script plays the whole scenario and checks each step.
-func (h *demoHandler) script(ctx context.Context, timeout time.Duration) error {
-	inc, err := h.waitDiagnosed(ctx, timeout)
+// posted waits until the console notifier has printed what (after the
+// first from bytes of output); at once when incidents go to Slack.
+func (s *demoSession) posted(ctx context.Context, timeout time.Duration, what string, from int) error {
+	if !s.console {
+		return nil
+	}
+	if !waitUntil(ctx, timeout, func() bool { ok, _ := s.out.shown(what, from); return ok }) {
+		return fmt.Errorf("script: the console never showed %q", what)
+	}
+	return nil
+}
+
+var proposalIDRE = regexp.MustCompile("proposes `(act-[a-z0-9]+)`")
+
+// script plays the whole scenario through the console, as two users, and
+// checks each step against what the bot answers: the proposal stored,
+// the proposer refused as approver (four-eyes), the second approval
+// executed by the agent, the audit trail listing all of it, the incident
+// resolved.
+func (s *demoSession) script(ctx context.Context, timeout time.Duration) error {
+	inc, err := s.waitDiagnosed(ctx, timeout)
 	if err != nil {
 		return fmt.Errorf("script: %w", err)
 	}
 	fix := inc.Diagnoses[0].Fix
-	fmt.Fprintf(h.out, "✔ diagnosed %s: %s\n", inc.Key, inc.Diagnoses[0].Title)
+	fmt.Fprintf(s.out, "✔ diagnosed %s: %s\n", inc.Key, inc.Diagnoses[0].Title)
+	// The incident message first (after bot.groupWait), as the channel
+	// would see it, then the people answering it.
+	if err := s.posted(ctx, timeout, "● NEW "+inc.Key, 0); err != nil {
+		return err
+	}
 	if !strings.Contains(","+fix.After+",", ",kubernetes,") {
 		return fmt.Errorf("script: the proposed noProxy %q lacks kubernetes", fix.After)
 	}
-	if err := h.apply(ctx, fix); err != nil {
-		return fmt.Errorf("script: apply fix: %w", err)
+	steps := []struct {
+		user, line string
+		want       []string
+		done       string
+	}{
+		{"alice", "/hcp fix noproxy clusters/proxied", []string{"proposes `act-"}, "proposed by alice, stored in the approval store"},
+		{"alice", "/hcp approve ID", []string{"Four-eyes rule"}, "four-eyes: alice may not approve her own proposal"},
+		{"bob", "/hcp approve ID", []string{"approved by", string(actions.OutcomeApplied)}, "approved by bob, executed by the agent"},
 	}
-	fmt.Fprintf(h.out, "✔ fix applied: noProxy %q → %q\n", fix.Before, fix.After)
-	if err := h.w.HealProxied(ctx, h.out); err != nil {
-		return err
+	id := ""
+	for _, st := range steps {
+		text, err := s.say(ctx, st.user, strings.ReplaceAll(st.line, "ID", id))
+		if err != nil {
+			return fmt.Errorf("script: %w", err)
+		}
+		for _, w := range st.want {
+			if !strings.Contains(text, w) {
+				return fmt.Errorf("script: %q as %s: the reply lacks %q:\n%s", st.line, st.user, w, text)
+			}
+		}
+		if id == "" {
+			m := proposalIDRE.FindStringSubmatch(text)
+			if m == nil {
+				return fmt.Errorf("script: no proposal id in %q", text)
+			}
+			id = m[1]
+		}
+		fmt.Fprintf(s.out, "✔ %s %s\n", id, st.done)
 	}
 	if !waitUntil(ctx, timeout, func() bool {
-		for _, i := range h.bot.Incidents() {
+		for _, i := range s.bot.Incidents() {
 			if i.Key == inc.Key && !i.Open() {
 				return true
 			}
@@ -258,12 +339,26 @@ func (h *demoHandler) script(ctx context.Context, timeout time.Duration) error {
 	}) {
 		return errors.New("script: the incident was not resolved after the fix")
 	}
-	for _, i := range h.bot.Incidents() {
+	_, resolvedAt := s.out.shown("", 0)
+	for _, i := range s.bot.Incidents() {
 		if i.Cluster.Cluster.Name == "healthy" {
 			return fmt.Errorf("script: the healthy cluster has an incident: %s", i.Key)
 		}
 	}
-	fmt.Fprintf(h.out, "✔ incident %s resolved\n", inc.Key)
+	fmt.Fprintf(s.out, "✔ incident %s resolved\n", inc.Key)
+	if err := s.posted(ctx, timeout, "● UPDATE "+inc.Key, resolvedAt); err != nil {
+		return err
+	}
+	text, err := s.say(ctx, "alice", "/hcp audit")
+	if err != nil {
+		return fmt.Errorf("script: %w", err)
+	}
+	for _, kind := range []string{"proposed", "refused", "approved", "executed"} {
+		if !strings.Contains(text, kind+" "+id) {
+			return fmt.Errorf("script: the audit trail lacks %q:\n%s", kind+" "+id, text)
+		}
+	}
+	fmt.Fprintf(s.out, "✔ the audit stream lists %s proposed, refused (four-eyes), approved and executed\n", id)
 	return nil
 }
 
@@ -278,24 +373,28 @@ func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool) boo
 	return cond()
 }
 
-func newActionID() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return "act-" + hex.EncodeToString(b)
-}
-
-func eventRef(r chatops.ClusterRef) event.ClusterRef {
-	return event.ClusterRef{Namespace: r.Namespace, Name: r.Name}
-}
-
-// lockedWriter serialises writes from several goroutines, whole lines at a time.
+// lockedWriter serialises writes from several goroutines, whole lines at
+// a time. With keep it also keeps what was written, for shown.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu   sync.Mutex
+	w    io.Writer
+	keep bool
+	kept strings.Builder
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.keep {
+		l.kept.Write(p)
+	}
 	return l.w.Write(p)
+}
+
+// shown reports whether s was written after the first from bytes (only
+// with keep), and how many bytes were written so far.
+func (l *lockedWriter) shown(s string, from int) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.kept.String()[from:], s), l.kept.Len()
 }

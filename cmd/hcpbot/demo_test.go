@@ -1,24 +1,74 @@
+//go:build !nodemo
+
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// `hcpbot demo --script` plays seed 000 end to end on its own control plane
-// and exits 0 only if the incident was diagnosed, fixed and resolved.
+// `hcpbot demo --script` plays seed 000 end to end on its own control
+// plane, through the product's path: the proposal is stored in the
+// approval store, the proposer's own approval is refused (four-eyes),
+// a second console user's approval is sent signed to the agent, which
+// executes it, `/hcp audit` lists every step from the audit stream, and
+// the incident resolves. It exits 0 only if all of that happened.
 func TestDemoScript(t *testing.T) {
 	env.Need(t)
-	code, out, errOut := run(t, "demo", "--script", "--dir", t.TempDir())
+	dir := t.TempDir()
+	code, out, errOut := run(t, "demo", "--script", "--dir", dir)
 	if code != 0 {
 		t.Fatalf("demo --script exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"✔ diagnosed", "✔ fix applied", "✔ incident", "resolved", "kubernetes"} {
+	m := regexp.MustCompile("proposes `(act-[a-z0-9]+)`").FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no proposal in the demo output:\n%s", out)
+	}
+	id := m[1]
+	for _, want := range []string{
+		"✔ diagnosed",
+		"● NEW inc-",
+		"[alice] hcp> /hcp fix noproxy clusters/proxied",
+		"[alice] hcp> /hcp approve " + id,
+		"Four-eyes rule: you proposed `" + id + "`",
+		"[bob] hcp> /hcp approve " + id,
+		"(requested by @U0000ALICE) approved by @U00000BOB and applied",
+		"✔ incident", "resolved",
+		"[alice] hcp> /hcp audit",
+		// What /hcp audit read back from the audit stream.
+		"proposed " + id + " on clusters/proxied by U0000ALICE",
+		"refused " + id + " on clusters/proxied by U0000ALICE",
+		"approved " + id + " on clusters/proxied by U00000BOB",
+		"executed " + id + " on clusters/proxied by U00000BOB",
+		"kubernetes",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
 	if strings.Contains(out, "panic") {
 		t.Errorf("demo output mentions a panic:\n%s", out)
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", out)
+	}
+	// The agent ran it (actions.Serve logs what it executed, with both
+	// people it verified), in the log the demo writes.
+	logs, err := os.ReadFile(filepath.Join(dir, "hcpbot.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	executed := false
+	for line := range strings.SplitSeq(string(logs), "\n") {
+		if strings.Contains(line, `"message":"action executed"`) && strings.Contains(line, `"action":"`+id+`"`) &&
+			strings.Contains(line, `"requestedBy":"U0000ALICE"`) && strings.Contains(line, `"approvedBy":"U00000BOB"`) {
+			executed = true
+		}
+	}
+	if !executed {
+		t.Errorf("the agent's log has no execution of %s:\n%s", id, logs)
 	}
 }

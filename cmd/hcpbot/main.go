@@ -17,6 +17,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/internal/logging"
 )
 
@@ -31,6 +33,11 @@ type cli struct {
 	// klog is process-global, so only the real main sets it; in-process
 	// tests leave it nil.
 	routeKlog func(zerolog.Logger)
+	// chat, when set, is handed the bot and the handler of its commands
+	// once they are wired, before the bot runs: a chat transport inside
+	// the process (the demo's console). Nil in the real commands, where
+	// Slack reaches the handler over HTTP or Socket Mode.
+	chat func(*bot.Bot, chatops.Handler)
 }
 
 // command is one subcommand. Subcommands register themselves in commands()
@@ -57,6 +64,10 @@ func commands() []command {
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 	return cmds
 }
+
+// demoSummary describes `hcpbot demo` in every build (release builds
+// leave the demo out: demo_nodemo.go).
+const demoSummary = "run agent + bot (as hcpbot all) on a local control plane, with a console for Slack, and play the seed 000 incident"
 
 // extraCommands is appended to by the init functions of the other files in
 // this package, one file per subcommand.

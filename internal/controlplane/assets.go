@@ -54,9 +54,14 @@ func buildScript() (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: cannot locate the source checkout; set %s", ErrNoAssets, AssetsEnv)
 	}
+	if !filepath.IsAbs(file) {
+		// Built with -trimpath (as `make demo` builds): the binary does
+		// not know where its checkout is.
+		return "", fmt.Errorf("%w: this binary was built with -trimpath and cannot find its source checkout: run `make demo` in the checkout, or set %s to a folder holding etcd and kube-apiserver (`bash hack/testenv/build.sh` there prints one)", ErrNoAssets, AssetsEnv)
+	}
 	script := filepath.Join(filepath.Dir(file), "..", "..", "hack", "testenv", "build.sh")
 	if _, err := os.Stat(script); err != nil {
-		return "", fmt.Errorf("%w: %s not found (not running from a checkout?); set %s", ErrNoAssets, script, AssetsEnv)
+		return "", fmt.Errorf("%w: %s not found: the checkout this binary was built from is gone; build it again in a checkout (`make demo`), or set %s to a folder holding etcd and kube-apiserver", ErrNoAssets, script, AssetsEnv)
 	}
 	return script, nil
 }

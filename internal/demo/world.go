@@ -1,7 +1,9 @@
 // Package demo builds the world `hcpbot demo` runs in: a local management
 // cluster (real etcd + kube-apiserver) with two hosted clusters — one
 // healthy, one behind a proxy whose noProxy lacks `kubernetes` — and drives
-// the seed 000 incident on it.
+// the seed 000 incident on it. It is the demo's world only: agent and bot
+// run on it as in production (cmd/hcpbot), and it plays what HyperShift
+// would do when they change a HostedCluster (HealWhenFixed).
 package demo
 
 import (
@@ -10,14 +12,17 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/controlplane"
 	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/noproxy"
 )
 
 // Namespace of the demo's HostedClusters, as in HyperShift's docs.
@@ -158,6 +163,46 @@ func (w *World) HealProxied(ctx context.Context, progress io.Writer) error {
 		return err
 	}
 	return scenario.Recover(ctx, c.Kube, scenario.ServiceCANamespace, c.SCAPod)
+}
+
+// HealWhenFixed plays HyperShift's operator for clusters/proxied: it
+// watches the HostedCluster and, once its noProxy exempts `kubernetes`
+// (whoever changed it: in the demo, the agent carrying out an approved
+// fix), rolls out with HealProxied. It returns after healing, or with
+// ctx's error.
+func (w *World) HealWhenFixed(ctx context.Context, progress io.Writer) error {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		fixed, err := w.proxiedExempt(ctx)
+		if err == nil && fixed {
+			return w.HealProxied(ctx, progress)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// proxiedExempt reports whether clusters/proxied's noProxy holds
+// `kubernetes`.
+func (w *World) proxiedExempt(ctx context.Context) (bool, error) {
+	u, err := w.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(Namespace).Get(ctx, w.Proxied.Spec.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	hc, err := hypershift.FromUnstructured[hypershift.HostedCluster](u)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range noproxy.Parse(hc.Proxy().NoProxy) {
+		if e.Host == "kubernetes" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Stop ends every process of the world.
