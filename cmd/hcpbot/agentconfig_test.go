@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/scenario"
+)
+
+// agentSettingsFor runs the agent's command-line and file handling alone.
+func agentSettingsFor(t *testing.T, env map[string]string, args ...string) (agentFlags, error) {
+	t.Helper()
+	c := &cli{stdin: strings.NewReader(""), stdout: &strings.Builder{}, stderr: &strings.Builder{}, getenv: func(k string) string { return env[k] }}
+	return agentSettings(c, args)
+}
+
+// `hcpbot agent --config` reads the agent, nats and log sections; the few
+// flags left override the file, their environment variables too, and
+// POD_NAMESPACE is only a default.
+func TestAgentConfigPrecedence(t *testing.T) {
+	file := configFile(t, `nats:
+  storeDir: /var/lib/hcpbot/nats
+agent:
+  source: mgmt-file
+  listen: "127.0.0.1:9001"
+  leaderElection:
+    namespace: ops
+    leaseName: lease-file
+    leaseDuration: 20s
+  bufferEvents: 42
+  hostedProbeInterval: 3s
+  requireFourEyes: false
+  approvers: [U01234ABCD]
+log:
+  level: debug
+`)
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		check func(f agentFlags) bool
+	}{
+		{"no file: the file's defaults", map[string]string{"POD_NAMESPACE": "hcpbot"}, []string{"--source", "mgmt-flag"}, func(f agentFlags) bool {
+			return f.source == "mgmt-flag" && f.listen == ":8080" && f.leaderElect && f.leaseName == "hcpbot-agent" && f.leaseNamespace == "hcpbot" &&
+				f.bufferEvents == 10000 && f.probeInterval == 15*time.Second && f.requireFourEyes && f.logLevel == "info" && f.logFormat == "json" &&
+				f.streamReplicas == 1 && f.natsStore == ""
+		}},
+		{"file only", map[string]string{"POD_NAMESPACE": "hcpbot"}, []string{"--config", file}, func(f agentFlags) bool {
+			return f.source == "mgmt-file" && f.listen == "127.0.0.1:9001" && f.leaseName == "lease-file" && f.leaseNamespace == "ops" &&
+				f.lease.LeaseDuration == 20*time.Second && f.bufferEvents == 42 && f.probeInterval == 3*time.Second &&
+				!f.requireFourEyes && len(f.approvers) == 1 && f.logLevel == "debug" && f.natsStore == "/var/lib/hcpbot/nats"
+		}},
+		{"flags override the file", nil, []string{"--config", file, "--listen", "127.0.0.1:9002", "--lease-name", "lease-flag", "--leader-elect=false", "--source", "mgmt-flag", "--log-format", "console"}, func(f agentFlags) bool {
+			return f.source == "mgmt-flag" && f.listen == "127.0.0.1:9002" && f.leaseName == "lease-flag" && !f.leaderElect && f.logFormat == "console" &&
+				f.bufferEvents == 42 && f.probeInterval == 3*time.Second
+		}},
+		{"a flag's variable overrides the file, the flag the variable", map[string]string{"HCPBOT_SOURCE": "mgmt-env", "HCPBOT_TRUSTED_KEYS": ""}, []string{"--config", file}, func(f agentFlags) bool {
+			return f.source == "mgmt-env"
+		}},
+		{"the flag wins over its variable", map[string]string{"HCPBOT_SOURCE": "mgmt-env"}, []string{"--config", file, "--source", "mgmt-flag"}, func(f agentFlags) bool {
+			return f.source == "mgmt-flag"
+		}},
+		{"POD_NAME is the identity's default", map[string]string{"POD_NAME": "pod-0"}, []string{"--config", file}, func(f agentFlags) bool {
+			return f.identity == "pod-0"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := agentSettingsFor(t, tc.env, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(f) {
+				t.Errorf("settings %+v", f)
+			}
+		})
+	}
+
+	missingSeed := filepath.Join(t.TempDir(), "nkey.seed")
+	for _, tc := range []struct {
+		name string
+		args []string
+		file string
+		want string
+	}{
+		{"a setting that is only in the file", []string{"--source", "m", "--buffer-events", "5"}, "", "flag provided but not defined: -buffer-events"},
+		{"the probe interval is only in the file", []string{"--source", "m", "--hosted-probe-interval", "1s"}, "", "flag provided but not defined"},
+		{"no agent section", nil, "bot:\n  defaultChannel: C0123456789\nslack:\n  botTokenEnv: T\n  signingSecretEnv: S\n", "no agent section"},
+		{"no source anywhere", []string{}, "", "--source is required"},
+		{"a file the file names, with its line", nil, "nats:\n  urls: [tls://127.0.0.1:4222]\n  nkeySeedFile: " + missingSeed + "\nagent:\n  source: m\n", ":3: nats.nkeySeedFile: open " + missingSeed},
+		{"credsEnv", nil, "nats:\n  urls: [tls://127.0.0.1:4222]\n  credsEnv: NATS_CREDS\nagent:\n  source: m\n", "nats.credsEnv: not supported by hcpbot agent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				args = append([]string{"--config", configFile(t, tc.file)}, args...)
+			}
+			_, err := agentSettingsFor(t, map[string]string{"NATS_CREDS": "x"}, args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// `hcpbot agent --config` against a real management cluster: the file's
+// Lease name and namespace are used, --listen overrides the file's
+// address (which could not be bound), and the file's hostedProbeInterval
+// paces the hosted API server's probe: a stopped hosted API server is
+// reported within seconds, which the 15 s default could not do (it takes
+// two failed probes).
+func TestAgentCommandConfigFile(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	spec := scenario.Healthy(ns, "cfgfile")
+	hosted := env.HostedCluster(t, spec)
+	srv := natstest.RunServer(t)
+	botEventsStream(t, srv.ClientURL())
+	addr := freeAddr(t)
+	file := configFile(t, "nats:\n  urls: ["+srv.ClientURL()+"]\nagent:\n  source: mgmt-cfgfile\n  kubeconfig: "+managementKubeconfig(t)+
+		"\n  listen: \"127.0.0.1:1\"\n  leaderElection:\n    namespace: "+ns+"\n    leaseName: agent-from-file\n  hostedProbeInterval: 1s\nlog:\n  format: json\n")
+	logs := startAgentCmd(t, "--config", file, "--listen", addr, "--identity", "test-agent")
+
+	series := `hcpbot_agent_hosted_cluster_synced{cluster="` + ns + "/" + spec.Name + `"}`
+	testenv.Eventually(t, 60*time.Second, "leader and the hosted cluster synced", func() bool {
+		_, body := get("http://" + addr + "/metrics")
+		return strings.Contains(body, "hcpbot_agent_leader 1") && metricAtLeast(body, series, 1)
+	})
+	l, err := env.Kube.CoordinationV1().Leases(ns).Get(ctx, "agent-from-file", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "test-agent" {
+		t.Fatalf("Lease %s/agent-from-file: %v %v", ns, l, err)
+	}
+
+	stopped := time.Now()
+	hosted.Server.Stop()
+	testenv.Eventually(t, 12*time.Second, "the stopped hosted API server reported", func() bool {
+		_, body := get("http://" + addr + "/metrics")
+		return strings.Contains(body, series+" 0")
+	})
+	t.Logf("hosted API server reported down %v after it stopped (probe every 1s; the default 15s needs at least 15s)", time.Since(stopped).Round(10*time.Millisecond))
+	if !strings.Contains(logs.String(), `"acquired the agent lease"`) {
+		t.Errorf("no leader election in logs:\n%s", tail(logs.String(), 4000))
+	}
+}
