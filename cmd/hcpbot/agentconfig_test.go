@@ -2,16 +2,19 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
+	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
-	"github.com/hcpbot/hcpbot/internal/scenario"
 )
 
 // agentSettingsFor runs the agent's command-line and file handling alone.
@@ -147,5 +150,49 @@ func TestAgentCommandConfigFile(t *testing.T) {
 	t.Logf("hosted API server reported down %v after it stopped (probe every 1s; the default 15s needs at least 15s)", time.Since(stopped).Round(10*time.Millisecond))
 	if !strings.Contains(logs.String(), `"acquired the agent lease"`) {
 		t.Errorf("no leader election in logs:\n%s", tail(logs.String(), 4000))
+	}
+}
+
+// The arguments and variables configs/deploy/agent/deployment.yaml gives
+// the agent are all ones it takes, and each reaches its setting: the
+// manifest keeps working with the file-first command line.
+func TestAgentDeploymentArgs(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "configs", "deploy", "agent", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _, _ := strings.Cut(string(data), "\n---")
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict([]byte(doc), &d); err != nil {
+		t.Fatal(err)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if len(c.Args) == 0 || c.Args[0] != "agent" {
+		t.Fatalf("args %q", c.Args)
+	}
+	key := testPublicKey(t)
+	values := map[string]string{ // what the ConfigMap and the downward API give
+		"HCPBOT_SOURCE": "mgmt-1", "HCPBOT_NATS_URL": "tls://nats.hcpbot.svc:4222", "HCPBOT_TRUSTED_KEYS": key,
+		"POD_NAME": "hcpbot-agent-0", "POD_NAMESPACE": "hcpbot",
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		v, ok := values[e.Name]
+		if e.Value != "" {
+			v, ok = e.Value, true
+		}
+		if !ok {
+			t.Fatalf("env %s: no test value", e.Name)
+		}
+		env[e.Name] = v
+	}
+	f, err := agentSettingsFor(t, env, c.Args[1:]...)
+	if err != nil {
+		t.Fatalf("the Deployment's args %q: %v", c.Args[1:], err)
+	}
+	if f.source != "mgmt-1" || f.natsURLs != "tls://nats.hcpbot.svc:4222" || len(f.trustedKeys) != 1 || f.trustedKeys[0] != key ||
+		f.natsNkeySeed != env["HCPBOT_NATS_NKEY_SEED"] || f.natsCA != env["HCPBOT_NATS_CA"] || f.identity != "hcpbot-agent-0" ||
+		f.leaseNamespace != "hcpbot" || f.leaseName != "hcpbot-agent" || !f.leaderElect || f.listen != ":8080" || f.logFormat != "json" {
+		t.Errorf("settings from the Deployment: %+v", f)
 	}
 }
