@@ -65,7 +65,7 @@ type NATS struct {
 	URLs []string
 	// StoreDir is the embedded server's JetStream store (absolute path;
 	// only with an empty URLs). Default: empty, which means the user's
-	// cache folder + /hcpbot/nats, as the agent's --nats-store-dir.
+	// cache folder + /hcpbot/nats.
 	StoreDir string
 	// Creds is the NATS .creds file (JWT + NKey seed), as credsFile (a
 	// path the NATS client reads) or credsEnv (a variable holding the
@@ -96,7 +96,8 @@ type Agent struct {
 	// a DNS-1123 label. Required.
 	Source string
 	// Kubeconfig of the management cluster. Default: empty, in-cluster
-	// (then $KUBECONFIG and ~/.kube/config, as the --kubeconfig flag).
+	// (then $KUBECONFIG and ~/.kube/config); the agent's --kubeconfig
+	// overrides it.
 	Kubeconfig string
 	// Listen is the address of /healthz, /readyz and /metrics. Default ":8080".
 	Listen         string
