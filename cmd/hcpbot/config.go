@@ -7,13 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/slack-go/slack"
 	"golang.org/x/net/http/httpproxy"
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -78,7 +81,7 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 	path := fs.String("config", c.getenv("HCPBOT_CONFIG"), "configuration file (env HCPBOT_CONFIG)")
 	asJSON := fs.Bool("json", false, "print {file, for, ok, problems, warnings, summary} as JSON")
 	role := fs.String("for", "", "the process to check for, as it would start on this host: agent, bot or all (default: all with both sections, else the one the file has)")
-	secrets := fs.Bool("secrets", true, "resolve the …Env variables and …File files the process reads, from this process's environment (values are never printed); false checks the file alone, e.g. in CI")
+	secrets := fs.Bool("secrets", true, "resolve what the process would read on this host: …Env variables, …File files, agent.kubeconfig, the embedded NATS store folder (values are never printed); false checks the file alone, e.g. in CI")
 	online := fs.Bool("online", false, "also ask the management cluster's API server for /version (agent.kubeconfig, or in-cluster) and Slack for auth.test (and apps.connections.open with Socket Mode)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -107,6 +110,9 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 		r := configRole(cfg, configs.Role(*role))
 		rep.For = string(r)
 		rep.Problems = append(rep.Problems, configStartProblems(cfg, r)...)
+		if *secrets {
+			rep.Problems = append(rep.Problems, configStoreDirProblems(cfg)...)
+		}
 		var sec *configs.Secrets
 		if *secrets {
 			sec, err = cfg.SecretsFor(r, c.getenv, os.ReadFile)
@@ -116,7 +122,7 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 				return err
 			}
 		}
-		if r != configs.RoleBot {
+		if r != configs.RoleBot && *secrets {
 			rep.Problems = append(rep.Problems, configKubeconfigProblems(ctx, cfg, *online)...)
 			rep.Warnings = configProxyWarnings(cfg, c.getenv, os.ReadFile)
 		}
@@ -173,6 +179,37 @@ func configStartProblems(cfg *configs.Config, r configs.Role) []configs.Problem 
 		ps = append(ps, cfg.Problem("nats.credsEnv", "%s", errAgentCredsEnv))
 	}
 	return ps
+}
+
+// configStoreDirProblems: the embedded server creates nats.storeDir and
+// writes JetStream's files there, so the nearest existing folder on its
+// path must be a folder this process may write to (not, say, the
+// read-only root file system of a pod). Nothing is created.
+func configStoreDirProblems(cfg *configs.Config) []configs.Problem {
+	dir := cfg.NATS.StoreDir
+	if len(cfg.NATS.URLs) > 0 || dir == "" {
+		return nil
+	}
+	p := filepath.Clean(dir)
+	for {
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && !fi.IsDir():
+			return []configs.Problem{cfg.Problem("nats.storeDir", "%s is not a folder: the embedded server cannot store JetStream in %s", p, dir)}
+		case err == nil:
+			if err := unix.Access(p, unix.W_OK); err != nil {
+				return []configs.Problem{cfg.Problem("nats.storeDir", "the embedded server cannot write to %s: %v", p, err)}
+			}
+			return nil
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR): // ENOTDIR: a file on the way, found above
+			return []configs.Problem{cfg.Problem("nats.storeDir", "%v", err)}
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return nil
+		}
+		p = parent
+	}
 }
 
 // configKubeconfigProblems loads agent.kubeconfig the way the agent will:

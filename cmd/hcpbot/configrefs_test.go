@@ -148,6 +148,8 @@ func TestConfigCheckReferences(t *testing.T) {
 			"kubeconfig", "agent.kubeconfig", []string{"open " + fx.missing}},
 		{"kubeconfig naming a missing CA file", "agent:\n  source: mgmt-1\n  kubeconfig: " + kcNoCA + "\n", nil, nil,
 			"kubeconfig", "agent.kubeconfig", []string{fx.missing}},
+		{"embedded store under a file", "nats:\n  storeDir: " + garbage + "/nats\nagent:\n  source: mgmt-1\n", nil, nil,
+			"storeDir", "nats.storeDir", []string{garbage + " is not a folder"}},
 		{"hcpbot agent without an agent section", bot(okSlack), []string{"--for", "agent"}, nil,
 			"", "agent", []string{"no agent section: hcpbot agent needs one"}},
 		{"hcpbot all without a bot section", "agent:\n  source: mgmt-1\n", []string{"--for", "all"}, nil,
