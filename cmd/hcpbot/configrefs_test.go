@@ -273,3 +273,31 @@ func TestConfigCheckOnline(t *testing.T) {
 		}
 	})
 }
+
+// What `config check` reports is what the process says when it refuses
+// to start, line for line: the check sees the same reasons, before.
+func TestConfigCheckAgreesWithStart(t *testing.T) {
+	fx := newConfigRefsFixture(t)
+	okSlack := "slack:\n  botTokenFile: " + fx.botToken + "\n  signingSecretFile: " + fx.signingSecret + "\n"
+	for _, tc := range []struct {
+		name, command, file string
+	}{
+		{"hcpbot all, bot token variable unset", "all", "agent:\n  source: mgmt-1\nbot:\n  defaultChannel: C0123456789\nslack:\n  botTokenEnv: UNSET_TOKEN\n  signingSecretFile: " + fx.signingSecret + "\n"},
+		{"hcpbot bot, creds file not a .creds file", "bot", "nats:\n  urls: [tls://127.0.0.1:4222]\n  credsFile: " + fx.botToken + "\nbot:\n  defaultChannel: C0123456789\n" + okSlack},
+		{"hcpbot agent, nkey seed file missing", "agent", "nats:\n  urls: [tls://127.0.0.1:4222]\n  nkeySeedFile: " + fx.missing + "\nagent:\n  source: mgmt-1\n"},
+		{"hcpbot agent, CA file not PEM", "agent", "nats:\n  urls: [tls://127.0.0.1:4222]\n  caFile: " + fx.botToken + "\nagent:\n  source: mgmt-1\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := configFile(t, tc.file)
+			code, out, _ := configRun(t, fx.env, "config", "check", "--config", p)
+			problem := strings.TrimSpace(out)
+			if code != 1 || strings.Contains(problem, "\n") {
+				t.Fatalf("config check: code %d, want one problem:\n%s", code, out)
+			}
+			code, _, errOut := configRun(t, fx.env, tc.command, "--config", p)
+			if code == 0 || strings.TrimSpace(errOut) != "hcpbot "+tc.command+": "+problem {
+				t.Errorf("hcpbot %s: exit %d\n%s\nwant the check's problem:\n%s", tc.command, code, errOut, problem)
+			}
+		})
+	}
+}
