@@ -74,7 +74,11 @@ type agentFlags struct {
 }
 
 // agentFlagUsage is the one line of `hcpbot agent --help`.
-const agentFlagUsage = "[--config FILE] [--source NAME] [flags]"
+const agentFlagUsage = "[--config FILE] [--source NAME] [flags]\n\n" +
+	"Settings come from the config file's agent, nats and log sections (configs/example.yaml);\n" +
+	"a flag given overrides its environment variable, which overrides the file.\n" +
+	"Settings without a flag (lease timings, bufferEvents, hostedProbeInterval, requireFourEyes,\n" +
+	"approvers, log.level, nats.storeDir, nats.credsFile, nats.streamReplicas) are in the file only.\n"
 
 // runAgent starts the agent from the agent section of a config file
 // (--config; the nats and log sections too), or from defaults without
