@@ -30,6 +30,31 @@ type Config struct {
 	Approvals *Approvals
 	Digests   []Digest
 	Log       Log
+
+	// lines records where each field was written (YAML path → key node),
+	// so that problems found after parsing (Secrets, `config check`)
+	// point at the line as parse problems do.
+	lines map[string]*yaml.Node
+}
+
+// Line is the line field (a YAML path such as "slack.botTokenEnv") was
+// written on, or that of its nearest enclosing section written in the
+// file; 0 when neither is.
+func (c *Config) Line(field string) int {
+	if n := nearest(c.lines, field); n != nil {
+		return n.Line
+	}
+	return 0
+}
+
+// Problem is a problem about field found after parsing, located like the
+// parser's own.
+func (c *Config) Problem(field, format string, a ...any) Problem {
+	p := Problem{File: c.File, Field: field, Message: fmt.Sprintf(format, a...)}
+	if n := nearest(c.lines, field); n != nil {
+		p.Line, p.Column = n.Line, n.Column
+	}
+	return p
 }
 
 // NATS says how agent and bot reach NATS JetStream.
@@ -40,7 +65,7 @@ type NATS struct {
 	URLs []string
 	// StoreDir is the embedded server's JetStream store (absolute path;
 	// only with an empty URLs). Default: empty, which means the user's
-	// cache folder + /hcpbot/nats, as the agent's --nats-store-dir.
+	// cache folder + /hcpbot/nats.
 	StoreDir string
 	// Creds is the NATS .creds file (JWT + NKey seed), as credsFile (a
 	// path the NATS client reads) or credsEnv (a variable holding the
@@ -71,7 +96,8 @@ type Agent struct {
 	// a DNS-1123 label. Required.
 	Source string
 	// Kubeconfig of the management cluster. Default: empty, in-cluster
-	// (then $KUBECONFIG and ~/.kube/config, as the --kubeconfig flag).
+	// (then $KUBECONFIG and ~/.kube/config); the agent's --kubeconfig
+	// overrides it.
 	Kubeconfig string
 	// Listen is the address of /healthz, /readyz and /metrics. Default ":8080".
 	Listen         string
@@ -266,6 +292,15 @@ const (
 	DefaultLogFormat           = "json"
 )
 
+// AgentDefaults is the configuration of `hcpbot agent` run without a file:
+// an agent section (without source) and everything else at its default,
+// the same defaults a file gets.
+func AgentDefaults() *Config {
+	c := &Config{File: "(command line)", Agent: &Agent{}}
+	c.applyDefaults(func(string) bool { return false })
+	return c
+}
+
 // maxConfigSize bounds what Load reads: a configuration is a few KiB, and
 // a mistaken path (a log file, a device) should fail fast.
 const maxConfigSize = 1 << 20
@@ -300,7 +335,7 @@ func Parse(data []byte, name string) (*Config, error) {
 		return nil, &Error{Problems: []Problem{{File: name, Message: "empty configuration: at least one of agent and bot is needed"}}}
 	}
 	d.scanSecrets(root, "")
-	c := &Config{File: name}
+	c := &Config{File: name, lines: d.lines}
 	d.root(root, c)
 	d.check(c)
 	if len(d.problems) > 0 {

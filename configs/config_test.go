@@ -82,7 +82,7 @@ func TestExampleDefaultsMatchCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bare.File = full.File
+	bare.File, bare.lines = full.File, full.lines
 	if !reflect.DeepEqual(full, bare) {
 		t.Errorf("defaults differ from the values example.yaml writes:\nexample: %+v\ndefaults: %+v", *full, *bare)
 	}
@@ -436,10 +436,11 @@ slack:
 	}
 	msg := err.Error()
 	for _, want := range []string{
-		"s.yaml: slack.botTokenFile: open /run/secrets/bot-token: file does not exist",
-		"s.yaml: environment variable SLACK_SIGNING_SECRET (slack.signingSecretEnv) is not set or empty",
-		"s.yaml: slack.appToken (env SLACK_APP_TOKEN) does not hold an app-level token (xapp-…)",
-		"s.yaml: nats.creds (env NATS_CREDS) is not a NATS .creds file",
+		// file:line: field: what, in file order.
+		"s.yaml:3: nats.credsEnv: env NATS_CREDS is not a NATS .creds file",
+		"s.yaml:7: slack.botTokenFile: open /run/secrets/bot-token: file does not exist",
+		"s.yaml:8: slack.signingSecretEnv: environment variable SLACK_SIGNING_SECRET is not set or empty",
+		"s.yaml:9: slack.appTokenEnv: env SLACK_APP_TOKEN does not hold an app-level token (xapp-…)",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("missing %q in:\n%s", want, msg)

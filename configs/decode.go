@@ -38,9 +38,13 @@ func (d *decoder) problem(n *yaml.Node, field, format string, a ...any) {
 // at returns the node recorded for path, or the nearest recorded parent,
 // so a problem about a missing or defaulted field still points at the
 // section it belongs to.
-func (d *decoder) at(path string) *yaml.Node {
+func (d *decoder) at(path string) *yaml.Node { return nearest(d.lines, path) }
+
+// nearest returns the node recorded for path or for its nearest recorded
+// parent; nil when neither is in lines.
+func nearest(lines map[string]*yaml.Node, path string) *yaml.Node {
 	for p := path; p != ""; {
-		if n, ok := d.lines[p]; ok {
+		if n, ok := lines[p]; ok {
 			return n
 		}
 		i := strings.LastIndexAny(p, ".[")

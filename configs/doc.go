@@ -17,8 +17,10 @@
 // Credentials never appear in the file: every secret is referenced by an
 // environment variable name (…Env) or a file path (…File), and any value
 // shaped like a Slack token or NATS credentials is rejected without being
-// echoed. [Config.Secrets] resolves the references; its errors name the
-// variable or file, never the value.
+// echoed. [Config.Secrets] (and [Config.SecretsFor] a [Role]: the agent
+// reads only the NATS references) resolves the references and parses the
+// files that have a format; its [*Error] lists every problem with the
+// field's line, naming the variable or file, never the value.
 //
 // Deployment manifests live next to this package: configs/deploy (Kustomize
 // bases for the agent, the bot and a NATS cluster) and configs/slack (the

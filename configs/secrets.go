@@ -2,8 +2,7 @@ package configs
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
+	"crypto/x509"
 	"strings"
 
 	"github.com/nats-io/nkeys"
@@ -33,19 +32,40 @@ func (s Secrets) String() string { return "configs.Secrets{redacted}" }
 // GoString covers %#v the same way.
 func (s Secrets) GoString() string { return s.String() }
 
+// Role is the process a configuration is resolved for; each resolves only
+// the references it reads, so an agent's host needs no Slack token.
+type Role string
+
+const (
+	RoleAgent Role = "agent" // hcpbot agent: the NATS references
+	RoleBot   Role = "bot"   // hcpbot bot: NATS, Slack and approvals
+	RoleAll   Role = "all"   // hcpbot all: everything
+)
+
 // Secrets resolves every configured secret through getenv and readFile
-// (os.Getenv and os.ReadFile in production; fakes in tests). All missing
-// or malformed secrets are reported in one error, naming the field and
-// the variable or file, never the value.
+// (os.Getenv and os.ReadFile in production; fakes in tests), as the bot
+// and `hcpbot all` read them.
 func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]byte, error)) (*Secrets, error) {
+	return c.SecretsFor(RoleAll, getenv, readFile)
+}
+
+// SecretsFor resolves the secrets role reads. All missing or malformed
+// ones are reported in one *Error, each Problem naming the field (its
+// line in the file) and the variable or file, never the value. Files with
+// a format are parsed as the process will: a .creds file, an nkey seed,
+// the CA's PEM certificates.
+func (c *Config) SecretsFor(role Role, getenv func(string) string, readFile func(string) ([]byte, error)) (*Secrets, error) {
 	var out Secrets
-	var errs []error
+	var problems []Problem
+	bad := func(field, format string, a ...any) {
+		problems = append(problems, c.Problem(field, format, a...))
+	}
 	get := func(field string, ref SecretRef) ([]byte, bool) {
 		switch {
 		case ref.Env != "":
 			v := getenv(ref.Env)
 			if v == "" {
-				errs = append(errs, fmt.Errorf("%s: environment variable %s (%sEnv) is not set or empty", c.File, ref.Env, field))
+				bad(field+"Env", "environment variable %s is not set or empty", ref.Env)
 				return nil, false
 			}
 			return []byte(v), true
@@ -54,7 +74,7 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 			if err != nil {
 				// The error of os.ReadFile names the path and the cause,
 				// never the content.
-				errs = append(errs, fmt.Errorf("%s: %sFile: %w", c.File, field, err))
+				bad(field+"File", "%v", err)
 				return nil, false
 			}
 			// Files written by `echo` or mounted from a Kubernetes
@@ -62,7 +82,7 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 			// token.
 			b = bytes.TrimRight(b, "\r\n")
 			if len(bytes.TrimSpace(b)) == 0 {
-				errs = append(errs, fmt.Errorf("%s: %sFile: %s is empty", c.File, field, ref.File))
+				bad(field+"File", "%s is empty", ref.File)
 				return nil, false
 			}
 			return b, true
@@ -78,12 +98,12 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 		}
 		s := string(b)
 		if !strings.HasPrefix(s, prefix) || strings.ContainsAny(s, " \t\r\n") {
-			errs = append(errs, fmt.Errorf("%s: %s (%s) does not hold %s (%s…)", c.File, field, ref, what, prefix))
+			bad(ref.Field(field), "%s does not hold %s (%s…)", ref, what, prefix)
 			return ""
 		}
 		return s
 	}
-	if s := c.Slack; s != nil {
+	if s := c.Slack; s != nil && role != RoleAgent {
 		out.SlackBotToken = token("slack.botToken", s.BotToken, "xoxb-", "a bot token")
 		if s.AppToken.IsSet() {
 			out.SlackAppToken = token("slack.appToken", s.AppToken, "xapp-", "an app-level token")
@@ -91,7 +111,7 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 		if s.SigningSecret.IsSet() {
 			if b, ok := get("slack.signingSecret", s.SigningSecret); ok {
 				if bytes.ContainsAny(b, " \t\r\n") {
-					errs = append(errs, fmt.Errorf("%s: slack.signingSecret (%s) contains whitespace", c.File, s.SigningSecret))
+					bad(s.SigningSecret.Field("slack.signingSecret"), "%s contains whitespace", s.SigningSecret)
 				} else {
 					out.SlackSigningSecret = string(b)
 				}
@@ -101,17 +121,17 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 	if ref := c.NATS.Creds; ref.IsSet() {
 		if b, ok := get("nats.creds", ref); ok {
 			if !bytes.Contains(b, []byte("BEGIN NATS USER JWT")) || !bytes.Contains(b, []byte("NKEY SEED")) {
-				errs = append(errs, fmt.Errorf("%s: nats.creds (%s) is not a NATS .creds file (a user JWT and an NKey seed block)", c.File, ref))
+				bad(ref.Field("nats.creds"), "%s is not a NATS .creds file (a user JWT and an NKey seed block)", ref)
 			} else if ref.Env != "" {
 				out.NATSCreds = b
 			}
 		}
 	}
-	if a := c.Approvals; a != nil && a.SigningKey.IsSet() {
+	if a := c.Approvals; a != nil && a.SigningKey.IsSet() && role != RoleAgent {
 		if b, ok := get("approvals.signingKey", a.SigningKey); ok {
 			b = bytes.TrimSpace(b)
 			if kp, err := nkeys.FromSeed(b); err != nil || !isUserSeed(kp) {
-				errs = append(errs, fmt.Errorf("%s: approvals.signingKey (%s) is not an nkeys user seed (SU…; create one with `hcpbot keygen`)", c.File, a.SigningKey))
+				bad(a.SigningKey.Field("approvals.signingKey"), "%s is not an nkeys user seed (SU…; create one with `hcpbot keygen`)", a.SigningKey)
 			} else {
 				out.SigningKey = b
 			}
@@ -122,18 +142,38 @@ func (c *Config) Secrets(getenv func(string) string, readFile func(string) ([]by
 		// named; the NATS client reads it again itself. Never quoted.
 		if b, ok := get("nats.nkeySeed", SecretRef{File: f}); ok {
 			if kp, err := nkeys.FromSeed(bytes.TrimSpace(b)); err != nil {
-				errs = append(errs, fmt.Errorf("%s: nats.nkeySeedFile (%s) does not hold an nkey seed", c.File, f))
+				bad("nats.nkeySeedFile", "%s does not hold an nkey seed", f)
 			} else if !isUserSeed(kp) {
-				errs = append(errs, fmt.Errorf("%s: nats.nkeySeedFile (%s) holds a seed of another kind than a user's (SU...)", c.File, f))
+				bad("nats.nkeySeedFile", "%s holds a seed of another kind than a user's (SU...)", f)
 			} else {
 				kp.Wipe()
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if f := c.NATS.CAFile; f != "" {
+		// What the NATS client does with it (nats.RootCAs): a file
+		// without a certificate fails every connection.
+		if b, err := readFile(f); err != nil {
+			bad("nats.caFile", "%v", err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			bad("nats.caFile", "%s holds no PEM certificate", f)
+		}
+	}
+	if len(problems) > 0 {
+		sortProblems(problems)
+		return nil, &Error{Problems: problems}
 	}
 	return &out, nil
+}
+
+// Field is the YAML path the reference was written as, from the path
+// without its suffix: Field("slack.botToken") is "slack.botTokenEnv" or
+// "slack.botTokenFile".
+func (r SecretRef) Field(prefix string) string {
+	if r.Env != "" {
+		return prefix + "Env"
+	}
+	return prefix + "File"
 }
 
 func isUserSeed(kp nkeys.KeyPair) bool {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -38,8 +39,8 @@ func init() {
 	extraCommands = append(extraCommands, command{name: "agent", summary: "watch a management cluster and its hosted clusters; publish events to NATS", run: runAgent})
 }
 
-// agentFlags are the agent's settings (the config file of the deployment
-// issue will map onto the same fields).
+// agentFlags are the agent's settings, from the config file's sections
+// and the command line (runAgent) or from the file alone (hcpbot all).
 type agentFlags struct {
 	kubeconfig string
 	// kube is the management cluster's client config, loaded and checked
@@ -73,51 +74,24 @@ type agentFlags struct {
 	approvers       []string
 }
 
+// agentFlagUsage is the one line of `hcpbot agent --help`.
+const agentFlagUsage = "[--config FILE] [--source NAME] [flags]\n\n" +
+	"Settings come from the config file's agent, nats and log sections (configs/example.yaml);\n" +
+	"a flag given overrides its environment variable, which overrides the file.\n" +
+	"Settings without a flag (lease timings, bufferEvents, hostedProbeInterval, requireFourEyes,\n" +
+	"approvers, log.level, nats.storeDir, nats.credsFile, nats.streamReplicas) are in the file only.\n"
+
+// runAgent starts the agent from the agent section of a config file
+// (--config; the nats and log sections too), or from defaults without
+// one. The command line has only the settings a Kubernetes manifest sets
+// per cluster or per pod; everything else is in the file. Precedence: a
+// flag given, else its environment variable if set, else the file, else
+// the default. POD_NAMESPACE and POD_NAME are defaults, not overrides:
+// the Lease namespace written in the file wins over the pod's.
 func runAgent(ctx context.Context, c *cli, args []string) error {
-	var f agentFlags
-	fs := c.flagSet("agent", "--source NAME [flags]")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
-	fs.StringVar(&f.source, "source", c.getenv("HCPBOT_SOURCE"), "name of this management cluster in events (DNS name; env HCPBOT_SOURCE)")
-	fs.StringVar(&f.natsURLs, "nats-url", c.getenv("HCPBOT_NATS_URL"), "comma-separated NATS URLs; empty starts an embedded server (env HCPBOT_NATS_URL)")
-	fs.StringVar(&f.natsStore, "nats-store-dir", "", "JetStream store of the embedded server (default: the user's state folder)")
-	fs.StringVar(&f.natsCreds, "nats-creds", c.getenv("HCPBOT_NATS_CREDS"), "NATS credentials file (env HCPBOT_NATS_CREDS)")
-	fs.StringVar(&f.natsNkeySeed, "nats-nkey-seed", c.getenv("HCPBOT_NATS_NKEY_SEED"), "file holding this agent's NATS nkey user seed (env HCPBOT_NATS_NKEY_SEED)")
-	fs.StringVar(&f.natsCA, "nats-ca", c.getenv("HCPBOT_NATS_CA"), "CA file verifying the NATS servers' TLS certificates; default the system roots (env HCPBOT_NATS_CA)")
-	fs.IntVar(&f.streamReplicas, "stream-replicas", 1, "replicas of the events stream (3 on a NATS cluster)")
-	fs.StringVar(&f.listen, "listen", ":8080", "address of /healthz, /readyz and /metrics")
-	fs.BoolVar(&f.leaderElect, "leader-elect", true, "compete for a Lease so that only one replica publishes")
-	fs.StringVar(&f.leaseNamespace, "lease-namespace", c.getenv("POD_NAMESPACE"), "namespace of the Lease (env POD_NAMESPACE; default \"default\")")
-	fs.StringVar(&f.leaseName, "lease-name", "hcpbot-agent", "name of the Lease")
-	fs.DurationVar(&f.lease.LeaseDuration, "lease-duration", 0, "how long a dead leader holds the Lease before another replica takes over (default 15s)")
-	fs.DurationVar(&f.lease.RenewDeadline, "lease-renew-deadline", 0, "how long the leader tries to renew before it steps down (default 10s)")
-	fs.DurationVar(&f.lease.RetryPeriod, "lease-retry-period", 0, "how often replicas try to acquire or renew the Lease (default 2s)")
-	fs.StringVar(&f.identity, "identity", c.getenv("POD_NAME"), "this replica's name (env POD_NAME; default the host name)")
-	fs.IntVar(&f.bufferEvents, "buffer-events", 10000, "events held in memory while NATS is unreachable; beyond, a resync restates")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.logFormat, "log-format", "json", "json or console")
-	keys := fs.String("trusted-keys", c.getenv("HCPBOT_TRUSTED_KEYS"), "comma-separated public keys (U…) whose signed action requests the agent runs; two during a rotation (env HCPBOT_TRUSTED_KEYS; none: every action is refused)")
-	fs.BoolVar(&f.requireFourEyes, "require-four-eyes", true, "run only actions approved by two distinct people")
-	approvers := fs.String("approvers", "", "comma-separated Slack user IDs whose approvals the agent accepts (default: any the bot accepted)")
-	if err := parse(fs, args); err != nil {
+	f, err := agentSettings(c, args)
+	if err != nil {
 		return err
-	}
-	f.trustedKeys, f.approvers = splitList(*keys), splitList(*approvers)
-	if len(f.trustedKeys) > 0 {
-		if err := actions.CheckKeys(f.trustedKeys); err != nil {
-			return usageErrorf("--trusted-keys: %v", err)
-		}
-	}
-	if fs.NArg() > 0 {
-		return usageErrorf("unexpected argument %q", fs.Arg(0))
-	}
-	if f.source == "" {
-		return usageErrorf("--source is required: the name of this management cluster")
-	}
-	if strings.TrimSpace(f.natsURLs) == "" && (f.natsCreds != "" || f.natsNkeySeed != "" || f.natsCA != "") {
-		return usageErrorf("--nats-creds, --nats-nkey-seed and --nats-ca are for an external NATS (--nats-url): the embedded server has no authentication and no TLS")
-	}
-	if f.natsCreds != "" && f.natsNkeySeed != "" {
-		return usageErrorf("set --nats-creds or --nats-nkey-seed, not both")
 	}
 	log, err := logging.New(c.stderr, f.logLevel, f.logFormat)
 	if err != nil {
@@ -125,6 +99,114 @@ func runAgent(ctx context.Context, c *cli, args []string) error {
 	}
 	c.klog(log)
 	return agentMain(ctx, f, log)
+}
+
+// agentSettings reads the file and the command line into the agent's
+// settings, and checks them.
+func agentSettings(c *cli, args []string) (agentFlags, error) {
+	fs := c.flagSet("agent", agentFlagUsage)
+	path := fs.String("config", c.getenv("HCPBOT_CONFIG"), "config file; its agent, nats and log sections are read (env HCPBOT_CONFIG; see configs/example.yaml)")
+	fs.String("kubeconfig", "", "agent.kubeconfig: the management cluster's kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+	fs.String("source", "", "agent.source: this management cluster's name in events (env HCPBOT_SOURCE)")
+	fs.String("nats-url", "", "nats.urls, comma-separated; none starts an embedded server (env HCPBOT_NATS_URL)")
+	fs.String("nats-nkey-seed", "", "nats.nkeySeedFile: file holding this agent's NATS nkey user seed (env HCPBOT_NATS_NKEY_SEED)")
+	fs.String("nats-ca", "", "nats.caFile: CA file verifying the NATS servers' TLS certificates (env HCPBOT_NATS_CA)")
+	fs.String("trusted-keys", "", "agent.trustedKeys, comma-separated public keys (U…) whose signed action requests the agent runs (env HCPBOT_TRUSTED_KEYS)")
+	fs.String("listen", "", "agent.listen: address of /healthz, /readyz and /metrics (default "+configs.DefaultAgentListen+")")
+	fs.Bool("leader-elect", true, "agent.leaderElection.enabled: compete for a Lease so that only one replica publishes")
+	fs.String("lease-name", "", "agent.leaderElection.leaseName (default "+configs.DefaultLeaseName+")")
+	fs.String("lease-namespace", "", "agent.leaderElection.namespace (default $POD_NAMESPACE, else \"default\")")
+	fs.String("log-format", "", "log.format: json or console (default "+configs.DefaultLogFormat+")")
+	identity := fs.String("identity", c.getenv("POD_NAME"), "this replica's name (env POD_NAME; default the host name)")
+	if err := parse(fs, args); err != nil {
+		return agentFlags{}, err
+	}
+	if fs.NArg() > 0 {
+		return agentFlags{}, usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg := configs.AgentDefaults()
+	if *path != "" {
+		var err error
+		if cfg, err = configs.Load(*path); err != nil {
+			return agentFlags{}, err
+		}
+		if cfg.Agent == nil {
+			return agentFlags{}, usageErrorf("%s: no agent section", *path)
+		}
+	}
+	agentOverride(cfg, fs, c.getenv)
+	if cfg.Agent.Source == "" {
+		return agentFlags{}, usageErrorf("--source is required (or agent.source in --config): the name of this management cluster")
+	}
+	if len(cfg.NATS.URLs) == 0 && (cfg.NATS.Creds.IsSet() || cfg.NATS.NkeySeedFile != "" || cfg.NATS.CAFile != "") {
+		return agentFlags{}, usageErrorf("NATS credentials and CA (--nats-nkey-seed, --nats-ca, nats.credsFile) are for an external NATS (--nats-url, nats.urls): the embedded server has no authentication and no TLS")
+	}
+	if cfg.NATS.Creds.IsSet() && cfg.NATS.NkeySeedFile != "" {
+		return agentFlags{}, usageErrorf("set a .creds file (nats.credsFile) or an nkey seed (--nats-nkey-seed, nats.nkeySeedFile), not both")
+	}
+	if cfg.NATS.Creds.Env != "" {
+		return agentFlags{}, fmt.Errorf("%s: nats.credsEnv: %w", cfg.File, errAgentCredsEnv)
+	}
+	if len(cfg.Agent.TrustedKeys) > 0 {
+		if err := actions.CheckKeys(cfg.Agent.TrustedKeys); err != nil {
+			return agentFlags{}, usageErrorf("trusted keys (--trusted-keys, agent.trustedKeys): %v", err)
+		}
+	}
+	if *path != "" {
+		// The files the file names, read before anything starts, each
+		// problem with its field and line.
+		if _, err := cfg.SecretsFor(configs.RoleAgent, c.getenv, os.ReadFile); err != nil {
+			return agentFlags{}, err
+		}
+	}
+	f := agentFlagsFromConfig(cfg)
+	f.identity = *identity
+	if f.leaseNamespace == "" {
+		f.leaseNamespace = c.getenv("POD_NAMESPACE")
+	}
+	return f, nil
+}
+
+// errAgentCredsEnv: the agent's NATS client reads a .creds file itself.
+var errAgentCredsEnv = errors.New("not supported by hcpbot agent: use nats.credsFile or nats.nkeySeedFile")
+
+// agentOverride applies the command line (flags given, else their
+// environment variables) onto cfg.
+func agentOverride(cfg *configs.Config, fs *flag.FlagSet, getenv func(string) string) {
+	given := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+	value := func(name, env string) (string, bool) {
+		if v, ok := given[name]; ok {
+			return v, true
+		}
+		if v := getenv(env); env != "" && v != "" {
+			return v, true
+		}
+		return "", false
+	}
+	a := cfg.Agent
+	for _, o := range []struct {
+		flag, env string
+		set       func(string)
+	}{
+		{"kubeconfig", "", func(v string) { a.Kubeconfig = v }},
+		{"source", "HCPBOT_SOURCE", func(v string) { a.Source = v }},
+		{"nats-url", "HCPBOT_NATS_URL", func(v string) { cfg.NATS.URLs = splitList(v) }},
+		{"nats-nkey-seed", "HCPBOT_NATS_NKEY_SEED", func(v string) { cfg.NATS.NkeySeedFile = v }},
+		{"nats-ca", "HCPBOT_NATS_CA", func(v string) { cfg.NATS.CAFile = v }},
+		{"trusted-keys", "HCPBOT_TRUSTED_KEYS", func(v string) { a.TrustedKeys = splitList(v) }},
+		{"listen", "", func(v string) { a.Listen = v }},
+		{"lease-name", "", func(v string) { a.LeaderElection.LeaseName = v }},
+		{"lease-namespace", "", func(v string) { a.LeaderElection.Namespace = v }},
+		{"log-format", "", func(v string) { cfg.Log.Format = v }},
+	} {
+		if v, ok := value(o.flag, o.env); ok {
+			o.set(v)
+		}
+	}
+	if v, ok := given["leader-elect"]; ok {
+		a.LeaderElection.Enabled = v == "true"
+	}
 }
 
 func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
@@ -438,13 +520,17 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, lim listenerLim
 	return srv, nil
 }
 
-// agentFlagsFromConfig maps the config file's agent section onto the agent.
+// agentFlagsFromConfig maps the config file's agent, nats and log
+// sections onto the agent (`hcpbot all` uses its bot's NATS connection).
 func agentFlagsFromConfig(cfg *configs.Config) agentFlags {
-	a := cfg.Agent
+	a, n := cfg.Agent, cfg.NATS
 	return agentFlags{
 		kubeconfig: a.Kubeconfig, source: a.Source, listen: a.Listen,
-		leaderElect: a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
+		natsURLs: joinURLs(n.URLs), natsStore: n.StoreDir, natsCreds: n.Creds.File, natsNkeySeed: n.NkeySeedFile, natsCA: n.CAFile,
+		streamReplicas: n.StreamReplicas,
+		leaderElect:    a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
 		identity: os.Getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval, nodeJoinGrace: a.NodeJoinGrace,
+		logLevel: cfg.Log.Level, logFormat: cfg.Log.Format,
 		lease:       watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
 		trustedKeys: a.TrustedKeys, requireFourEyes: a.RequireFourEyes, approvers: a.Approvers,
 	}

@@ -164,8 +164,11 @@ func approvalSigner(cfg *configs.Config, sec *configs.Secrets, mode string, log 
 		log.Info().Str("publicKey", s.PublicKey()).Msg("no approvals.signingKey: approved actions are signed with a key made for this process, trusted by its own agent only")
 		return s, nil
 	}
-	return nil, errors.New("approvals need approvals.signingKeyEnv or approvals.signingKeyFile: agents run only requests signed with a key they trust (create one with `hcpbot keygen`)")
+	return nil, errNoSigningKey
 }
+
+// errNoSigningKey: `hcpbot bot` with approvals and no key to sign with.
+var errNoSigningKey = errors.New("approvals need approvals.signingKeyEnv or approvals.signingKeyFile: agents run only requests signed with a key they trust (create one with `hcpbot keygen`)")
 
 // botNATSClient is the NATS connection of `hcpbot bot` or `hcpbot all`
 // from the config file. One connection, one role: `all` shares the bot's

@@ -6,15 +6,21 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/slack-go/slack"
 	"golang.org/x/net/http/httpproxy"
+	"golang.org/x/sys/unix"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -30,18 +36,20 @@ func init() {
 const configUsage = `Usage: hcpbot config <subcommand> [flags]
 
 Subcommands:
-  check     validate a configuration file: every problem with its line, or "ok" and a summary
+  check     validate a configuration file and resolve what it references (variables,
+            files, the kubeconfig; with --online the API server and Slack): every
+            problem with its line, or "ok" and a summary
 
 Run 'hcpbot config <subcommand> --help' for the flags.
 `
 
-func runConfig(_ context.Context, c *cli, args []string) error {
+func runConfig(ctx context.Context, c *cli, args []string) error {
 	if len(args) == 0 {
 		return usageErrorf("missing subcommand: check")
 	}
 	switch args[0] {
 	case "check":
-		return configCheck(c, args[1:])
+		return configCheck(ctx, c, args[1:])
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(c.stdout, configUsage)
 		return flag.ErrHelp
@@ -53,6 +61,7 @@ func runConfig(_ context.Context, c *cli, args []string) error {
 // the contract of --json.
 type configReport struct {
 	File     string            `json:"file"`
+	For      string            `json:"for"` // the process checked for: agent, bot or all
 	OK       bool              `json:"ok"`
 	Problems []configs.Problem `json:"problems"`
 	Warnings []string          `json:"warnings"`
@@ -63,11 +72,17 @@ type configReport struct {
 // printed.
 var errConfigInvalid = errors.New("configuration is invalid")
 
-func configCheck(c *cli, args []string) error {
-	fs := c.flagSet("config check", "--config FILE [--json] [--secrets]")
+// configOnlineTimeout bounds each question --online asks (the API
+// server's /version has its own bound, kubeCheckTimeout).
+const configOnlineTimeout = 15 * time.Second
+
+func configCheck(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("config check", "--config FILE [--for agent|bot|all] [--secrets=false] [--online] [--json]")
 	path := fs.String("config", c.getenv("HCPBOT_CONFIG"), "configuration file (env HCPBOT_CONFIG)")
-	asJSON := fs.Bool("json", false, "print {file, ok, problems, warnings, summary} as JSON")
-	secrets := fs.Bool("secrets", false, "also resolve the secrets the file references, from this process's environment and files (values are never printed)")
+	asJSON := fs.Bool("json", false, "print {file, for, ok, problems, warnings, summary} as JSON")
+	role := fs.String("for", "", "the process to check for, as it would start on this host: agent, bot or all (default: all with both sections, else the one the file has)")
+	secrets := fs.Bool("secrets", true, "resolve what the process would read on this host: …Env variables, …File files, agent.kubeconfig, the embedded NATS store folder (values are never printed); false checks the file alone, e.g. in CI")
+	online := fs.Bool("online", false, "also ask the management cluster's API server for /version (agent.kubeconfig, or in-cluster) and Slack for auth.test (and apps.connections.open with Socket Mode)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -77,8 +92,13 @@ func configCheck(c *cli, args []string) error {
 	if *path == "" {
 		return usageErrorf("--config is required")
 	}
+	switch configs.Role(*role) {
+	case "", configs.RoleAgent, configs.RoleBot, configs.RoleAll:
+	default:
+		return usageErrorf("--for %q: want agent, bot or all", *role)
+	}
 
-	rep := configReport{File: *path, Problems: []configs.Problem{}, Warnings: []string{}, Summary: []string{}}
+	rep := configReport{File: *path, For: *role, Problems: []configs.Problem{}, Warnings: []string{}, Summary: []string{}}
 	cfg, err := configs.Load(*path)
 	var invalid *configs.Error
 	switch {
@@ -87,17 +107,28 @@ func configCheck(c *cli, args []string) error {
 	case err != nil:
 		return err // unreadable file: nothing to report on
 	default:
+		r := configRole(cfg, configs.Role(*role))
+		rep.For = string(r)
+		rep.Problems = append(rep.Problems, configStartProblems(cfg, r)...)
 		if *secrets {
-			if _, err := cfg.Secrets(c.getenv, os.ReadFile); err != nil {
-				for line := range strings.SplitSeq(err.Error(), "\n") {
-					rep.Problems = append(rep.Problems, configProblemFromLine(*path, line))
-				}
+			rep.Problems = append(rep.Problems, configStoreDirProblems(cfg)...)
+		}
+		var sec *configs.Secrets
+		if *secrets {
+			sec, err = cfg.SecretsFor(r, c.getenv, os.ReadFile)
+			if errors.As(err, &invalid) {
+				rep.Problems = append(rep.Problems, invalid.Problems...)
+			} else if err != nil {
+				return err
 			}
 		}
-		if p, ok := configKubeconfigProblem(cfg, os.ReadFile); !ok {
-			rep.Problems = append(rep.Problems, p)
+		if r != configs.RoleBot && *secrets {
+			rep.Problems = append(rep.Problems, configKubeconfigProblems(ctx, cfg, *online)...)
+			rep.Warnings = configProxyWarnings(cfg, c.getenv, os.ReadFile)
 		}
-		rep.Warnings = configProxyWarnings(cfg, c.getenv, os.ReadFile)
+		if *online && r != configs.RoleAgent && sec != nil {
+			rep.Problems = append(rep.Problems, configSlackProblems(ctx, cfg, sec)...)
+		}
 		rep.Summary = configSummary(cfg)
 	}
 	rep.OK = len(rep.Problems) == 0
@@ -117,9 +148,126 @@ func configCheck(c *cli, args []string) error {
 	return nil
 }
 
-// configProblemFromLine wraps one line of a Secrets error ("file: msg").
-func configProblemFromLine(file, line string) configs.Problem {
-	return configs.Problem{File: file, Message: strings.TrimPrefix(line, file+": ")}
+// configRole is the process checked for: the one asked, else the one the
+// file's sections make.
+func configRole(cfg *configs.Config, asked configs.Role) configs.Role {
+	switch {
+	case asked != "":
+		return asked
+	case cfg.Agent != nil && cfg.Bot != nil:
+		return configs.RoleAll
+	case cfg.Bot != nil:
+		return configs.RoleBot
+	}
+	return configs.RoleAgent
+}
+
+// configStartProblems are the reasons, other than its references, for
+// which the process would refuse to start with this file.
+func configStartProblems(cfg *configs.Config, r configs.Role) []configs.Problem {
+	var ps []configs.Problem
+	if r != configs.RoleBot && cfg.Agent == nil {
+		ps = append(ps, cfg.Problem("agent", "no agent section: hcpbot %s needs one", r))
+	}
+	if r != configs.RoleAgent && cfg.Bot == nil {
+		ps = append(ps, cfg.Problem("bot", "no bot section: hcpbot %s needs one", r))
+	}
+	if r == configs.RoleBot && cfg.Approvals != nil && !cfg.Approvals.SigningKey.IsSet() {
+		ps = append(ps, cfg.Problem("approvals", "%s", errNoSigningKey))
+	}
+	if r == configs.RoleAgent && cfg.NATS.Creds.Env != "" {
+		ps = append(ps, cfg.Problem("nats.credsEnv", "%s", errAgentCredsEnv))
+	}
+	return ps
+}
+
+// configStoreDirProblems: the embedded server creates nats.storeDir and
+// writes JetStream's files there, so the nearest existing folder on its
+// path must be a folder this process may write to (not, say, the
+// read-only root file system of a pod). Nothing is created.
+func configStoreDirProblems(cfg *configs.Config) []configs.Problem {
+	dir := cfg.NATS.StoreDir
+	if len(cfg.NATS.URLs) > 0 || dir == "" {
+		return nil
+	}
+	p := filepath.Clean(dir)
+	for {
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && !fi.IsDir():
+			return []configs.Problem{cfg.Problem("nats.storeDir", "%s is not a folder: the embedded server cannot store JetStream in %s", p, dir)}
+		case err == nil:
+			if err := unix.Access(p, unix.W_OK); err != nil {
+				return []configs.Problem{cfg.Problem("nats.storeDir", "the embedded server cannot write to %s: %v", p, err)}
+			}
+			return nil
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR): // ENOTDIR: a file on the way, found above
+			return []configs.Problem{cfg.Problem("nats.storeDir", "%v", err)}
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return nil
+		}
+		p = parent
+	}
+}
+
+// configKubeconfigProblems loads agent.kubeconfig the way the agent will:
+// the file parses, has a current context naming a cluster with a server,
+// and the client builds from it (certificate files it names are read).
+// With online the API server is asked for /version, as the agent does at
+// start (agentKube), in-cluster when agent.kubeconfig is unset; without,
+// nothing is dialled and unset is fine.
+func configKubeconfigProblems(ctx context.Context, cfg *configs.Config, online bool) []configs.Problem {
+	if cfg.Agent == nil {
+		return nil
+	}
+	path := cfg.Agent.Kubeconfig
+	fail := func(err error) []configs.Problem {
+		return []configs.Problem{cfg.Problem("agent.kubeconfig", "%v", err)}
+	}
+	if path != "" {
+		if _, _, err := configKubeServer(path, os.ReadFile); err != nil {
+			return fail(err)
+		}
+		rc, err := kubeConfig(path)
+		if err == nil {
+			_, err = kubernetes.NewForConfig(rc)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if online {
+		if _, err := agentKube(ctx, path); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+// configSlackProblems asks Slack whether the tokens work: auth.test with
+// the bot token, apps.connections.open with the app token in Socket Mode.
+// Both are what the bot's first calls would find out.
+func configSlackProblems(ctx context.Context, cfg *configs.Config, sec *configs.Secrets) []configs.Problem {
+	s := cfg.Slack
+	if s == nil || sec.SlackBotToken == "" {
+		return nil
+	}
+	var ps []configs.Problem
+	cctx, cancel := context.WithTimeout(ctx, configOnlineTimeout)
+	defer cancel()
+	api := notify.NewSlackClient(sec.SlackBotToken, s.APIURL, nil)
+	if _, err := api.AuthTestContext(cctx); err != nil {
+		ps = append(ps, cfg.Problem(s.BotToken.Field("slack.botToken"), "Slack auth.test at %s with %s: %s", s.APIURL, s.BotToken, redact.RedactText(err.Error())))
+	}
+	if s.SocketMode && sec.SlackAppToken != "" {
+		app := slack.New(sec.SlackBotToken, slack.OptionAppLevelToken(sec.SlackAppToken), slack.OptionAPIURL(s.APIURL))
+		if _, _, err := app.StartSocketModeContext(cctx); err != nil {
+			ps = append(ps, cfg.Problem(s.AppToken.Field("slack.appToken"), "Slack apps.connections.open at %s with %s: %s", s.APIURL, s.AppToken, redact.RedactText(err.Error())))
+		}
+	}
+	return ps
 }
 
 func configPrint(c *cli, rep configReport) {
@@ -282,7 +430,7 @@ func configProxyWarnings(cfg *configs.Config, getenv func(string) string, readFi
 		server, proxyURL, err := configKubeServer(kc, readFile)
 		switch {
 		case err != nil:
-			return warnings // a problem of its own (configKubeconfigProblem)
+			return warnings // a problem of its own (configKubeconfigProblems)
 		case proxyURL != "":
 			return warnings // the kubeconfig names its own proxy: the environment does not apply
 		}
@@ -324,20 +472,6 @@ func configProxyWarnings(cfg *configs.Config, getenv func(string) string, readFi
 			t.url, t.what, redact.RedactURL(p.String()), from, exempt))
 	}
 	return warnings
-}
-
-// configKubeconfigProblem reads agent.kubeconfig the way the agent will
-// load it: the file exists, parses and has a current context naming a
-// cluster with a server. Nothing is dialled (the agent checks the server
-// when it starts). Unset is fine: the agent then uses in-cluster config.
-func configKubeconfigProblem(cfg *configs.Config, readFile func(string) ([]byte, error)) (configs.Problem, bool) {
-	if cfg.Agent == nil || cfg.Agent.Kubeconfig == "" {
-		return configs.Problem{}, true
-	}
-	if _, _, err := configKubeServer(cfg.Agent.Kubeconfig, readFile); err != nil {
-		return configs.Problem{File: cfg.File, Field: "agent.kubeconfig", Message: err.Error()}, false
-	}
-	return configs.Problem{}, true
 }
 
 // configKubeServer returns the server URL (and proxy-url, if any) of the

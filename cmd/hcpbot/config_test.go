@@ -30,9 +30,12 @@ func configFile(t *testing.T, content string) string {
 	return p
 }
 
+// exampleEnv holds the variables configs/example.yaml names.
+var exampleEnv = map[string]string{"SLACK_BOT_TOKEN": "xoxb-1-2-example", "SLACK_SIGNING_SECRET": "example0signing0secret"}
+
 func TestConfigCheckExample(t *testing.T) {
 	p := configFile(t, configs.Example)
-	code, out, errOut := run(t, "config", "check", "--config", p)
+	code, out, errOut := configRun(t, exampleEnv, "config", "check", "--config", p)
 	if code != 0 || !strings.HasPrefix(out, "ok: "+p+"\n") || errOut != "" {
 		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -94,12 +97,12 @@ func TestConfigCheckJSON(t *testing.T) {
 	}
 
 	p = configFile(t, configs.Example)
-	code, out, _ = run(t, "config", "check", "--config", p, "--json")
+	code, out, _ = configRun(t, exampleEnv, "config", "check", "--config", p, "--json")
 	rep = configReport{}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
 		t.Fatalf("code %d %v\n%s", code, err, out)
 	}
-	if !rep.OK || len(rep.Problems) != 0 || len(rep.Summary) < 5 || rep.Warnings == nil {
+	if !rep.OK || rep.For != "all" || len(rep.Problems) != 0 || len(rep.Summary) < 5 || rep.Warnings == nil {
 		t.Errorf("%+v", rep)
 	}
 	// Arrays are [] rather than null, so consumers need no special case.
@@ -219,21 +222,21 @@ func TestConfigCheckSecrets(t *testing.T) {
 	tokenFile := filepath.Join(dir, "bot-token")
 	p := configFile(t, "bot:\n  defaultChannel: C0123456789\nslack:\n  botTokenFile: "+tokenFile+"\n  signingSecretEnv: SLACK_SIGNING_SECRET\n")
 
-	// Without --secrets nothing is resolved: CI can check a file without
-	// the production environment.
-	if code, out, _ := run(t, "config", "check", "--config", p); code != 0 {
+	// With --secrets=false nothing is resolved: CI can check a file
+	// without the production environment.
+	if code, out, _ := run(t, "config", "check", "--secrets=false", "--config", p); code != 0 {
 		t.Fatalf("code %d\n%s", code, out)
 	}
-	code, out, errOut := run(t, "config", "check", "--secrets", "--config", p)
+	code, out, errOut := run(t, "config", "check", "--config", p)
 	if code != 1 ||
 		!strings.Contains(out, "slack.botTokenFile: open "+tokenFile) ||
-		!strings.Contains(out, "environment variable SLACK_SIGNING_SECRET (slack.signingSecretEnv) is not set or empty") {
+		!strings.Contains(out, "slack.signingSecretEnv: environment variable SLACK_SIGNING_SECRET is not set or empty") {
 		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	if err := os.WriteFile(tokenFile, []byte("xoxb-1-2-BOTSECRET\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut = configRun(t, map[string]string{"SLACK_SIGNING_SECRET": "SIGNINGSECRET0123"}, "config", "check", "--secrets", "--config", p)
+	code, out, errOut = configRun(t, map[string]string{"SLACK_SIGNING_SECRET": "SIGNINGSECRET0123"}, "config", "check", "--config", p)
 	if code != 0 || !strings.HasPrefix(out, "ok: ") {
 		t.Fatalf("code %d\n%s%s", code, out, errOut)
 	}
@@ -274,7 +277,7 @@ func TestConfigCheckKubeconfig(t *testing.T) {
 				}
 				return
 			}
-			if code != 1 || !strings.HasPrefix(out, p+": agent.kubeconfig: ") || !strings.Contains(out, tc.want) {
+			if code != 1 || !strings.HasPrefix(out, p+":3: agent.kubeconfig: ") || !strings.Contains(out, tc.want) {
 				t.Errorf("code %d, want 1 and a problem of agent.kubeconfig containing %q:\n%s%s", code, tc.want, out, errOut)
 			}
 			if strings.Contains(out+errOut, "not-read") {

@@ -55,7 +55,8 @@ func TestConfigCheckActionKeys(t *testing.T) {
 			"signed with the key from file /etc/hcpbot/signing/seed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, errOut := configRun(t, map[string]string{"B": "xoxb-1", "S": "s"}, "config", "check", "--config", configFile(t, tc.yaml))
+			// The summary only: the key file is not on this machine.
+			code, out, errOut := configRun(t, map[string]string{"B": "xoxb-1", "S": "s"}, "config", "check", "--secrets=false", "--config", configFile(t, tc.yaml))
 			if !strings.Contains(out, tc.want) {
 				t.Errorf("config check (exit %d) does not say %q:\n%s%s", code, tc.want, out, errOut)
 			}
