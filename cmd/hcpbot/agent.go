@@ -70,6 +70,9 @@ type agentFlags struct {
 	trustedKeys     []string
 	requireFourEyes bool
 	approvers       []string
+	// natsCredsContent is a .creds file's content, from the variable
+	// --nats-creds-env names (nats.credsEnv in a config file).
+	natsCredsContent []byte
 }
 
 func runAgent(ctx context.Context, c *cli, args []string) error {
@@ -80,6 +83,7 @@ func runAgent(ctx context.Context, c *cli, args []string) error {
 	fs.StringVar(&f.natsURLs, "nats-url", c.getenv("HCPBOT_NATS_URL"), "comma-separated NATS URLs; empty starts an embedded server (env HCPBOT_NATS_URL)")
 	fs.StringVar(&f.natsStore, "nats-store-dir", "", "JetStream store of the embedded server (default: the user's state folder)")
 	fs.StringVar(&f.natsCreds, "nats-creds", c.getenv("HCPBOT_NATS_CREDS"), "NATS credentials file (env HCPBOT_NATS_CREDS)")
+	credsEnv := fs.String("nats-creds-env", "", "name of an environment variable holding the NATS .creds content (instead of --nats-creds)")
 	fs.StringVar(&f.natsNkeySeed, "nats-nkey-seed", c.getenv("HCPBOT_NATS_NKEY_SEED"), "file holding this agent's NATS nkey user seed (env HCPBOT_NATS_NKEY_SEED)")
 	fs.StringVar(&f.natsCA, "nats-ca", c.getenv("HCPBOT_NATS_CA"), "CA file verifying the NATS servers' TLS certificates; default the system roots (env HCPBOT_NATS_CA)")
 	fs.IntVar(&f.streamReplicas, "stream-replicas", 1, "replicas of the events stream (3 on a NATS cluster)")
@@ -112,11 +116,16 @@ func runAgent(ctx context.Context, c *cli, args []string) error {
 	if f.source == "" {
 		return usageErrorf("--source is required: the name of this management cluster")
 	}
-	if strings.TrimSpace(f.natsURLs) == "" && (f.natsCreds != "" || f.natsNkeySeed != "" || f.natsCA != "") {
-		return usageErrorf("--nats-creds, --nats-nkey-seed and --nats-ca are for an external NATS (--nats-url): the embedded server has no authentication and no TLS")
+	if *credsEnv != "" {
+		if f.natsCredsContent = []byte(c.getenv(*credsEnv)); len(f.natsCredsContent) == 0 {
+			return usageErrorf("--nats-creds-env: environment variable %s is not set or empty", *credsEnv)
+		}
 	}
-	if f.natsCreds != "" && f.natsNkeySeed != "" {
-		return usageErrorf("set --nats-creds or --nats-nkey-seed, not both")
+	if strings.TrimSpace(f.natsURLs) == "" && (f.natsCreds != "" || len(f.natsCredsContent) > 0 || f.natsNkeySeed != "" || f.natsCA != "") {
+		return usageErrorf("--nats-creds, --nats-creds-env, --nats-nkey-seed and --nats-ca are for an external NATS (--nats-url): the embedded server has no authentication and no TLS")
+	}
+	if n := countSet(f.natsCreds != "", len(f.natsCredsContent) > 0, f.natsNkeySeed != ""); n > 1 {
+		return usageErrorf("set one of --nats-creds, --nats-creds-env and --nats-nkey-seed")
 	}
 	log, err := logging.New(c.stderr, f.logLevel, f.logFormat)
 	if err != nil {
@@ -155,7 +164,7 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 // the inbox prefix of its source (event.AgentInboxPrefix).
 func agentNATSClient(f agentFlags, inbox string) natsClient {
 	return natsClient{
-		urls: f.natsURLs, storeDir: f.natsStore, creds: f.natsCreds, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
+		urls: f.natsURLs, storeDir: f.natsStore, creds: f.natsCreds, credsContent: f.natsCredsContent, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
 		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox,
 	}
 }
@@ -284,6 +293,17 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	return err
 }
 
+// countSet counts the true values: options of which at most one may be given.
+func countSet(set ...bool) int {
+	n := 0
+	for _, b := range set {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
 func splitList(s string) []string {
 	var out []string
 	for v := range strings.SplitSeq(s, ",") {
@@ -346,17 +366,21 @@ func kubeConfig(path string) (*rest.Config, error) {
 }
 
 // natsClient is how a process connects to NATS: the URLs, or none and the
-// embedded server's store; the user's credentials (a .creds file or an
-// nkey seed file) and CA; the client name and the role's inbox prefix.
+// embedded server's store; the user's credentials (a .creds file, its
+// content, or an nkey seed file) and CA; the client name and the role's
+// inbox prefix.
 type natsClient struct {
 	urls, storeDir          string
 	creds, nkeySeed, caFile string
-	name, inboxPrefix       string
+	// credsContent is a .creds file's content (nats.credsEnv), kept in
+	// memory only.
+	credsContent      []byte
+	name, inboxPrefix string
 }
 
 // connectNATS connects to the given URLs, or starts the embedded server.
 func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.Conn, error) {
-	cfg := bus.Config{Name: nc.name, CredsFile: nc.creds, NkeySeedFile: nc.nkeySeed, CAFile: nc.caFile, InboxPrefix: nc.inboxPrefix}
+	cfg := bus.Config{Name: nc.name, CredsFile: nc.creds, Creds: nc.credsContent, NkeySeedFile: nc.nkeySeed, CAFile: nc.caFile, InboxPrefix: nc.inboxPrefix}
 	storeDir := nc.storeDir
 	cfg.URLs = splitList(nc.urls)
 	if len(cfg.URLs) == 0 {

@@ -77,9 +77,6 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	c.klog(log)
 	log.Info().Str("version", version.String()).Str("mode", name).Msg("starting")
 
-	if cfg.NATS.Creds.Env != "" {
-		return errors.New("nats.credsEnv is not supported yet: use nats.credsFile")
-	}
 	var agentKubeConfig *rest.Config
 	if name == "all" {
 		// Before anything starts: a process whose agent cannot reach its
@@ -88,7 +85,7 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 			return fmt.Errorf("agent.kubeconfig: %w", err)
 		}
 	}
-	conn, err := connectNATS(ctx, botNATSClient(cfg, name), log)
+	conn, err := connectNATS(ctx, botNATSClient(cfg, sec, name), log)
 	if err != nil {
 		return err
 	}
@@ -159,13 +156,19 @@ func approvalSigner(cfg *configs.Config, sec *configs.Secrets, mode string, log 
 }
 
 // botNATSClient is the NATS connection of `hcpbot bot` or `hcpbot all`
-// from the config file. One connection, one role: `all` shares the bot's
-// inbox prefix (it is meant for the embedded server, which has no roles).
-func botNATSClient(cfg *configs.Config, mode string) natsClient {
-	return natsClient{
+// from the config file and its resolved secrets (nats.credsEnv's content;
+// sec may be nil without it). One connection, one role: `all` shares the
+// bot's inbox prefix (it is meant for the embedded server, which has no
+// roles).
+func botNATSClient(cfg *configs.Config, sec *configs.Secrets, mode string) natsClient {
+	nc := natsClient{
 		urls: joinURLs(cfg.NATS.URLs), storeDir: cfg.NATS.StoreDir, creds: cfg.NATS.Creds.File, nkeySeed: cfg.NATS.NkeySeedFile,
 		caFile: cfg.NATS.CAFile, name: "hcpbot-" + mode, inboxPrefix: event.BotInboxPrefix,
 	}
+	if sec != nil {
+		nc.credsContent = sec.NATSCreds
+	}
+	return nc
 }
 
 // commandDrain bounds how long a stopping bot waits for running slash
