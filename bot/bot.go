@@ -25,10 +25,12 @@ import (
 type Config struct {
 	// Channel receives the incidents Route sends nowhere else.
 	Channel string
-	// Route returns the channel of a hosted cluster's incidents from its
-	// key and its HostedCluster's labels (nil while unknown); nil or ""
-	// means Channel.
-	Route func(k diagnose.Key, labels map[string]string) string
+	// Route returns the channel of a new incident from its cluster's key,
+	// its kind (the rule ID of its main diagnosis, Diagnoses[0].Rule, when
+	// it opens) and its HostedCluster's labels (nil while unknown); nil or
+	// "" means Channel. An incident keeps its channel for its life: its
+	// message is not moved when its main diagnosis changes.
+	Route func(k diagnose.Key, kind string, labels map[string]string) string
 	// GroupWait is how long a new incident gathers signals before its
 	// first notification (and how long the correlator waits for others
 	// to form a storm with). 0 notifies at once.
@@ -358,7 +360,7 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 			// The resolution of the previous incident still has to be sent.
 			b.pending = append(b.pending, inc)
 		}
-		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k)}
+		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k, diags[0].Rule)}
 		inc.n.seen = now
 		b.incidents[k] = inc
 	}
@@ -375,7 +377,7 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 	}
 }
 
-func (b *Bot) channel(k diagnose.Key) string {
+func (b *Bot) channel(k diagnose.Key, kind string) string {
 	if b.cfg.Route != nil {
 		var labels map[string]string
 		if c := b.model.Cluster(k); c != nil {
@@ -383,7 +385,7 @@ func (b *Bot) channel(k diagnose.Key) string {
 				labels = hc.Labels
 			}
 		}
-		if ch := b.cfg.Route(k, labels); ch != "" {
+		if ch := b.cfg.Route(k, kind, labels); ch != "" {
 			return ch
 		}
 	}

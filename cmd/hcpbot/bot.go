@@ -306,7 +306,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	wg.Go(func() { _ = notifier.Run(ctx) })
 	refusals := &bot.RefusalNotices{
 		JS: conn.JS, Out: notifier, Leader: lease.Leader, Log: log,
-		Channel: func(source string) string { return cfg.Bot.Channel(source, "", "", "", nil) },
+		Channel: func(source string) string { return cfg.Bot.Channel(configs.Incident{Source: source}) },
 	}
 	wg.Go(func() {
 		if err := refusals.Run(ctx); err != nil && ctx.Err() == nil {
@@ -396,8 +396,8 @@ func responseURLPrefixes(apiURL string) []string {
 func botConfig(c *configs.Bot, leader func() bool) bot.Config {
 	return bot.Config{
 		Channel: c.DefaultChannel,
-		Route: func(k diagnose.Key, labels map[string]string) string {
-			return c.Channel(k.Source, k.Cluster.Namespace, k.Cluster.Name, "", labels)
+		Route: func(k diagnose.Key, kind string, labels map[string]string) string {
+			return c.Channel(configs.Incident{Source: k.Source, Namespace: k.Cluster.Namespace, Cluster: k.Cluster.Name, Kind: kind, Labels: labels})
 		},
 		GroupWait: c.GroupWait, GroupInterval: c.GroupInterval, ResolveTimeout: c.ResolveTimeout,
 		StormThreshold: c.Storm.Threshold, StormWindow: c.Storm.Window,
