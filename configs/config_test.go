@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -530,5 +531,24 @@ func TestSecretsNATSNkeySeedFile(t *testing.T) {
 				t.Fatalf("error quotes the file: %v", err)
 			}
 		})
+	}
+}
+
+// Fields lists the schema's leaves, read from the decoder's tables: every
+// section's fields, list items as [], and no section itself.
+func TestFields(t *testing.T) {
+	fields := Fields()
+	for _, want := range []string{"nats.urls", "nats.credsEnv", "agent.leaderElection.retryPeriod", "bot.routes[].match.kind", "bot.storm.window", "digests[].timezone", "slack.appTokenFile", "log.format"} {
+		if !slices.Contains(fields, want) {
+			t.Errorf("Fields() lacks %s", want)
+		}
+	}
+	for _, section := range []string{"nats", "bot.storm", "bot.routes", "bot.routes[].match", "digests"} {
+		if slices.Contains(fields, section) {
+			t.Errorf("Fields() lists the section %s", section)
+		}
+	}
+	if len(fields) < 50 {
+		t.Errorf("%d fields: %v", len(fields), fields)
 	}
 }
