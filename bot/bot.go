@@ -183,6 +183,8 @@ func (b *Bot) Run(ctx context.Context) error {
 	var until uint64
 	if info, err := b.js.Stream(ctx, event.StreamName); err == nil {
 		until = info.CachedInfo().State.LastSeq
+	} else if ctx.Err() != nil {
+		return nil // stopped while starting: a stop, not a failure
 	} else {
 		return fmt.Errorf("events stream: %w", err)
 	}
@@ -194,6 +196,9 @@ func (b *Bot) Run(ctx context.Context) error {
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("events consumer: %w", err)
 	}
 	// Decoding (the consumer's goroutine) and applying (another) overlap:

@@ -88,25 +88,28 @@ func TestConfigFieldsAtRuntime(t *testing.T) {
 func fieldRows(owner *testing.T) map[string]fieldRow {
 	p := func(name string, run func(t *testing.T)) *proof { return &proof{name, run} }
 	var (
-		natsCreds   = p("TestBotConfigNATSCreds", TestBotConfigNATSCreds)
-		natsNkeyCA  = p("TestBotConfigNATSNkeyAndCA", TestBotConfigNATSNkeyAndCA)
-		routes      = p("TestBotRoutesByIncident", TestBotRoutesByIncident)
-		allCmd      = p("TestAllCommand", TestAllCommand)
-		keys        = p("TestAllAgentEnforcesConfiguredKeys", TestAllAgentEnforcesConfiguredKeys)
-		listeners   = p("TestBotListeners", TestBotListeners)
-		socket      = p("TestBotSocketModeReplicasRefuseReplay", TestBotSocketModeReplicasRefuseReplay)
-		bf          = &botFixture{owner: owner}
-		botStream   = p("bot fixture: events stream", bf.stream)
-		botStorm    = p("bot fixture: storms and group wait", bf.storms)
-		botSlack    = p("bot fixture: Slack token, API and signing secret", bf.slack)
-		botDigest   = p("bot fixture: digest", bf.digest)
-		botLog      = p("bot fixture: log", bf.log)
-		botSigning  = p("bot fixture: signing key", bf.signingKey)
-		storeDir    = p("embedded store", proveStoreDir)
-		matchType   = p("match.type refused", proveMatchTypeRefused)
-		af          = &agentFixture{owner: owner}
-		agentLease  = p("agent fixture: lease", af.lease)
-		agentEvents = p("agent fixture: events", af.events)
+		natsCreds    = p("TestBotConfigNATSCreds", TestBotConfigNATSCreds)
+		natsNkeyCA   = p("TestBotConfigNATSNkeyAndCA", TestBotConfigNATSNkeyAndCA)
+		routes       = p("TestBotRoutesByIncident", TestBotRoutesByIncident)
+		allCmd       = p("TestAllCommand", TestAllCommand)
+		keys         = p("TestAllAgentEnforcesConfiguredKeys", TestAllAgentEnforcesConfiguredKeys)
+		listeners    = p("TestBotListeners", TestBotListeners)
+		socket       = p("TestBotSocketModeReplicasRefuseReplay", TestBotSocketModeReplicasRefuseReplay)
+		bf           = &botFixture{owner: owner}
+		botStream    = p("bot fixture: events stream", bf.stream)
+		botStorm     = p("bot fixture: storms and group wait", bf.storms)
+		botSlack     = p("bot fixture: Slack token, API and signing secret", bf.slack)
+		botDigest    = p("bot fixture: digest", bf.digest)
+		botLog       = p("bot fixture: log", bf.log)
+		botSigning   = p("bot fixture: signing key", bf.signingKey)
+		storeDir     = p("embedded store", proveStoreDir)
+		botResolve   = p("bot fixture: resolution", bf.resolve)
+		botApprovals = p("bot fixture: approvals", bf.approvals)
+		appTokenFile = p("Socket Mode app token file", proveAppTokenFile)
+		matchType    = p("match.type refused", proveMatchTypeRefused)
+		af           = &agentFixture{owner: owner}
+		agentLease   = p("agent fixture: lease", af.lease)
+		agentEvents  = p("agent fixture: events", af.events)
 	)
 	return map[string]fieldRow{
 		"nats.urls":            {proof: botStream},
@@ -136,8 +139,8 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"bot.listen":                         {proof: listeners},
 		"bot.opsListen":                      {proof: listeners},
 		"bot.groupWait":                      {proof: botStorm},
-		"bot.groupInterval":                  {skip: "needs an incident changing twice within the interval"},
-		"bot.resolveTimeout":                 {skip: "needs an incident clearing and the resolution timed"},
+		"bot.groupInterval":                  {proof: botResolve},
+		"bot.resolveTimeout":                 {proof: botResolve},
 		"bot.storm.threshold":                {proof: botStorm},
 		"bot.storm.window":                   {proof: botStorm},
 		"bot.routes[].match.source":          {proof: routes},
@@ -155,11 +158,11 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"slack.signingSecretFile":            {proof: botSlack},
 		"slack.socketMode":                   {proof: socket},
 		"slack.appTokenEnv":                  {proof: socket},
-		"slack.appTokenFile":                 {skip: "Socket Mode is shown with appTokenEnv; the file is read by the same Secrets path as every …File"},
+		"slack.appTokenFile":                 {proof: appTokenFile},
 		"approvals.approvers":                {proof: allCmd},
-		"approvals.approverGroups":           {skip: "needs usergroups.users.list answered by the recorder and a proposal"},
+		"approvals.approverGroups":           {proof: botApprovals},
 		"approvals.fourEyes":                 {proof: allCmd},
-		"approvals.proposalTTL":              {skip: "needs a proposal's expiry observed"},
+		"approvals.proposalTTL":              {proof: botApprovals},
 		"approvals.signingKeyEnv":            {proof: botSigning},
 		"approvals.signingKeyFile":           {proof: keys},
 		"digests[].name":                     {proof: botDigest},
@@ -187,12 +190,16 @@ type botFixture struct {
 	signingPub     string
 	published      time.Time
 	digestSchedule string
+	resolveRef     event.ClusterRef
 }
 
 const (
 	fpDefault = "C0FPDEF001"
 	fpWindow  = "C0FPWIN001"
 	fpDigest  = "C0FPDIG001"
+	fpResolve = "C0FPRES001"
+
+	fpGroupMember = "U0FPGROUPM"
 )
 
 func (f *botFixture) start(t *testing.T) {
@@ -200,7 +207,7 @@ func (f *botFixture) start(t *testing.T) {
 	f.once.Do(func() {
 		owner := f.owner
 		f.cluster = natstest.RunCluster(owner, 3)
-		f.rec = slackrec.New(owner)
+		f.rec = slackrec.New(owner, slackrec.WithResponse("usergroups.users.list", map[string]any{"ok": true, "users": []string{fpGroupMember}}))
 		dir := owner.TempDir()
 		f.token, f.secret = "xoxb-0000-fieldproof", "fieldproof-signing-secret"
 		write := func(name, v string) string {
@@ -232,9 +239,13 @@ bot:
   listen: %q
   opsListen: %q
   groupWait: 6s
+  groupInterval: 5s
+  resolveTimeout: 2s
   storm: {threshold: 2, window: 2s}
   routes:
     - match: {namespace: fp-win}
+      channel: %s
+    - match: {namespace: fp-res}
       channel: %s
   defaultChannel: %s
 slack:
@@ -243,6 +254,8 @@ slack:
   signingSecretFile: %s
 approvals:
   approvers: [U0FPAPPR01, U0FPAPPR02]
+  approverGroups: [S0FPGROUP1]
+  proposalTTL: 3h
   signingKeyEnv: TEST_FP_SIGNING_KEY
 digests:
   - name: fieldproof
@@ -250,7 +263,7 @@ digests:
     timezone: Asia/Kolkata
     channel: %s
 log: {level: debug, format: console}
-`, urls, f.slackAddr, ops, fpWindow, fpDefault, f.rec.APIURL(), write("bot-token", f.token), write("signing-secret", f.secret),
+`, urls, f.slackAddr, ops, fpWindow, fpResolve, fpDefault, f.rec.APIURL(), write("bot-token", f.token), write("signing-secret", f.secret),
 			f.digestSchedule, fpDigest), map[string]string{"TEST_FP_SIGNING_KEY": string(seed), "POD_NAME": "fieldproof-0"})
 		waitReady(t, ops)
 
@@ -268,6 +281,9 @@ log: {level: debug, format: console}
 			}
 			events = append(events, es...)
 		}
+		// A nodes-notready incident the resolve proof clears.
+		f.resolveRef = event.ClusterRef{Namespace: "fp-res", Name: "hc-res"}
+		events = append(events, nodesNotReadyEvents(t, "mgmt-fp", f.resolveRef, time.Now())...)
 		conn := f.conn(t)
 		f.published = time.Now()
 		if err := scenario.Publish(context.Background(), conn.JS, events); err != nil {
@@ -584,4 +600,106 @@ func ptrString[T any](p *T) string {
 		return "<nil>"
 	}
 	return fmt.Sprint(*p)
+}
+
+// resolve: bot.resolveTimeout and bot.groupInterval — an incident clear
+// for 2 s is resolved (the default 5m would keep it open), and its message
+// is updated no sooner than 5 s after it was posted and long before the
+// default 1m.
+func (f *botFixture) resolve(t *testing.T) {
+	f.start(t)
+	f.rec.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool { return len(rootsIn(r, fpResolve)) > 0 })
+	posted := f.rec.CallsTo("chat.postMessage")
+	var first time.Time
+	for _, c := range posted {
+		if c.Channel == fpResolve {
+			first = c.Time
+			break
+		}
+	}
+	now := time.Now()
+	node := f.resolveRef.Name + "-np-0"
+	nr := event.NodeReadiness{Node: node, Ready: event.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastTransitionTime: now}
+	e, err := event.New("mgmt-fp", &f.resolveRef, event.ObjectRef{Kind: "Node", Name: node, UID: "uid-" + node, Hosted: true}, nr, event.TransitionAt("Ready=True", now), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.Publish(context.Background(), f.conn(t).JS, []event.Event{e}); err != nil {
+		t.Fatal(err)
+	}
+	var resolved time.Time
+	f.rec.WaitFor(t, 50*time.Second, func(r *slackrec.Recorder) bool {
+		for _, c := range r.CallsTo("chat.update") {
+			if c.Channel == fpResolve && strings.Contains(c.Form.Get("text"), "RESOLVED") {
+				resolved = c.Time
+				return true
+			}
+		}
+		return false
+	})
+	if d := resolved.Sub(now); d < 2*time.Second {
+		t.Errorf("resolved %s after the clear, before resolveTimeout (2s)", d)
+	}
+	// The recorder stamps a call when it arrives, the bot its interval
+	// before sending: allow for the first post's transit.
+	if d := resolved.Sub(first); d < 4*time.Second || d > 50*time.Second {
+		t.Errorf("resolution posted %s after the first message, want about groupInterval (5s) or more, well under the default 1m", d)
+	}
+}
+
+// approvals: approvals.proposalTTL (a proposed fix expires 3 h from now,
+// not the default 1 h) and approvals.approverGroups (a member of the
+// group may approve; someone in neither list may not).
+func (f *botFixture) approvals(t *testing.T) {
+	f.start(t)
+	ctx := context.Background()
+	hcp := slashCommander{t: t, url: "http://" + f.slackAddr + "/slack/commands", secret: f.secret, channel: fpDefault, rec: f.rec}
+	var id, reply string
+	testenv.Eventually(t, 60*time.Second, "noProxy fix proposed", func() bool {
+		before := time.Now()
+		reply = hcp.run(ctx, "fix noproxy fp-storm/hc-0", "U0FPAPPR01", func(s string) bool {
+			return actionIDPattern.MatchString(s) || strings.Contains(s, "No noProxy fix") || strings.Contains(s, "Unknown cluster")
+		})
+		if id = actionIDPattern.FindString(reply); id == "" {
+			return false
+		}
+		after := time.Now()
+		if !strings.Contains(reply, before.Add(3*time.Hour).UTC().Format("15:04 UTC")) && !strings.Contains(reply, after.Add(3*time.Hour).UTC().Format("15:04 UTC")) {
+			t.Errorf("proposal reply does not expire in 3h (%s): %q", before.Add(3*time.Hour).UTC().Format("15:04 UTC"), reply)
+		}
+		return true
+	})
+	decided := func(s string) bool { return strings.Contains(s, id) }
+	if r := hcp.run(ctx, "approve "+id, "U0FPSTRANG", decided); !strings.Contains(r, "not allowed") {
+		t.Errorf("approval by someone in no list: %q", r)
+	}
+	if r := hcp.run(ctx, "approve "+id, fpGroupMember, decided); strings.Contains(r, "not allowed") {
+		t.Errorf("approval by a member of approverGroups refused: %q", r)
+	}
+}
+
+// proveAppTokenFile: slack.appTokenFile — in Socket Mode the bot opens its
+// connection with the token in the file.
+func proveAppTokenFile(t *testing.T) {
+	srv := natstest.RunServer(t)
+	rec := slackrec.New(t)
+	const token = "xapp-1-A0-fieldproof-file"
+	file := filepath.Join(t.TempDir(), "app-token")
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ops := freeAddr(t)
+	startBot(t, fmt.Sprintf(`nats:
+  urls: [%q]
+bot:
+  opsListen: %q
+  defaultChannel: C0FPAPPT01
+slack:
+  apiURL: %q
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  socketMode: true
+  appTokenFile: %s
+`, srv.ClientURL(), ops, rec.APIURL(), file), map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-apptoken"})
+	rec.Socket(t, token, 60*time.Second)
+	waitReady(t, ops) // stopped only once started
 }
