@@ -25,10 +25,12 @@ import (
 type Config struct {
 	// Channel receives the incidents Route sends nowhere else.
 	Channel string
-	// Route returns the channel of a hosted cluster's incidents from its
-	// key and its HostedCluster's labels (nil while unknown); nil or ""
-	// means Channel.
-	Route func(k diagnose.Key, labels map[string]string) string
+	// Route returns the channel of a new incident from its cluster's key,
+	// its kind (the rule ID of its main diagnosis, Diagnoses[0].Rule, when
+	// it opens) and its HostedCluster's labels (nil while unknown); nil or
+	// "" means Channel. An incident keeps its channel for its life: its
+	// message is not moved when its main diagnosis changes.
+	Route func(k diagnose.Key, kind string, labels map[string]string) string
 	// GroupWait is how long a new incident gathers signals before its
 	// first notification (and how long the correlator waits for others
 	// to form a storm with). 0 notifies at once.
@@ -181,6 +183,8 @@ func (b *Bot) Run(ctx context.Context) error {
 	var until uint64
 	if info, err := b.js.Stream(ctx, event.StreamName); err == nil {
 		until = info.CachedInfo().State.LastSeq
+	} else if ctx.Err() != nil {
+		return nil // stopped while starting: a stop, not a failure
 	} else {
 		return fmt.Errorf("events stream: %w", err)
 	}
@@ -192,6 +196,9 @@ func (b *Bot) Run(ctx context.Context) error {
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("events consumer: %w", err)
 	}
 	// Decoding (the consumer's goroutine) and applying (another) overlap:
@@ -358,7 +365,7 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 			// The resolution of the previous incident still has to be sent.
 			b.pending = append(b.pending, inc)
 		}
-		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k)}
+		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k, diags[0].Rule)}
 		inc.n.seen = now
 		b.incidents[k] = inc
 	}
@@ -375,7 +382,7 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 	}
 }
 
-func (b *Bot) channel(k diagnose.Key) string {
+func (b *Bot) channel(k diagnose.Key, kind string) string {
 	if b.cfg.Route != nil {
 		var labels map[string]string
 		if c := b.model.Cluster(k); c != nil {
@@ -383,7 +390,7 @@ func (b *Bot) channel(k diagnose.Key) string {
 				labels = hc.Labels
 			}
 		}
-		if ch := b.cfg.Route(k, labels); ch != "" {
+		if ch := b.cfg.Route(k, kind, labels); ch != "" {
 			return ch
 		}
 	}

@@ -384,7 +384,7 @@ func TestRouteByLabels(t *testing.T) {
 	js := natsJS(t)
 	rec := slackrec.New(t)
 	cfg := testConfig()
-	cfg.Route = func(k diagnose.Key, labels map[string]string) string {
+	cfg.Route = func(k diagnose.Key, _ string, labels map[string]string) string {
 		if labels["env"] == "prod" {
 			return "C0PROD"
 		}

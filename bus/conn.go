@@ -1,13 +1,14 @@
 // Package bus is the NATS wiring shared by the agent and the bot: the
-// connection (reconnecting forever, credentials — a .creds file or an nkey
-// seed file — never logged, a role's own inbox prefix), an optional
-// in-process JetStream server for single-binary and test setups (open, on
-// loopback only), idempotent creation of the streams and key-value buckets
+// connection (reconnecting forever, credentials — a .creds file or its
+// content, or an nkey seed file — never logged, a role's own inbox
+// prefix), an optional in-process JetStream server for single-binary and
+// test setups (open, on loopback only), idempotent creation of the streams and key-value buckets
 // the bot owns, and WaitForStream for processes that may only look them up.
 package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 )
 
@@ -45,6 +47,10 @@ type Config struct {
 
 	// At most one of these is normally set.
 	CredsFile string // JWT + NKey seed .creds file
+	// Creds is the content of a .creds file (user JWT + NKey seed), for
+	// credentials handed over in an environment variable: parsed once,
+	// kept in memory, never written to disk.
+	Creds []byte
 	// NkeySeedFile is a file holding an nkey user seed (SU...): the
 	// server knows the user by its public key (nats.conf `nkey:`).
 	NkeySeedFile string
@@ -191,6 +197,13 @@ func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	}
+	if len(cfg.Creds) > 0 {
+		o, err := credsOption(cfg.Creds)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, o)
+	}
 	if cfg.User != "" || cfg.Password != "" {
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
 	}
@@ -216,6 +229,25 @@ func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 		opts = append(opts, nats.SetCustomDialer(cfg.Dialer))
 	}
 	return opts, nil
+}
+
+// credsOption authenticates with the user JWT and NKey seed of a .creds
+// file's content, as nats.UserCredentials does with a file: the JWT is
+// sent, the server's nonce signed with the seed. Errors never quote the
+// content.
+func credsOption(b []byte) (nats.Option, error) {
+	jwt, err := nkeys.ParseDecoratedJWT(b)
+	if err != nil || jwt == "" || jwt == string(b) {
+		return nil, errors.New("bus: NATS credentials: no user JWT block (a .creds file holds a user JWT and an NKey seed)")
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("bus: NATS credentials: no user NKey seed: %w", err)
+	}
+	return nats.UserJWT(
+		func() (string, error) { return jwt, nil },
+		func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) },
+	), nil
 }
 
 func (c *Conn) disconnected(_ *nats.Conn, err error) {

@@ -190,12 +190,17 @@ type Route struct {
 	selector labels.Selector // parsed Selector; nil when empty
 }
 
-// RouteMatch compares event fields for equality; empty fields match anything.
+// RouteMatch compares an incident's fields (Incident) for equality;
+// empty fields match anything.
 type RouteMatch struct {
-	Source    string // management cluster (event source)
+	Source    string // management cluster the incident was reported from
 	Namespace string // hosted cluster's namespace
 	Cluster   string // hosted cluster's name
-	Type      string // event type (hostedcluster, crashloop, ...)
+	// Kind is the rule ID of the incident's main diagnosis when it opened
+	// (operator-crashloop, nodes-notready, ...: bot/diagnose's rules).
+	// It replaces the former type, which compared an event type and so
+	// never matched an incident.
+	Kind string
 }
 
 // Slack configures the Slack app.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,7 +184,8 @@ func TestRejected(t *testing.T) {
 		{"empty approvals", botBase + "approvals:\n  fourEyes: false\n", 6, "approvals", "nobody could approve"},
 		{"bad log format", "agent:\n  source: mgmt-1\nlog: {format: text}\n", 3, "log.format", "want json or console"},
 		{"route without condition", botBase + "  routes:\n    - channel: C0123456789\n", 7, "bot.routes[0]", "needs match or selector"},
-		{"unknown event type", botBase + "  routes:\n    - match: {type: crash}\n      channel: C0123456789\n", 7, "bot.routes[0].match.type", `"crash" is not an event type`},
+		{"unknown incident kind", botBase + "  routes:\n    - match: {kind: crash}\n      channel: C0123456789\n", 7, "bot.routes[0].match.kind", `"crash" is not an incident kind (known: proxy-tunnel,`},
+		{"removed match.type", botBase + "  routes:\n    - match: {type: crashloop}\n      channel: C0123456789\n", 7, "bot.routes[0].match.type", `type is no longer supported: an incident is many events of several types; route on what the incident is with match.kind (for "crashloop" events, probably kind: operator-crashloop)`},
 		{"digest without channel", botBase + "digests:\n  - name: daily\n    schedule: \"@daily\"\n", 7, "digests[0].channel", "is required"},
 		{"duplicate digest names", botBase + "digests:\n  - {name: daily, schedule: \"@daily\", channel: C0123456789}\n  - {name: daily, schedule: \"@weekly\", channel: C0123456789}\n", 8, "digests[1].name", `"daily" is already the name of digests[0]`},
 		{"listen malformed", "agent:\n  source: mgmt-1\n  listen: \"8080\"\n", 3, "agent.listen", `"8080" is not a listen address`},
@@ -347,17 +349,18 @@ func TestRouting(t *testing.T) {
 	}
 	b := c.Bot
 	for _, tc := range []struct {
-		source, typ string
-		labels      map[string]string
-		want        string
+		source, kind string
+		labels       map[string]string
+		want         string
 	}{
-		{"mgmt-1", "crashloop", nil, "C0123456789"},
-		{"mgmt-2", "crashloop", map[string]string{"env": "prod"}, "C0999999999"},
-		{"mgmt-2", "node", map[string]string{"env": "dev"}, "C0123456789"},
-		{"mgmt-1", "node", nil, "C0123456789"},
+		{"mgmt-1", "operator-crashloop", nil, "C0123456789"},
+		{"mgmt-1", "proxy-tunnel", nil, "C0234567890"},
+		{"mgmt-2", "proxy-tunnel", map[string]string{"env": "prod"}, "C0999999999"},
+		{"mgmt-2", "nodes-notready", map[string]string{"env": "dev"}, "C0123456789"},
+		{"mgmt-1", "nodes-notready", nil, "C0123456789"},
 	} {
-		if got := b.Channel(tc.source, "clusters", "example", tc.typ, tc.labels); got != tc.want {
-			t.Errorf("Channel(%s, %s, %v) = %s, want %s", tc.source, tc.typ, tc.labels, got, tc.want)
+		if got := b.Channel(Incident{Source: tc.source, Namespace: "clusters", Cluster: "example", Kind: tc.kind, Labels: tc.labels}); got != tc.want {
+			t.Errorf("Channel(%s, %s, %v) = %s, want %s", tc.source, tc.kind, tc.labels, got, tc.want)
 		}
 	}
 	next := c.Digests[0].Next(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)) // a Friday
@@ -531,5 +534,24 @@ func TestSecretsNATSNkeySeedFile(t *testing.T) {
 				t.Fatalf("error quotes the file: %v", err)
 			}
 		})
+	}
+}
+
+// Fields lists the schema's leaves, read from the decoder's tables: every
+// section's fields, list items as [], and no section itself.
+func TestFields(t *testing.T) {
+	fields := Fields()
+	for _, want := range []string{"nats.urls", "nats.credsEnv", "agent.leaderElection.retryPeriod", "bot.routes[].match.kind", "bot.storm.window", "digests[].timezone", "slack.appTokenFile", "log.format"} {
+		if !slices.Contains(fields, want) {
+			t.Errorf("Fields() lacks %s", want)
+		}
+	}
+	for _, section := range []string{"nats", "bot.storm", "bot.routes", "bot.routes[].match", "digests"} {
+		if slices.Contains(fields, section) {
+			t.Errorf("Fields() lists the section %s", section)
+		}
+	}
+	if len(fields) < 50 {
+		t.Errorf("%d fields: %v", len(fields), fields)
 	}
 }

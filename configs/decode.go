@@ -25,6 +25,9 @@ type decoder struct {
 	// lines records where each field was written, by YAML path, for the
 	// cross-field checks that run after the walk.
 	lines map[string]*yaml.Node
+	// offered, when not nil, collects every field the schema knows at the
+	// mappings walked (list indices written "[]"): Fields.
+	offered map[string]bool
 }
 
 func (d *decoder) problem(n *yaml.Node, field, format string, a ...any) {
@@ -77,6 +80,11 @@ func (d *decoder) mapping(n *yaml.Node, path string, fields []field, secretKeys 
 	if n.Kind != yaml.MappingNode {
 		d.problem(n, path, "must be a mapping (key: value), not %s", describe(n))
 		return false
+	}
+	if d.offered != nil {
+		for _, f := range fields {
+			d.offered[listIndexRE.ReplaceAllString(join(path, f.key), "[]")] = true
+		}
 	}
 	seen := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {

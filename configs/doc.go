@@ -14,6 +14,10 @@
 // Defaults are applied only after a configuration is found valid, so the
 // checks judge what the operator wrote.
 //
+// [Fields] lists every field the schema knows, read from the decoder's own
+// tables: cmd/hcpbot's TestConfigFieldsAtRuntime demands a runtime proof
+// of each, so a field that only parses cannot be added unnoticed.
+//
 // Credentials never appear in the file: every secret is referenced by an
 // environment variable name (…Env) or a file path (…File), and any value
 // shaped like a Slack token or NATS credentials is rejected without being

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	yaml "sigs.k8s.io/yaml/goyaml.v3"
 
+	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
 )
 
@@ -326,18 +328,24 @@ func (d *decoder) route(n *yaml.Node, path string, r *Route) {
 						r.Match.Cluster = s
 					}
 				}},
-				{"type", func(v *yaml.Node, p string) {
+				{"kind", func(v *yaml.Node, p string) {
 					if s, ok := d.str(v, p); ok {
-						if !event.Type(s).Known() {
-							names := make([]string, 0, 10)
-							for _, t := range event.Types() {
-								names = append(names, string(t))
-							}
-							d.problem(v, p, "%q is not an event type (known: %s)", s, strings.Join(names, ", "))
+						if !slices.Contains(incidentKinds(), s) {
+							d.problem(v, p, "%q is not an incident kind (known: %s)", s, strings.Join(incidentKinds(), ", "))
 							return
 						}
-						r.Match.Type = s
+						r.Match.Kind = s
 					}
+				}},
+				{"type", func(v *yaml.Node, p string) {
+					// Removed: it compared an event type, and an incident
+					// is made of many events of several types, so no
+					// route with it ever matched. Say what replaces it.
+					hint := ""
+					if s, ok := d.str(v, p); ok && kindOfEventType[s] != "" {
+						hint = fmt.Sprintf(" (for %q events, probably kind: %s)", s, kindOfEventType[s])
+					}
+					d.problem(v, p, "type is no longer supported: an incident is many events of several types; route on what the incident is with match.kind%s, known kinds: %s", hint, strings.Join(incidentKinds(), ", "))
 				}},
 			}, nil)
 		}},
@@ -370,7 +378,7 @@ func (d *decoder) route(n *yaml.Node, path string, r *Route) {
 	_, hasMatch := d.lines[path+".match"]
 	_, hasSel := d.lines[path+".selector"]
 	if hasMatch && r.Match == (RouteMatch{}) && !d.anyUnder(path+".match.") {
-		d.problem(d.at(path+".match"), path+".match", "is empty, which would match every incident: name a source, namespace, cluster or type")
+		d.problem(d.at(path+".match"), path+".match", "is empty, which would match every incident: name a source, namespace, cluster or kind")
 	}
 	if !hasMatch && !hasSel {
 		// A route without a condition would swallow every incident and
@@ -975,13 +983,24 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 	c.Log.Format = orString(c.Log.Format, DefaultLogFormat)
 }
 
+// Incident is what a route sees of an incident: where it is (the
+// management cluster it was reported from, the hosted cluster's namespace,
+// name and labels) and what it is, its kind: the rule ID of its main
+// diagnosis when it opened (operator-crashloop, nodes-notready, ...; see
+// bot/diagnose).
+type Incident struct {
+	Source, Namespace, Cluster string
+	Kind                       string
+	// Labels are the hosted cluster's labels (nil when unknown: a selector
+	// route then matches only if its selector matches an empty set).
+	Labels map[string]string
+}
+
 // Channel returns where an incident goes: the channel of the first route
-// that matches, else DefaultChannel. clusterLabels are the hosted
-// cluster's labels (nil when unknown: a selector route then matches only
-// if its selector matches an empty set).
-func (b *Bot) Channel(source, namespace, cluster, eventType string, clusterLabels map[string]string) string {
+// that matches, else DefaultChannel.
+func (b *Bot) Channel(inc Incident) string {
 	for _, r := range b.Routes {
-		if r.Matches(source, namespace, cluster, eventType, clusterLabels) {
+		if r.Matches(inc) {
 			return r.Channel
 		}
 	}
@@ -989,16 +1008,39 @@ func (b *Bot) Channel(source, namespace, cluster, eventType string, clusterLabel
 }
 
 // Matches reports whether the route applies to an incident.
-func (r Route) Matches(source, namespace, cluster, eventType string, clusterLabels map[string]string) bool {
+func (r Route) Matches(inc Incident) bool {
 	m := r.Match
-	if m.Source != "" && m.Source != source ||
-		m.Namespace != "" && m.Namespace != namespace ||
-		m.Cluster != "" && m.Cluster != cluster ||
-		m.Type != "" && m.Type != eventType {
+	if m.Source != "" && m.Source != inc.Source ||
+		m.Namespace != "" && m.Namespace != inc.Namespace ||
+		m.Cluster != "" && m.Cluster != inc.Cluster ||
+		m.Kind != "" && m.Kind != inc.Kind {
 		return false
 	}
-	if r.selector != nil && !r.selector.Matches(labels.Set(clusterLabels)) {
+	if r.selector != nil && !r.selector.Matches(labels.Set(inc.Labels)) {
 		return false
 	}
 	return true
+}
+
+// incidentKinds are the kinds an incident can have: the built-in rules'
+// IDs, in priority order.
+func incidentKinds() []string {
+	rules := diagnose.DefaultRules()
+	out := make([]string, len(rules))
+	for i, r := range rules {
+		out[i] = r.ID
+	}
+	return out
+}
+
+// kindOfEventType suggests the incident kind that the removed match.type
+// most likely meant.
+var kindOfEventType = map[string]string{
+	string(event.TypeCrashLoop):      diagnose.RuleOperatorCrashLoop,
+	string(event.TypeNode):           diagnose.RuleNodesNotReady,
+	string(event.TypeNodePool):       diagnose.RuleNodesNotReady,
+	string(event.TypeReachability):   diagnose.RuleHostedAPIUnreachable,
+	string(event.TypeProxyChange):    diagnose.RuleRiskyProxyChange,
+	string(event.TypeAPIServerProxy): diagnose.RuleProxyTunnel,
+	string(event.TypeOCPProxy):       diagnose.RuleManagementProxyLint,
 }

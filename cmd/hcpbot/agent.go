@@ -72,6 +72,9 @@ type agentFlags struct {
 	trustedKeys     []string
 	requireFourEyes bool
 	approvers       []string
+	// natsCredsContent is a .creds file's content, from the variable
+	// nats.credsEnv names.
+	natsCredsContent []byte
 }
 
 // agentFlagUsage is the one line of `hcpbot agent --help`.
@@ -144,31 +147,30 @@ func agentSettings(c *cli, args []string) (agentFlags, error) {
 	if cfg.NATS.Creds.IsSet() && cfg.NATS.NkeySeedFile != "" {
 		return agentFlags{}, usageErrorf("set a .creds file (nats.credsFile) or an nkey seed (--nats-nkey-seed, nats.nkeySeedFile), not both")
 	}
-	if cfg.NATS.Creds.Env != "" {
-		return agentFlags{}, fmt.Errorf("%s: nats.credsEnv: %w", cfg.File, errAgentCredsEnv)
-	}
 	if len(cfg.Agent.TrustedKeys) > 0 {
 		if err := actions.CheckKeys(cfg.Agent.TrustedKeys); err != nil {
 			return agentFlags{}, usageErrorf("trusted keys (--trusted-keys, agent.trustedKeys): %v", err)
 		}
 	}
+	var sec *configs.Secrets
 	if *path != "" {
 		// The files the file names, read before anything starts, each
 		// problem with its field and line.
-		if _, err := cfg.SecretsFor(configs.RoleAgent, c.getenv, os.ReadFile); err != nil {
+		var err error
+		if sec, err = cfg.SecretsFor(configs.RoleAgent, c.getenv, os.ReadFile); err != nil {
 			return agentFlags{}, err
 		}
 	}
 	f := agentFlagsFromConfig(cfg)
+	if sec != nil {
+		f.natsCredsContent = sec.NATSCreds
+	}
 	f.identity = *identity
 	if f.leaseNamespace == "" {
 		f.leaseNamespace = c.getenv("POD_NAMESPACE")
 	}
 	return f, nil
 }
-
-// errAgentCredsEnv: the agent's NATS client reads a .creds file itself.
-var errAgentCredsEnv = errors.New("not supported by hcpbot agent: use nats.credsFile or nats.nkeySeedFile")
 
 // agentOverride applies the command line (flags given, else their
 // environment variables) onto cfg.
@@ -238,7 +240,7 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 // the inbox prefix of its source (event.AgentInboxPrefix).
 func agentNATSClient(f agentFlags, inbox string) natsClient {
 	return natsClient{
-		urls: f.natsURLs, storeDir: f.natsStore, creds: f.natsCreds, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
+		urls: f.natsURLs, storeDir: f.natsStore, creds: f.natsCreds, credsContent: f.natsCredsContent, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
 		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox,
 	}
 }
@@ -429,17 +431,21 @@ func kubeConfig(path string) (*rest.Config, error) {
 }
 
 // natsClient is how a process connects to NATS: the URLs, or none and the
-// embedded server's store; the user's credentials (a .creds file or an
-// nkey seed file) and CA; the client name and the role's inbox prefix.
+// embedded server's store; the user's credentials (a .creds file, its
+// content, or an nkey seed file) and CA; the client name and the role's
+// inbox prefix.
 type natsClient struct {
 	urls, storeDir          string
 	creds, nkeySeed, caFile string
-	name, inboxPrefix       string
+	// credsContent is a .creds file's content (nats.credsEnv), kept in
+	// memory only.
+	credsContent      []byte
+	name, inboxPrefix string
 }
 
 // connectNATS connects to the given URLs, or starts the embedded server.
 func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.Conn, error) {
-	cfg := bus.Config{Name: nc.name, CredsFile: nc.creds, NkeySeedFile: nc.nkeySeed, CAFile: nc.caFile, InboxPrefix: nc.inboxPrefix}
+	cfg := bus.Config{Name: nc.name, CredsFile: nc.creds, Creds: nc.credsContent, NkeySeedFile: nc.nkeySeed, CAFile: nc.caFile, InboxPrefix: nc.inboxPrefix}
 	storeDir := nc.storeDir
 	cfg.URLs = splitList(nc.urls)
 	if len(cfg.URLs) == 0 {

@@ -130,11 +130,17 @@ func botEventsStream(t *testing.T, url string) (*bus.Conn, jetstream.Stream) {
 // ends, then expects it to stop with exit code 0.
 func startAgentCmd(t *testing.T, args ...string) *syncBuffer {
 	t.Helper()
+	return startAgentCmdEnv(t, nil, args...)
+}
+
+// startAgentCmdEnv is startAgentCmd with the environment vars.
+func startAgentCmdEnv(t *testing.T, vars map[string]string, args ...string) *syncBuffer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		c := &cli{stdin: strings.NewReader(""), stdout: logs, stderr: logs, getenv: func(string) string { return "" }}
+		c := &cli{stdin: strings.NewReader(""), stdout: logs, stderr: logs, getenv: func(k string) string { return vars[k] }}
 		done <- c.main(ctx, append([]string{"agent"}, args...))
 	}()
 	t.Cleanup(func() {

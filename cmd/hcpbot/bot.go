@@ -77,9 +77,6 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	c.klog(log)
 	log.Info().Str("version", version.String()).Str("mode", name).Msg("starting")
 
-	if cfg.NATS.Creds.Env != "" {
-		return errors.New("nats.credsEnv is not supported yet: use nats.credsFile")
-	}
 	return runConfigured(ctx, c, cfg, sec, name, log)
 }
 
@@ -97,7 +94,7 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 			return fmt.Errorf("agent.kubeconfig: %w", err)
 		}
 	}
-	conn, err := connectNATS(ctx, botNATSClient(cfg, name), log)
+	conn, err := connectNATS(ctx, botNATSClient(cfg, sec, name), log)
 	if err != nil {
 		return err
 	}
@@ -171,13 +168,19 @@ func approvalSigner(cfg *configs.Config, sec *configs.Secrets, mode string, log 
 var errNoSigningKey = errors.New("approvals need approvals.signingKeyEnv or approvals.signingKeyFile: agents run only requests signed with a key they trust (create one with `hcpbot keygen`)")
 
 // botNATSClient is the NATS connection of `hcpbot bot` or `hcpbot all`
-// from the config file. One connection, one role: `all` shares the bot's
-// inbox prefix (it is meant for the embedded server, which has no roles).
-func botNATSClient(cfg *configs.Config, mode string) natsClient {
-	return natsClient{
+// from the config file and its resolved secrets (nats.credsEnv's content;
+// sec may be nil without it). One connection, one role: `all` shares the
+// bot's inbox prefix (it is meant for the embedded server, which has no
+// roles).
+func botNATSClient(cfg *configs.Config, sec *configs.Secrets, mode string) natsClient {
+	nc := natsClient{
 		urls: joinURLs(cfg.NATS.URLs), storeDir: cfg.NATS.StoreDir, creds: cfg.NATS.Creds.File, nkeySeed: cfg.NATS.NkeySeedFile,
 		caFile: cfg.NATS.CAFile, name: "hcpbot-" + mode, inboxPrefix: event.BotInboxPrefix,
 	}
+	if sec != nil {
+		nc.credsContent = sec.NATSCreds
+	}
+	return nc
 }
 
 // commandDrain bounds how long a stopping bot waits for running slash
@@ -315,7 +318,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	wg.Go(func() { _ = notifier.Run(ctx) })
 	refusals := &bot.RefusalNotices{
 		JS: conn.JS, Out: notifier, Leader: lease.Leader, Log: log,
-		Channel: func(source string) string { return cfg.Bot.Channel(source, "", "", "", nil) },
+		Channel: func(source string) string { return cfg.Bot.Channel(configs.Incident{Source: source}) },
 	}
 	wg.Go(func() {
 		if err := refusals.Run(ctx); err != nil && ctx.Err() == nil {
@@ -408,8 +411,8 @@ func responseURLPrefixes(apiURL string) []string {
 func botConfig(c *configs.Bot, leader func() bool) bot.Config {
 	return bot.Config{
 		Channel: c.DefaultChannel,
-		Route: func(k diagnose.Key, labels map[string]string) string {
-			return c.Channel(k.Source, k.Cluster.Namespace, k.Cluster.Name, "", labels)
+		Route: func(k diagnose.Key, kind string, labels map[string]string) string {
+			return c.Channel(configs.Incident{Source: k.Source, Namespace: k.Cluster.Namespace, Cluster: k.Cluster.Name, Kind: kind, Labels: labels})
 		},
 		GroupWait: c.GroupWait, GroupInterval: c.GroupInterval, ResolveTimeout: c.ResolveTimeout,
 		StormThreshold: c.Storm.Threshold, StormWindow: c.Storm.Window,

@@ -175,9 +175,6 @@ func configStartProblems(cfg *configs.Config, r configs.Role) []configs.Problem 
 	if r == configs.RoleBot && cfg.Approvals != nil && !cfg.Approvals.SigningKey.IsSet() {
 		ps = append(ps, cfg.Problem("approvals", "%s", errNoSigningKey))
 	}
-	if r == configs.RoleAgent && cfg.NATS.Creds.Env != "" {
-		ps = append(ps, cfg.Problem("nats.credsEnv", "%s", errAgentCredsEnv))
-	}
 	return ps
 }
 

@@ -35,6 +35,13 @@ func startBot(t *testing.T, config string, vars map[string]string) *syncbuf.Buff
 // startMode is startBot for `hcpbot <mode>` (bot or all).
 func startMode(t *testing.T, mode, config string, vars map[string]string) *syncbuf.Buffer {
 	t.Helper()
+	return startModeFor(t, t, mode, config, vars)
+}
+
+// startModeFor is startMode running until owner ends (a parent test whose
+// subtests share the process).
+func startModeFor(t, owner *testing.T, mode, config string, vars map[string]string) *syncbuf.Buffer {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "hcpbot.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -46,20 +53,20 @@ func startMode(t *testing.T, mode, config string, vars map[string]string) *syncb
 		c := &cli{stdin: strings.NewReader(""), stdout: logs, stderr: logs, getenv: func(k string) string { return vars[k] }}
 		done <- c.main(ctx, []string{mode, "--config", path})
 	}()
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		cancel()
 		select {
 		case code := <-done:
 			if code != 0 {
-				t.Errorf("hcpbot %s exited %d:\n%s", mode, code, tail(logs.String(), 4000))
+				owner.Errorf("hcpbot %s exited %d:\n%s", mode, code, tail(logs.String(), 4000))
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("hcpbot %s did not stop; logs (tail):\n%s", mode, tail(logs.String(), 4000))
+			owner.Errorf("hcpbot %s did not stop; logs (tail):\n%s", mode, tail(logs.String(), 4000))
 		}
 		for k, v := range vars {
 			if strings.Contains(k, "TOKEN") || strings.Contains(k, "SECRET") {
 				if strings.Contains(logs.String(), v) {
-					t.Errorf("%s reached the logs", k)
+					owner.Errorf("%s reached the logs", k)
 				}
 			}
 		}

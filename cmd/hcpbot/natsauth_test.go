@@ -90,22 +90,7 @@ log: {level: info, format: json}
 		"no caFile":       {natsSection(srv.User.SeedFile, ""), "certificate"},
 		"no nkeySeedFile": {natsSection("", srv.CAFile), "authorization violation"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			cfg, err := configs.Parse([]byte(tc.nats+rest), "hcpbot.yaml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
-			defer cancel()
-			c, err := connectNATS(cctx, botNATSClient(cfg, "bot"), zerolog.Nop())
-			if err == nil {
-				c.Close()
-				t.Fatal("connected")
-			}
-			if !strings.Contains(strings.ToLower(err.Error()), tc.want) {
-				t.Fatalf("error %v, want %q", err, tc.want)
-			}
-		})
+		t.Run(name, func(t *testing.T) { botConnectFails(t, tc.nats+rest, tc.want) })
 	}
 }
 
@@ -203,11 +188,102 @@ func TestAgentCommandWaitsForStream(t *testing.T) {
 	if code, body := get("http://" + addr + "/readyz"); code != 503 || !strings.Contains(body, "waiting for the events stream") {
 		t.Errorf("/readyz while waiting: %d %q", code, body)
 	}
-	bot, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.URL}, NkeySeedFile: srv.User.SeedFile, CAFile: srv.CAFile}, natstest.Logger(t))
+	bot := createStreamThenReady(t, bus.Config{URLs: []string{srv.URL}, NkeySeedFile: srv.User.SeedFile, CAFile: srv.CAFile}, addr)
+	if info, err := bot.JS.Stream(ctx, event.StreamName); err != nil || info.CachedInfo().Config.MaxAge != time.Hour {
+		t.Errorf("stream: %v, %v (the bot's max age 1h must stay)", info, err)
+	}
+}
+
+// nats.credsEnv and nats.credsFile take effect: `hcpbot bot` reaches a
+// server in operator (JWT) mode as the user of the .creds content in the
+// named variable, or of the named file, and creates the events stream
+// there; without credentials the same server refuses the connection. The
+// seed never reaches the logs.
+func TestBotConfigNATSCreds(t *testing.T) {
+	srv := natstest.RunOperator(t)
+	for _, field := range []string{"credsEnv", "credsFile"} {
+		t.Run(field, func(t *testing.T) { botNATSCreds(t, srv, field) })
+	}
+	t.Run("none", func(t *testing.T) {
+		botConnectFails(t, fmt.Sprintf("nats:\n  urls: [%q]\nbot:\n  defaultChannel: C0NATSCRED\nslack:\n  botTokenEnv: T\n  signingSecretEnv: S\n", srv.URL), "authorization violation")
+	})
+}
+
+// botNATSCreds runs `hcpbot bot` with nats.<field> (credsEnv or
+// credsFile) against srv until its /readyz says it is connected, and
+// checks the events stream it created as the .creds user.
+func botNATSCreds(t *testing.T, srv natstest.Operator, field string) {
+	t.Helper()
+	opsAddr := freeAddr(t)
+	vars := map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-test", "TEST_SLACK_SIGNING_SECRET": "test-signing-secret-creds", "POD_NAME": "bot-creds",
+		"TEST_NATS_CREDS": string(srv.Creds)}
+	ref := "credsEnv: TEST_NATS_CREDS"
+	if field == "credsFile" {
+		ref = "credsFile: " + srv.CredsFile
+	}
+	rec := slackrec.New(t)
+	logs := startBot(t, fmt.Sprintf(`nats:
+  urls: [%q]
+  %s
+  eventsMaxAge: 2h
+bot:
+  listen: %q
+  opsListen: %q
+  defaultChannel: C0NATSCRED
+slack:
+  apiURL: %q
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+`, srv.URL, ref, freeAddr(t), opsAddr, rec.APIURL()), vars)
+	waitReady(t, opsAddr)
+	ctx := context.Background()
+	check, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.URL}, Creds: srv.Creds}, natstest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bot.Close()
+	defer check.Close()
+	if s, err := check.JS.Stream(ctx, event.StreamName); err != nil || s.CachedInfo().Config.MaxAge != 2*time.Hour {
+		t.Fatalf("events stream of the .creds user's account: %v, %v\n%s", s, err, tail(logs.String(), 4000))
+	}
+	if strings.Contains(logs.String(), srv.Seed) {
+		t.Error("the .creds seed reached the logs")
+	}
+}
+
+// `hcpbot agent --config` with nats.credsEnv connects as the user of the
+// .creds content in that variable: it becomes ready once the bot's stream
+// exists in that user's account. An unset variable is refused, naming it.
+func TestAgentNATSCredsEnv(t *testing.T) {
+	srv := natstest.RunOperator(t)
+	file := configFile(t, "nats:\n  urls: ["+srv.URL+"]\n  credsEnv: AGENT_CREDS\nagent:\n  source: mgmt-creds\n")
+	code, _, stderr := run(t, "agent", "--config", file)
+	if code == 0 || !strings.Contains(stderr, "nats.credsEnv: environment variable AGENT_CREDS is not set") {
+		t.Errorf("unset variable: exit %d, %q", code, stderr)
+	}
+	env.Need(t) // the agent checks its management cluster before NATS
+	addr := freeAddr(t)
+	logs := startAgentCmdEnv(t, map[string]string{"AGENT_CREDS": string(srv.Creds)}, "--config", file,
+		"--kubeconfig", managementKubeconfig(t), "--listen", addr, "--leader-elect=false")
+	testenv.Eventually(t, natstest.Timeout, "the agent waiting for the stream", func() bool {
+		return strings.Contains(logs.String(), "waiting for the bot to create stream "+event.StreamName)
+	})
+	createStreamThenReady(t, bus.Config{URLs: []string{srv.URL}, CredsFile: srv.CredsFile}, addr)
+	if strings.Contains(logs.String(), srv.Seed) {
+		t.Error("the .creds seed reached the logs")
+	}
+}
+
+// createStreamThenReady does the bot's part for a waiting agent: connects
+// with cfg, creates the events stream (max age 1h), and waits for the
+// agent's /readyz on addr.
+func createStreamThenReady(t *testing.T, cfg bus.Config, addr string) *bus.Conn {
+	t.Helper()
+	ctx := context.Background()
+	bot, err := bus.Connect(ctx, cfg, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bot.Close)
 	if _, err := bus.EnsureStream(ctx, bot.JS, bus.EventsStream(1, time.Hour, 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +291,25 @@ func TestAgentCommandWaitsForStream(t *testing.T) {
 		code, _ := get("http://" + addr + "/readyz")
 		return code == 200
 	})
-	if info, err := bot.JS.Stream(ctx, event.StreamName); err != nil || info.CachedInfo().Config.MaxAge != time.Hour {
-		t.Errorf("stream: %v, %v (the bot's max age 1h must stay)", info, err)
+	return bot
+}
+
+// botConnectFails checks that the bot's NATS connection from config fails
+// with an error containing want (lower case).
+func botConnectFails(t *testing.T, config, want string) {
+	t.Helper()
+	cfg, err := configs.Parse([]byte(config), "hcpbot.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
+	defer cancel()
+	c, err := connectNATS(cctx, botNATSClient(cfg, nil, "bot"), zerolog.Nop())
+	if err == nil {
+		c.Close()
+		t.Fatal("connected")
+	}
+	if !strings.Contains(strings.ToLower(err.Error()), want) {
+		t.Fatalf("error %v, want %q", err, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
@@ -182,3 +183,82 @@ func (s serverLog) Tracef(string, ...any)     {}
 func (s serverLog) Warnf(f string, v ...any)  { s.l.Warn().Msgf("nats-server: "+f, v...) }
 func (s serverLog) Errorf(f string, v ...any) { s.l.Error().Msgf("nats-server: "+f, v...) }
 func (s serverLog) Fatalf(f string, v ...any) { s.l.Error().Msgf("nats-server fatal: "+f, v...) }
+
+// Operator is a server in operator (JWT) mode that knows one account with
+// JetStream and one user of it: for tests of .creds authentication.
+type Operator struct {
+	URL string // nats://127.0.0.1:port
+	// Creds is the user's .creds content (decorated user JWT and seed),
+	// CredsFile the same written to a file (mode 0600, in a TempDir).
+	Creds     []byte
+	CredsFile string
+	// Seed is the user's seed, to look for it in logs.
+	Seed string
+}
+
+// RunOperator starts a JetStream server on loopback that accepts only the
+// user whose credentials it returns (signed by an account the server's
+// trusted operator signed).
+func RunOperator(tb testing.TB) Operator {
+	tb.Helper()
+	must := func(err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	okp, err := nkeys.CreateOperator()
+	must(err)
+	opub, err := okp.PublicKey()
+	must(err)
+	oc := jwt.NewOperatorClaims(opub)
+	oc.Name = "natstest"
+	ojwt, err := oc.Encode(okp)
+	must(err)
+	op, err := jwt.DecodeOperatorClaims(ojwt)
+	must(err)
+
+	// An account signed by the operator; JetStream in operator mode also
+	// needs a system account.
+	account := func(name string, js bool) (nkeys.KeyPair, string, string) {
+		kp, err := nkeys.CreateAccount()
+		must(err)
+		pub, err := kp.PublicKey()
+		must(err)
+		c := jwt.NewAccountClaims(pub)
+		c.Name = name
+		if js {
+			c.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		}
+		enc, err := c.Encode(okp)
+		must(err)
+		return kp, pub, enc
+	}
+	akp, apub, ajwt := account("hcpbot", true)
+	_, spub, sjwt := account("SYS", false)
+
+	ukp, err := nkeys.CreateUser()
+	must(err)
+	upub, err := ukp.PublicKey()
+	must(err)
+	useed, err := ukp.Seed()
+	must(err)
+	uc := jwt.NewUserClaims(upub)
+	uc.Name = "hcpbot-test"
+	ujwt, err := uc.Encode(akp)
+	must(err)
+	creds, err := jwt.FormatUserConfig(ujwt, useed)
+	must(err)
+	file := filepath.Join(tb.TempDir(), "user.creds")
+	must(os.WriteFile(file, creds, 0o600))
+
+	resolver := &server.MemAccResolver{}
+	must(resolver.Store(apub, ajwt))
+	must(resolver.Store(spub, sjwt))
+	srv := StartOptions(tb, &server.Options{
+		ServerName: "natstest-operator", Host: "127.0.0.1", Port: server.RANDOM_PORT,
+		JetStream: true, StoreDir: tb.TempDir(),
+		TrustedOperators: []*jwt.OperatorClaims{op}, AccountResolver: resolver, SystemAccount: spub,
+	})
+	return Operator{URL: "nats://" + srv.Addr().String(), Creds: creds, CredsFile: file, Seed: string(useed)}
+}
