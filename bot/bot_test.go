@@ -42,8 +42,9 @@ func testConfig() bot.Config {
 	return bot.Config{Channel: channel, GroupWait: 500 * time.Millisecond, GroupInterval: time.Second}
 }
 
-// startPipeline runs agent → NATS → bot → Slack recorder, all real.
-func startPipeline(t *testing.T, source string) *pipeline {
+// startPipeline runs agent → NATS → bot → Slack recorder, all real;
+// opts adjust testConfig.
+func startPipeline(t *testing.T, source string, opts ...func(*bot.Config)) *pipeline {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := natstest.RunServer(t)
@@ -65,7 +66,11 @@ func startPipeline(t *testing.T, source string) *pipeline {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	b := bot.New(testConfig(), conn.JS, n, reg, log)
+	cfg := testConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b := bot.New(cfg, conn.JS, n, reg, log)
 	m := watchers.NewMetrics(nil)
 	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, m, log)
 	agent, err := watchers.New(watchers.Config{Source: source, SnapshotWait: 10 * time.Second}, env.Kube, env.Dynamic, pub, m, log)

@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/redact"
 )
 

@@ -34,8 +34,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/redact"
 )
