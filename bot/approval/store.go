@@ -86,7 +86,7 @@ func WithGroups(g Groups) StoreOption { return func(o *storeOptions) { o.groups 
 func WithReplicas(n int) StoreOption { return func(o *storeOptions) { o.replicas = n } }
 
 // WithBucketTTL sets how long proposals are kept after their last change.
-// Default DefaultBucketTTL.
+// Default (and 0) DefaultBucketTTL: proposals are never kept forever.
 func WithBucketTTL(d time.Duration) StoreOption { return func(o *storeOptions) { o.bucketTTL = d } }
 
 // WithClock sets the clock for creation, expiry and Mark* times (tests).
