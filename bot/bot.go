@@ -55,6 +55,11 @@ type Config struct {
 	// always. Every replica keeps the full state so that any of them can
 	// answer commands and take over at once.
 	Leader func() bool
+	// ForgetAfter is how long the bot keeps a deleted hosted cluster
+	// (its tombstones drop stale facts about it still under way, e.g. from
+	// an agent's publish buffer) before it forgets it: its state, its
+	// incident and its place in a storm. 0 means DefaultForgetAfter.
+	ForgetAfter time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -66,6 +71,7 @@ const (
 	DefaultStormThreshold = 20
 	DefaultStormWindow    = 30 * time.Second
 	DefaultStormPage      = 200
+	DefaultForgetAfter    = 10 * time.Minute
 )
 
 // Silencer reports the silence covering a hosted cluster or an incident;
@@ -90,6 +96,9 @@ type Incident struct {
 	// Silence is set while a silence covers the incident.
 	Silence *SilenceInfo
 	Channel string
+	// Deleted is set when the incident was resolved because its
+	// HostedCluster was deleted.
+	Deleted bool
 
 	clearAt time.Time // own time the signals cleared; zero while present
 	n       notifyState
@@ -114,6 +123,9 @@ type Bot struct {
 	// pending are resolved incidents replaced by a newer one of their
 	// cluster before their resolution was sent.
 	pending []*Incident
+	// gone are the deleted hosted clusters still in the model, with the
+	// time this replica saw them go (forgetGone).
+	gone map[diagnose.Key]time.Time
 	// caughtUp is false while Run replays the stream up to where it stood
 	// at start: nothing is sent from a half-built picture.
 	caughtUp bool
@@ -143,6 +155,9 @@ func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus
 	if cfg.StormPage <= 0 {
 		cfg.StormPage = DefaultStormPage
 	}
+	if cfg.ForgetAfter <= 0 {
+		cfg.ForgetAfter = DefaultForgetAfter
+	}
 	cfg.GroupWait = max(cfg.GroupWait, 0)
 	cfg.GroupInterval = max(cfg.GroupInterval, 0)
 	m := &metrics{
@@ -171,7 +186,7 @@ func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus
 	}
 	return &Bot{cfg: cfg, js: js, out: out, log: log.With().Str("component", "bot").Logger(), metrics: m,
 		kick: make(chan struct{}, 1), model: diagnose.NewModel(), incidents: map[diagnose.Key]*Incident{},
-		storms: map[string]*Storm{}, caughtUp: true}
+		storms: map[string]*Storm{}, gone: map[diagnose.Key]time.Time{}, caughtUp: true}
 }
 
 // Run consumes the events stream from its start, and sends notifications
@@ -336,11 +351,15 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 	}
 	c := b.model.Cluster(k)
 	now := b.cfg.Now()
+	inc := b.incidents[k]
+	if c != nil && c.Gone() {
+		b.clusterDeleted(k, inc, observed, now)
+		return
+	}
 	var diags []diagnose.Diagnosis
-	if c != nil && !c.Gone() {
+	if c != nil {
 		diags = diagnose.Diagnose(c, now)
 	}
-	inc := b.incidents[k]
 	if inc != nil && inc.Open() && !inc.clearAt.IsZero() && len(diags) > 0 {
 		if observed.Sub(inc.clearAt) < b.cfg.ResolveTimeout {
 			inc.clearAt = time.Time{} // back within the timeout: the same incident
@@ -379,6 +398,55 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 		if b.cfg.GroupWait == 0 || !inc.n.first.IsZero() {
 			b.wake()
 		}
+	}
+}
+
+// clusterDeleted resolves the open incident of a deleted hosted cluster at
+// once (its message says the cluster was deleted: nothing will clear its
+// signals any more) and marks the cluster for forgetGone.
+func (b *Bot) clusterDeleted(k diagnose.Key, inc *Incident, observed, now time.Time) {
+	if _, ok := b.gone[k]; !ok {
+		b.gone[k] = now
+	}
+	if inc == nil || !inc.Open() {
+		return
+	}
+	inc.Resolved, inc.Deleted, inc.clearAt = observed, true, time.Time{}
+	inc.n.state = fingerprint(inc)
+	inc.n.changed = observed
+	inc.n.dirty = true
+	b.wake()
+}
+
+// forgetGone drops what the bot holds for hosted clusters deleted at least
+// ForgetAfter ago: the model's Cluster, the incident and its storm
+// membership. A leader keeps an incident whose resolution is still to be
+// sent. Every replica runs it, so followers do not grow either.
+func (b *Bot) forgetGone(now time.Time, leader bool) {
+	for k, since := range b.gone {
+		if c := b.model.Cluster(k); c == nil || !c.Gone() {
+			delete(b.gone, k) // created again
+			continue
+		}
+		if now.Sub(since) < b.cfg.ForgetAfter {
+			continue
+		}
+		if inc := b.incidents[k]; inc != nil {
+			if leader && b.caughtUp && inc.n.dirty && inc.n.rooted {
+				continue
+			}
+			delete(b.incidents, k)
+			if s := b.storms[inc.Storm]; s != nil {
+				s.Members = slices.DeleteFunc(s.Members, func(m *Incident) bool { return m == inc })
+				s.listed = min(s.listed, len(s.Members))
+				if len(s.Members) == 0 {
+					delete(b.storms, s.Key)
+				}
+			}
+		}
+		b.pending = slices.DeleteFunc(b.pending, func(p *Incident) bool { return p.Cluster == k })
+		b.model.Forget(k)
+		delete(b.gone, k)
 	}
 }
 

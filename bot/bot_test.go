@@ -43,8 +43,9 @@ func testConfig() bot.Config {
 }
 
 // startPipeline runs agent → NATS → bot → Slack recorder, all real;
-// agentOpts adjust the agent's configuration.
-func startPipeline(t *testing.T, source string, agentOpts ...func(*watchers.Config)) *pipeline {
+// opts adjust the bot's configuration (func(*bot.Config)) or the agent's
+// (func(*watchers.Config)).
+func startPipeline(t *testing.T, source string, opts ...any) *pipeline {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := natstest.RunServer(t)
@@ -66,13 +67,21 @@ func startPipeline(t *testing.T, source string, agentOpts ...func(*watchers.Conf
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	b := bot.New(testConfig(), conn.JS, n, reg, log)
+	cfg := testConfig()
+	acfg := watchers.Config{Source: source, SnapshotWait: 10 * time.Second}
+	for _, o := range opts {
+		switch o := o.(type) {
+		case func(*bot.Config):
+			o(&cfg)
+		case func(*watchers.Config):
+			o(&acfg)
+		default:
+			t.Fatalf("startPipeline: option of type %T", o)
+		}
+	}
+	b := bot.New(cfg, conn.JS, n, reg, log)
 	m := watchers.NewMetrics(nil)
 	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, m, log)
-	acfg := watchers.Config{Source: source, SnapshotWait: 10 * time.Second}
-	for _, o := range agentOpts {
-		o(&acfg)
-	}
 	agent, err := watchers.New(acfg, env.Kube, env.Dynamic, pub, m, log)
 	if err != nil {
 		t.Fatal(err)

@@ -485,9 +485,11 @@ func TestRunExpiry(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.RunExpiry(runCtx, 20*time.Millisecond) }()
-	testenv.Eventually(t, 10*time.Second, "the stale proposal expired", func() bool {
+	// The state is written before its audit record: wait for both, or
+	// stop may cancel the append in between (a busy machine).
+	testenv.Eventually(t, 10*time.Second, "the stale proposal expired and audited", func() bool {
 		p, err := store.Get(ctx, id)
-		return err == nil && p.State == approval.StateExpired
+		return err == nil && p.State == approval.StateExpired && auditKinds(t, log)[audit.KindExpired] > 0
 	})
 	stop()
 	if err := <-done; err != nil {

@@ -96,6 +96,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 			b.takeOver()
 		}
 	}
+	b.forgetGone(b.cfg.Now(), leader)
 	if !leader || !b.caughtUp {
 		b.mu.Unlock()
 		return b.cfg.Now().Add(maxFlush)

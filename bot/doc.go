@@ -16,7 +16,13 @@
 // to answer commands, and a replayed event cannot be "lost" by an ack that
 // raced a crash. Nothing is sent until the replay has reached the stream's
 // end as it was at start, so a restarted bot never notifies from a
-// half-built picture.
+// half-built picture. The stream keeps events for its max age only; every
+// bot start asks the agents to restate (event.RestateSubject) and they
+// restate periodically, so the picture covers quiet clusters too.
+//
+// A deleted HostedCluster's open incident is resolved at once, saying so;
+// ForgetAfter later every replica forgets the cluster (model, incident,
+// storm membership), so deleted clusters cost no memory.
 //
 // # One sender: a lease in NATS KV
 //

@@ -29,6 +29,9 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 		if len(inc.Diagnoses) > 0 {
 			title = inc.Diagnoses[0].Title
 		}
+		if inc.Deleted {
+			title = "cluster deleted"
+		}
 		text := fmt.Sprintf("✅ RESOLVED · %s — %s (after %s)", cluster, title, inc.Resolved.Sub(inc.Opened).Round(time.Second))
 		return text, []slack.Block{
 			slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(text, notify.MaxHeaderText), false, false)),
@@ -200,6 +203,8 @@ func StormPage(s *Storm, from, to int) string {
 func stormLine(m *Incident, main string) string {
 	what := ""
 	switch {
+	case m.Deleted:
+		what = " — cluster deleted"
 	case !m.Open():
 		what = " — resolved"
 	case len(m.Diagnoses) > 0 && m.Diagnoses[0].Rule != main:

@@ -11,14 +11,10 @@ import (
 // replicas and retention). The duplicate window is what makes a restated
 // fact from a restarted agent or a new leader a no-op.
 func EventsStream(replicas int, maxAge, duplicates time.Duration) StreamSpec {
-	if maxAge <= 0 {
-		maxAge = 72 * time.Hour
-	}
-	if duplicates <= 0 {
-		duplicates = 15 * time.Minute
-	}
+	maxAge = durOr(maxAge, DefaultEventsMaxAge)
+	duplicates = durOr(duplicates, DefaultEventsDuplicates)
 	return StreamSpec{
-		Name:       event.StreamName,
+		Name:       EventsStreamName,
 		Subjects:   []string{event.EventsStreamSubjects},
 		MaxAge:     maxAge,
 		Replicas:   replicas,

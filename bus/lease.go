@@ -69,7 +69,7 @@ func NewLease(ctx context.Context, js jetstream.JetStream, key, identity string,
 	if l.ttl < time.Second {
 		return nil, fmt.Errorf("bus: lease TTL %s is under a second", l.ttl)
 	}
-	kv, err := EnsureKV(ctx, js, KVSpec{Bucket: LeaseBucket, TTL: l.ttl, History: 1, Replicas: replicas})
+	kv, err := EnsureKV(ctx, js, LeasesKV(replicas, l.ttl))
 	if err != nil {
 		return nil, err
 	}

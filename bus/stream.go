@@ -13,8 +13,9 @@ import (
 // StreamSpec is the part of a stream's configuration hcpbot decides. Streams
 // are always file-backed: events must survive a restart.
 type StreamSpec struct {
-	Name     string
-	Subjects []string
+	Name        string
+	Description string
+	Subjects    []string
 	// Retention: jetstream.LimitsPolicy (default), WorkQueuePolicy or
 	// InterestPolicy.
 	Retention jetstream.RetentionPolicy
@@ -27,27 +28,63 @@ type StreamSpec struct {
 	Duplicates time.Duration
 	// Discard: jetstream.DiscardOld (default) or DiscardNew when full.
 	Discard jetstream.DiscardPolicy
+	// DenyDelete and DenyPurge make the stream append-only: once set, the
+	// server refuses to clear them.
+	DenyDelete, DenyPurge bool
 }
 
 // EnsureStream creates the stream or brings an existing one to spec.
 // Calling it again with the same spec changes nothing, so every process can
 // call it at start-up.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:       spec.Name,
-		Subjects:   spec.Subjects,
-		Retention:  spec.Retention,
-		MaxAge:     spec.MaxAge,
-		MaxBytes:   unlimitedIfZero(spec.MaxBytes),
-		Storage:    jetstream.FileStorage,
-		Replicas:   max(spec.Replicas, 1),
-		Duplicates: spec.Duplicates,
-		Discard:    spec.Discard,
-	})
+	s, err := js.CreateOrUpdateStream(ctx, spec.config())
 	if err != nil {
 		return nil, fmt.Errorf("bus: ensure stream %q: %w", spec.Name, err)
 	}
 	return s, nil
+}
+
+// CreateStream creates the stream if it does not exist and otherwise
+// leaves it exactly as it is, whatever its settings. It is for a process
+// that needs a stream it does not own (the agent on its own embedded
+// server): the owner's settings are never rewritten.
+func CreateStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, spec.Name)
+	if err == nil {
+		return s, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("bus: look up stream %q: %w", spec.Name, err)
+	}
+	s, err = js.CreateStream(ctx, spec.config())
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		// Created meanwhile, by the owner: keep its settings.
+		s, err = js.Stream(ctx, spec.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: create stream %q: %w", spec.Name, err)
+	}
+	return s, nil
+}
+
+func (spec StreamSpec) config() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        spec.Name,
+		Description: spec.Description,
+		Subjects:    spec.Subjects,
+		Retention:   spec.Retention,
+		MaxAge:      spec.MaxAge,
+		MaxBytes:    unlimitedIfZero(spec.MaxBytes),
+		// The server reports "no limit" as -1; spelling it the same way
+		// keeps a repeated ensure a true no-op.
+		MaxMsgs:    -1,
+		Storage:    jetstream.FileStorage,
+		Replicas:   max(spec.Replicas, 1),
+		Duplicates: spec.Duplicates,
+		Discard:    spec.Discard,
+		DenyDelete: spec.DenyDelete,
+		DenyPurge:  spec.DenyPurge,
+	}
 }
 
 // Bounds of WaitForStream's pause between look-ups.
@@ -96,21 +133,23 @@ func WaitForStream(ctx context.Context, js jetstream.JetStream, name string, log
 // KVSpec is the part of a key-value bucket's configuration hcpbot decides;
 // buckets are file-backed too.
 type KVSpec struct {
-	Bucket   string
-	History  uint8         // values kept per key; 0 means 1
-	TTL      time.Duration // 0 keeps values forever
-	Replicas int           // 0 means 1
+	Bucket      string
+	Description string
+	History     uint8         // values kept per key; 0 means 1
+	TTL         time.Duration // 0 keeps values forever
+	Replicas    int           // 0 means 1
 }
 
 // EnsureKV creates the bucket or brings an existing one to spec; calling it
 // again with the same spec changes nothing.
 func EnsureKV(ctx context.Context, js jetstream.JetStream, spec KVSpec) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:   spec.Bucket,
-		History:  max(spec.History, 1),
-		TTL:      spec.TTL,
-		Storage:  jetstream.FileStorage,
-		Replicas: max(spec.Replicas, 1),
+		Bucket:      spec.Bucket,
+		Description: spec.Description,
+		History:     max(spec.History, 1),
+		TTL:         spec.TTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(spec.Replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: ensure KV bucket %q: %w", spec.Bucket, err)

@@ -87,7 +87,8 @@
 //
 //	"hcpbot/event/id/v1", source, cluster namespace, cluster name, type,
 //	"uid", uid  |  "ref", "hosted"|"management", kind, namespace, name,
-//	transition key, "" (formerly the snapshot run; kept so IDs stay stable)
+//	transition key, "" (the run of a [WithRestatement] event; formerly the
+//	snapshot run of every snapshot event, kept so IDs stay stable)
 //
 // each preceded by its byte length as an unsigned varint, absent values
 // being empty strings.
@@ -131,6 +132,11 @@
 // of the fact, so JetStream drops it when the same fact was published inside
 // the duplicate window (a restarted agent, or a new leader, does not put the
 // same fact on the stream twice), and a consumer that missed it receives it.
+// Periodic and requested restatements ([WithRestatement]; agents answer a
+// bot's request on [RestateSubject]) salt the ID with the run instead, so
+// every current fact gets a fresh copy on the stream and the bot's
+// knowledge never depends on the stream's max age.
+//
 // Because a restated fact may thus be absent from the stream, consumers do
 // not count snapshot events: a snapshotdone's Problems list is the
 // inventory. A consumer may clear, for that source and cluster (none: the

@@ -139,6 +139,7 @@ type Option func(*options)
 
 type options struct {
 	snapshot string
+	fresh    bool // the run is part of the ID
 }
 
 // WithSnapshot marks the event as part of the resync run with the given ID.
@@ -148,6 +149,18 @@ type options struct {
 // publication of the same fact (see the package documentation).
 func WithSnapshot(run string) Option {
 	return func(o *options) { o.snapshot = run }
+}
+
+// WithRestatement marks the event as part of the resync run run, like
+// WithSnapshot, and makes the run part of its ID, so the restated fact is
+// put on the stream again even when an earlier copy is inside the
+// duplicate window. Periodic and requested restatements use it: their point
+// is a fresh copy of every current fact, so that the stream holds one
+// younger than its max age (a bot started after the older copies aged out
+// learns every cluster). A restatement on start or reconnect uses
+// WithSnapshot instead, so that a new leader does not double the stream.
+func WithRestatement(run string) Option {
+	return func(o *options) { o.snapshot, o.fresh = run, true }
 }
 
 // New builds a version 1 event for payload p, observed at observed.
@@ -190,7 +203,11 @@ func New(source string, cluster *ClusterRef, obj ObjectRef, p Payload, transitio
 	}
 	// Hash before validating so that the ID check below applies to the
 	// real value; validation then covers every input at once.
-	e.ID = computeID(e.Source, e.Cluster, e.Type, e.Object, transitionKey, "")
+	salt := ""
+	if o.fresh {
+		salt = o.snapshot
+	}
+	e.ID = computeID(e.Source, e.Cluster, e.Type, e.Object, transitionKey, salt)
 	if err := e.Validate(); err != nil {
 		return Event{}, err
 	}

@@ -51,6 +51,9 @@ func TestID(t *testing.T) {
 		{"type", func(c *idCase) { c.payload = event.VirtLauncher{Pod: "p"} }},
 		{"uid", func(c *idCase) { c.obj.UID = "uid-2" }},
 		{"no uid", func(c *idCase) { c.obj.UID = "" }},
+		// A periodic or requested restatement is a fresh copy per run.
+		{"restatement run-1", func(c *idCase) { c.opts = []event.Option{event.WithRestatement("run-1")} }},
+		{"restatement run-2", func(c *idCase) { c.opts = []event.Option{event.WithRestatement("run-2")} }},
 	}
 	// A restated fact keeps the fact's ID, so JetStream drops the copy.
 	if got := base(func(c *idCase) { c.opts = []event.Option{event.WithSnapshot("run-1")} }); got != ref {

@@ -31,6 +31,11 @@ const (
 	// AuditFilter matches the audit records of every source; see
 	// AuditSubject.
 	AuditFilter = SubjectRoot + ".audit.*"
+	// RestateSubject is where a bot asks, over core NATS (no stream), every
+	// agent leader to restate its current state: a bot that starts after
+	// events aged out of StreamName still learns every cluster. The body
+	// is ignored; agents bound how often they answer.
+	RestateSubject = SubjectRoot + ".restate"
 
 	// NoClusterToken stands for the hosted cluster namespace and name of
 	// events about the management cluster itself. It cannot clash with a

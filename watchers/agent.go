@@ -50,6 +50,44 @@ type Config struct {
 	// of one hosted cluster: changes inside it are coalesced into one.
 	// Default DefaultNodeSummaryInterval.
 	NodeSummaryInterval time.Duration
+	// RestateInterval is how often the leader restates every cluster's
+	// current state with fresh event IDs (event.WithRestatement), so that
+	// the events stream always holds a copy of every current fact younger
+	// than its max age; default DefaultRestateInterval. RestateInterval
+	// derives it from the stream's max age.
+	RestateInterval time.Duration
+	// RestateMinGap is the least time between two requested
+	// restatements (Restate): requests within it are folded into one run
+	// at its end, so a flood of requests costs one snapshot per gap;
+	// default DefaultRestateMinGap.
+	RestateMinGap time.Duration
+}
+
+// Restatement defaults.
+const (
+	// DefaultRestateInterval is a sixth of the default events max age
+	// (72h): five restatements in a row may be missed (agent down, no
+	// leader) before a fact's newest copy ages out.
+	DefaultRestateInterval = 12 * time.Hour
+	// DefaultRestateMinGap bounds requested restatements to one per 10s:
+	// a starting bot waits at most that long, and bot replicas restarting
+	// in a loop cost at most one snapshot per 10s.
+	DefaultRestateMinGap = 10 * time.Second
+	// minRestateInterval keeps a short max age (tests, demos) from making
+	// the leader restate continuously.
+	minRestateInterval = time.Minute
+)
+
+// RestateInterval is the periodic restatement interval for an events
+// stream with the given max age: a sixth of it (see
+// DefaultRestateInterval), at least a minute. A bot that starts asks for a
+// restatement anyway, so a max age below a minute only costs a bot that
+// is already running nothing: it keeps what it learnt.
+func RestateInterval(maxAge time.Duration) time.Duration {
+	if maxAge <= 0 {
+		return DefaultRestateInterval
+	}
+	return max(maxAge/6, minRestateInterval)
 }
 
 // Defaults of Config.
@@ -85,6 +123,12 @@ func (c *Config) defaults() error {
 	}
 	if c.NodeSummaryInterval <= 0 {
 		c.NodeSummaryInterval = DefaultNodeSummaryInterval
+	}
+	if c.RestateInterval <= 0 {
+		c.RestateInterval = DefaultRestateInterval
+	}
+	if c.RestateMinGap <= 0 {
+		c.RestateMinGap = DefaultRestateMinGap
 	}
 	return nil
 }
@@ -140,7 +184,8 @@ type Agent struct {
 	// report edits with their old value.
 	proxies map[key]hypershift.ProxySpec
 
-	resync chan struct{}
+	resync  chan struct{}
+	restate chan struct{}
 }
 
 // New returns an agent. m may be shared with other agents of the process.
@@ -158,6 +203,7 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, pub Publi
 		states:  map[key]string{},
 		proxies: map[key]hypershift.ProxySpec{},
 		resync:  make(chan struct{}, 1),
+		restate: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -166,6 +212,24 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, pub Publi
 func (a *Agent) Resync() {
 	select {
 	case a.resync <- struct{}{}:
+	default:
+	}
+}
+
+// SetRestateInterval sets Config.RestateInterval (0 keeps it); call it
+// before Run, e.g. once the events stream's max age is known.
+func (a *Agent) SetRestateInterval(d time.Duration) {
+	if d > 0 {
+		a.cfg.RestateInterval = d
+	}
+}
+
+// Restate asks for a restatement of every cluster's current state with
+// fresh event IDs (a bot that started asks so). Requests are folded: at
+// most one restatement runs per Config.RestateMinGap. It never blocks.
+func (a *Agent) Restate() {
+	select {
+	case a.restate <- struct{}{}:
 	default:
 	}
 }
@@ -194,7 +258,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, hcObj := range a.listHostedClusters() {
 		a.syncOne(ctx, key{kind: kindHostedCluster, namespace: hcObj.GetNamespace(), name: hcObj.GetName()}, true)
 	}
-	a.snapshot(ctx)
+	a.snapshot(ctx, false)
 
 	var wg sync.WaitGroup
 	for range a.cfg.Workers {
@@ -202,6 +266,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			for a.processNext(ctx) {
 			}
 		})
+	}
+	periodic := time.NewTicker(a.cfg.RestateInterval)
+	defer periodic.Stop()
+	// Restatements run here, one at a time. lastFresh is when the last
+	// one with fresh IDs started; a request inside RestateMinGap of it
+	// arms gap, and the requests until it fires are folded into one run.
+	var lastFresh time.Time
+	var gap <-chan time.Time
+	fresh := func() {
+		lastFresh = time.Now()
+		a.snapshot(ctx, true)
 	}
 	for {
 		select {
@@ -211,7 +286,21 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.stopAllHosted()
 			return nil
 		case <-a.resync:
-			a.snapshot(ctx)
+			a.snapshot(ctx, false)
+		case <-periodic.C:
+			fresh()
+		case <-a.restate:
+			if gap != nil {
+				continue // already scheduled
+			}
+			if wait := time.Until(lastFresh.Add(a.cfg.RestateMinGap)); wait > 0 {
+				gap = time.After(wait)
+				continue
+			}
+			fresh()
+		case <-gap:
+			gap = nil
+			fresh()
 		}
 	}
 }

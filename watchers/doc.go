@@ -14,7 +14,12 @@
 // On start, after NATS reconnects and after the publish buffer overflowed,
 // the agent publishes a snapshot of the current problem state (events marked
 // with the snapshot run, closed by a SnapshotDone), so a consumer that
-// missed events converges, like a controller's resync.
+// missed events converges, like a controller's resync. The leader also
+// restates with fresh event IDs (event.WithRestatement) every
+// Config.RestateInterval (a sixth of the stream's max age) and on Restate
+// (a bot started and asked, event.RestateSubject), at most once per
+// RestateMinGap: the stream always holds a copy of every current fact, so
+// a bot's knowledge never depends on the stream's retention.
 //
 // Per-node events carry problems only; so that the bot knows each hosted
 // cluster's real size, the agent also publishes a node summary (total,

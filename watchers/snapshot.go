@@ -18,10 +18,18 @@ import (
 // SnapshotDone listing its current problems, so a consumer that missed
 // events converges and clears what is no longer a problem. Restated facts
 // keep their IDs: JetStream drops those already on the stream.
-func (a *Agent) snapshot(ctx context.Context) {
+//
+// With fresh set (periodic and requested restatements) the facts get IDs
+// of their own run (event.WithRestatement), so each is on the stream again
+// however recently it was published: the stream then always holds a copy
+// younger than its max age.
+func (a *Agent) snapshot(ctx context.Context, fresh bool) {
 	started := a.now()
 	run := fmt.Sprintf("%s-%s-%d", a.cfg.Source, a.cfg.Identity, started.UnixNano())
 	opt := event.WithSnapshot(run)
+	if fresh {
+		opt = event.WithRestatement(run)
+	}
 	type scope struct {
 		ref      *event.ClusterRef
 		types    []event.Type
@@ -130,7 +138,7 @@ func (a *Agent) snapshot(ctx context.Context) {
 		}
 		total += sc.count
 	}
-	a.log.Info().Str("run", run).Int("events", total).Int("hosted_skipped", skipped).Msg("snapshot published")
+	a.log.Info().Str("run", run).Bool("fresh", fresh).Int("events", total).Int("hosted_skipped", skipped).Msg("snapshot published")
 }
 
 func (a *Agent) hostedSnapshotList() []*hostedCluster {

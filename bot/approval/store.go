@@ -16,16 +16,17 @@ import (
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
 // Bucket is the key-value bucket holding proposals, keyed by action id.
-const Bucket = "hcpbot_proposals"
+const Bucket = bus.ProposalsBucket
 
 // DefaultBucketTTL is how long a proposal is kept after its last change.
 // Rollback needs the Undo stored with an executed proposal, so this bounds
 // how late an action can be rolled back by id.
-const DefaultBucketTTL = 90 * 24 * time.Hour
+const DefaultBucketTTL = bus.ProposalsTTL
 
 // maxCASAttempts bounds the re-read/re-try loop of one transition. Every
 // write is a transition out of the state it read, so a second conflict
@@ -85,7 +86,7 @@ func WithGroups(g Groups) StoreOption { return func(o *storeOptions) { o.groups 
 func WithReplicas(n int) StoreOption { return func(o *storeOptions) { o.replicas = n } }
 
 // WithBucketTTL sets how long proposals are kept after their last change.
-// Default DefaultBucketTTL.
+// Default (and 0) DefaultBucketTTL: proposals are never kept forever.
 func WithBucketTTL(d time.Duration) StoreOption { return func(o *storeOptions) { o.bucketTTL = d } }
 
 // WithClock sets the clock for creation, expiry and Mark* times (tests).
@@ -113,14 +114,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, pol
 	if o.replicas < 1 || o.bucketTTL < 0 {
 		return nil, errors.New("approval: replicas must be positive and the bucket TTL not negative")
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "hcpbot proposals and their approval state",
-		History:     1,
-		TTL:         o.bucketTTL,
-		Storage:     jetstream.FileStorage,
-		Replicas:    o.replicas,
-	})
+	kv, err := bus.EnsureKV(ctx, js, bus.ProposalsKV(o.replicas, o.bucketTTL))
 	if err != nil {
 		return nil, fmt.Errorf("approval: ensure bucket %s: %w", Bucket, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -21,17 +22,17 @@ import (
 // Stream names and defaults.
 const (
 	// StreamName is the JetStream stream holding the audit trail.
-	StreamName = "HCPBOT_AUDIT"
+	StreamName = bus.AuditStreamName
 	// StreamSubjects is its subject filter; records are published on
 	// event.AuditSubject(source).
-	StreamSubjects = event.SubjectRoot + ".audit.>"
+	StreamSubjects = bus.AuditStreamSubjects
 	// DefaultMaxAge keeps records for a little over a year, long enough
 	// for a yearly compliance review.
-	DefaultMaxAge = 400 * 24 * time.Hour
+	DefaultMaxAge = bus.AuditMaxAge
 	// DefaultDuplicates is how long record IDs are remembered for
 	// de-duplication. Retries happen within seconds; a longer window costs
 	// server memory per record.
-	DefaultDuplicates = 10 * time.Minute
+	DefaultDuplicates = bus.AuditDuplicates
 	// DefaultSource is the subject token used for records that name no
 	// source (e.g. a refusal for an unknown action id).
 	DefaultSource = "bot"
@@ -171,29 +172,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, er
 	if _, err := event.AuditSubject(o.defaultSource); err != nil {
 		return nil, fmt.Errorf("audit: default source: %w", err)
 	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamName,
-		Description: "hcpbot audit trail (append-only)",
-		Subjects:    []string{StreamSubjects},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    o.replicas,
-		MaxAge:      o.maxAge,
-		// The server reports "no limit" as -1; spelling it the same way
-		// keeps a repeated Open a true no-op.
-		MaxBytes:   -1,
-		MaxMsgs:    -1,
-		Duplicates: min(o.duplicates, o.maxAge),
-		// Discarding old records when full would silently drop history;
-		// refusing new ones makes the problem loud instead.
-		Discard: jetstream.DiscardNew,
-		// Append-only: once set, the server refuses to clear these.
-		DenyDelete: true,
-		DenyPurge:  true,
-		// A rollup would purge a subject; the default (false) is kept
-		// explicit here because it is part of the guarantee.
-		AllowRollup: false,
-	})
+	s, err := bus.EnsureStream(ctx, js, bus.AuditStream(o.replicas, o.maxAge, o.duplicates))
 	if err != nil {
 		return nil, fmt.Errorf("audit: ensure stream %s: %w", StreamName, err)
 	}

@@ -142,7 +142,7 @@ func (m *ttlMap[V]) prune(now time.Time) {
 }
 
 // ReplayBucket is the NATS KV bucket replay guards share.
-const ReplayBucket = "hcpbot_slack_replay"
+const ReplayBucket = bus.SlackReplayBucket
 
 // ErrReplayBucketTTL is returned for a bucket whose keys would not outlive
 // the replay window, or would never expire.
@@ -151,7 +151,7 @@ var ErrReplayBucketTTL = errors.New("chatops: replay bucket TTL must be at least
 // EnsureReplayBucket creates (or updates) ReplayBucket with a TTL of
 // ReplayWindow and the given replica count (0 means 1).
 func EnsureReplayBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	return bus.EnsureKV(ctx, js, bus.KVSpec{Bucket: ReplayBucket, TTL: ReplayWindow, Replicas: replicas})
+	return bus.EnsureKV(ctx, js, bus.SlackReplayKV(replicas, ReplayWindow))
 }
 
 // KVReplayGuard is a ReplayGuard shared by all bot replicas through a NATS

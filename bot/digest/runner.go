@@ -26,9 +26,9 @@ import (
 // skew between replicas, so they expire; the previous finding sets must
 // survive a weekly schedule, so they do not.
 const (
-	TicksBucket = "hcpbot-digest-ticks"
-	StateBucket = "hcpbot-digest-state"
-	TickTTL     = 7 * 24 * time.Hour
+	TicksBucket = bus.DigestTicksBucket
+	StateBucket = bus.DigestStateBucket
+	TickTTL     = bus.DigestTicksTTL
 	// DefaultTickLease is how long a taken tick may stay unposted before
 	// another replica takes it over.
 	DefaultTickLease = 2 * time.Minute
@@ -129,11 +129,11 @@ func NewRunner(ctx context.Context, js jetstream.JetStream, cfg Config) (*Runner
 	if cfg.Bot == nil || cfg.Out == nil {
 		return nil, errors.New("digest: Bot and Out are required")
 	}
-	ticks, err := bus.EnsureKV(ctx, js, bus.KVSpec{Bucket: TicksBucket, TTL: TickTTL, Replicas: cfg.Replicas})
+	ticks, err := bus.EnsureKV(ctx, js, bus.DigestTicksKV(cfg.Replicas))
 	if err != nil {
 		return nil, fmt.Errorf("digest: %w", err)
 	}
-	state, err := bus.EnsureKV(ctx, js, bus.KVSpec{Bucket: StateBucket, Replicas: cfg.Replicas})
+	state, err := bus.EnsureKV(ctx, js, bus.DigestStateKV(cfg.Replicas))
 	if err != nil {
 		return nil, fmt.Errorf("digest: %w", err)
 	}

@@ -128,14 +128,15 @@ func (s *MemoryStore) put(id string, r Record) uint64 {
 }
 
 // DefaultBucket is the KV bucket of KVConfig when none is named.
-const DefaultBucket = "hcpbot_slack"
+const DefaultBucket = bus.SlackMessagesBucket
 
 // KVConfig configures the NATS KV bucket of a KVStore.
 type KVConfig struct {
 	Bucket string // default DefaultBucket
-	// TTL bounds how long records are kept; 0 keeps them forever. An
-	// incident updated after its record expired gets a new root message,
-	// so pick it well above the lifetime of an incident (e.g. 30 days).
+	// TTL bounds how long records are kept after their last update; 0
+	// means bus.SlackMessagesTTL (30 days). An incident updated after its
+	// record expired gets a new root message, so keep it well above the
+	// lifetime of an incident.
 	TTL      time.Duration
 	Replicas int // 0 means 1; 3 in a clustered NATS
 }
@@ -149,10 +150,7 @@ type KVStore struct {
 // NewKVStore creates or updates the bucket (bus.EnsureKV) and returns a
 // store on it.
 func NewKVStore(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KVStore, error) {
-	if cfg.Bucket == "" {
-		cfg.Bucket = DefaultBucket
-	}
-	kv, err := bus.EnsureKV(ctx, js, bus.KVSpec{Bucket: cfg.Bucket, TTL: cfg.TTL, Replicas: cfg.Replicas})
+	kv, err := bus.EnsureKV(ctx, js, bus.SlackMessagesKV(cfg.Bucket, cfg.Replicas, cfg.TTL))
 	if err != nil {
 		return nil, fmt.Errorf("notify: %w", err)
 	}

@@ -35,12 +35,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
 // Bucket is the key-value bucket holding silences, keyed by silence id.
-const Bucket = "HCPBOT_SILENCES"
+const Bucket = bus.SilencesBucket
 
 // DefaultMaxDuration bounds how long one silence lasts unless WithMaxDuration
 // says otherwise.
@@ -148,14 +149,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, opt
 	if o.replicas < 1 || o.max <= 0 || o.now == nil {
 		return nil, errors.New("silence: replicas and maximum duration must be positive and the clock set")
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "hcpbot silences (muted clusters and incidents)",
-		History:     1,
-		TTL:         bucketTTL(o.max),
-		Storage:     jetstream.FileStorage,
-		Replicas:    o.replicas,
-	})
+	kv, err := bus.EnsureKV(ctx, js, bus.SilencesKV(o.replicas, bucketTTL(o.max)))
 	if err != nil {
 		return nil, fmt.Errorf("silence: ensure bucket %s: %w", Bucket, err)
 	}

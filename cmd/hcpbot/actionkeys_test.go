@@ -29,19 +29,6 @@ import (
 // unchanged and the reply says why.
 func TestAllAgentEnforcesConfiguredKeys(t *testing.T) {
 	env.Need(t)
-	seedFile := func(t *testing.T) (path, pub string) {
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			t.Fatal(err)
-		}
-		seed, _ := kp.Seed()
-		pub, _ = kp.PublicKey()
-		path = filepath.Join(t.TempDir(), "signing.seed")
-		if err := os.WriteFile(path, seed, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path, pub
-	}
 	for _, tc := range []struct {
 		name     string
 		agent    func(signer, other string) string // extra agent settings
@@ -61,8 +48,8 @@ func TestAllAgentEnforcesConfiguredKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			ns, hosted, nodes, kubeconfig := allCluster(t, "keys")
-			seed, signer := seedFile(t)
-			_, other := seedFile(t)
+			seed, signer := signingSeed(t)
+			_, other := signingSeed(t)
 			srv := natstest.RunServer(t)
 			rec := slackrec.New(t)
 			botAddr, opsAddr := freeAddr(t), freeAddr(t)
@@ -115,4 +102,21 @@ approvals:
 			}
 		})
 	}
+}
+
+// signingSeed writes a new approval signing key (an nkey user seed) to a
+// file and returns its path and public key.
+func signingSeed(t *testing.T) (path, pub string) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	pub, _ = kp.PublicKey()
+	path = filepath.Join(t.TempDir(), "signing.seed")
+	if err := os.WriteFile(path, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, pub
 }

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -246,16 +248,16 @@ func agentNATSClient(f agentFlags, inbox string) natsClient {
 }
 
 // agentStream makes sure the events stream exists before the agent
-// publishes. With its own embedded server the agent creates it; against an
-// external NATS the bot owns it (its configured retention and replicas) and
-// the agent's user may not create or update streams, so it waits for it.
-func agentStream(ctx context.Context, conn *bus.Conn, replicas int, log zerolog.Logger) error {
+// publishes, and returns it. The bot owns the stream (its configured
+// retention and replicas): against an external NATS the agent's user may
+// not create or update streams, so it waits for it; on its own embedded
+// server the agent creates it with the defaults only while it is absent,
+// and never rewrites the settings a bot connected to that server set.
+func agentStream(ctx context.Context, conn *bus.Conn, replicas int, log zerolog.Logger) (jetstream.Stream, error) {
 	if conn.Embedded() {
-		_, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(replicas, 0, 0))
-		return err
+		return bus.CreateStream(ctx, conn.JS, bus.EventsStream(replicas, 0, 0))
 	}
-	_, err := bus.WaitForStream(ctx, conn.JS, event.StreamName, log)
-	return err
+	return bus.WaitForStream(ctx, conn.JS, event.StreamName, log)
 }
 
 // agentRun runs the agent on an open NATS connection until ctx ends.
@@ -293,7 +295,10 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	conn.OnReconnect(agent.Resync)
 	if f.ensureStream && conn.Embedded() {
 		// Its own server: nobody else would bring a deleted stream back.
-		pub.OnStreamMissing(func(ctx context.Context) error { return agentStream(ctx, conn, f.streamReplicas, log) })
+		pub.OnStreamMissing(func(ctx context.Context) error {
+			_, err := agentStream(ctx, conn, f.streamReplicas, log)
+			return err
+		})
 	}
 
 	var streamMissing atomic.Bool
@@ -314,13 +319,17 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	// After serveOps: waiting for the bot can take a while, and the
 	// liveness probe must not restart the agent meanwhile.
 	if f.ensureStream {
-		if err := agentStream(ctx, conn, f.streamReplicas, log); err != nil {
+		if _, err := agentStream(ctx, conn, f.streamReplicas, log); err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while waiting
 			}
 			return err
 		}
 		streamMissing.Store(false)
+	}
+	if s, err := conn.JS.Stream(ctx, event.StreamName); err == nil {
+		// Restate well within the stream's max age (the bot's setting).
+		agent.SetRestateInterval(watchers.RestateInterval(s.CachedInfo().Config.MaxAge))
 	}
 
 	var wg sync.WaitGroup
@@ -345,6 +354,13 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	run := func(ctx context.Context) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		// The leader answers bots asking for a restatement (one starts);
+		// the agent folds a flood of requests into one per RestateMinGap.
+		if sub, err := conn.NC.Subscribe(event.RestateSubject, func(*nats.Msg) { agent.Restate() }); err != nil {
+			log.Warn().Err(err).Msg("not answering restatement requests")
+		} else {
+			defer func() { _ = sub.Unsubscribe() }()
+		}
 		var served sync.WaitGroup
 		served.Go(func() {
 			if err := actions.Serve(ctx, conn.NC, serve); err != nil {

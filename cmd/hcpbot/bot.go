@@ -99,7 +99,7 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 		return err
 	}
 	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(cfg.NATS.StreamReplicas, cfg.NATS.EventsMaxAge, cfg.NATS.DuplicateWindow)); err != nil {
+	if err := botStream(ctx, cfg, conn, log); err != nil {
 		return err
 	}
 
@@ -136,6 +136,22 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 		return agentErr
 	}
 	return err
+}
+
+// botStream brings the events stream to the configured settings: the bot
+// owns it (the agent only waits for it, or on its own embedded server
+// creates it while absent), so these are the settings it keeps. The stream
+// holds what happened within nats.eventsMaxAge only, and a quiet cluster's
+// facts may have aged out: the bot then asks every agent leader to restate
+// its clusters onto the stream, which it replays.
+func botStream(ctx context.Context, cfg *configs.Config, conn *bus.Conn, log zerolog.Logger) error {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(cfg.NATS.StreamReplicas, cfg.NATS.EventsMaxAge, cfg.NATS.DuplicateWindow)); err != nil {
+		return err
+	}
+	if err := conn.NC.Publish(event.RestateSubject, nil); err != nil {
+		log.Warn().Err(err).Msg("restatement not requested; the bot knows what the stream holds")
+	}
+	return nil
 }
 
 // approvalSigner is the key approved requests are signed with: the

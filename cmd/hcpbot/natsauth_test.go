@@ -117,7 +117,7 @@ func TestAgentNATSFlags(t *testing.T) {
 	}
 	var logs syncbuf.Buffer
 	waited := make(chan error, 1)
-	go func() { waited <- agentStream(ctx, conn, 1, zerolog.New(&logs)) }()
+	go func() { _, err := agentStream(ctx, conn, 1, zerolog.New(&logs)); waited <- err }()
 	testenv.Eventually(t, natstest.Timeout, "the waiting line", func() bool {
 		return strings.Contains(logs.String(), "waiting for the bot to create stream "+event.StreamName)
 	})
@@ -150,7 +150,7 @@ func TestAgentEmbeddedNATSLoopback(t *testing.T) {
 	if !strings.Contains(logs.String(), "no authentication and no TLS, listening on loopback only") || !strings.Contains(logs.String(), "nats://127.0.0.1:") {
 		t.Errorf("start log:\n%s", logs.String())
 	}
-	if err := agentStream(ctx, conn, 1, log); err != nil {
+	if _, err := agentStream(ctx, conn, 1, log); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.JS.Stream(ctx, event.StreamName); err != nil {

@@ -421,14 +421,14 @@ func TestNATSPermissions(t *testing.T) {
 			}
 		}},
 		{"bot writes the digest buckets (bus.EnsureKV " + digest.TicksBucket + ", " + digest.StateBucket + ")", func(t *testing.T, ctx context.Context) {
-			ticks, err := bus.EnsureKV(ctx, botC.JS, bus.KVSpec{Bucket: digest.TicksBucket, TTL: digest.TickTTL})
+			ticks, err := bus.EnsureKV(ctx, botC.JS, bus.DigestTicksKV(1))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if _, err := ticks.Create(ctx, "daily.1", []byte("r1")); err != nil {
 				t.Fatal(err)
 			}
-			state, err := bus.EnsureKV(ctx, botC.JS, bus.KVSpec{Bucket: digest.StateBucket})
+			state, err := bus.EnsureKV(ctx, botC.JS, bus.DigestStateKV(1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -474,6 +474,34 @@ func TestNATSPermissions(t *testing.T) {
 			}
 			if n != eventsPublished {
 				t.Fatalf("the bot read %d events, want %d (%v)", n, eventsPublished, batch.Error())
+			}
+		}},
+		{"bot asks for a restatement (" + event.RestateSubject + "), every agent hears it", func(t *testing.T, ctx context.Context) {
+			heard := make(chan string, 4)
+			for _, c := range []struct {
+				source string
+				conn   *bus.Conn
+			}{{src1, ag1C}, {src2, ag2C}} {
+				s, err := c.conn.NC.Subscribe(event.RestateSubject, func(*nats.Msg) { heard <- c.source })
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = s.Unsubscribe() }()
+				if err := c.conn.NC.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := botC.NC.Publish(event.RestateSubject, nil); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]bool{}
+			for len(got) < 2 {
+				select {
+				case src := <-heard:
+					got[src] = true
+				case <-time.After(natstest.Timeout):
+					t.Fatalf("heard by %v only", got)
+				}
 			}
 		}},
 		{"agent reads the approval store (KeyValue + Get " + approval.Bucket + ")", func(t *testing.T, ctx context.Context) {
@@ -623,6 +651,7 @@ func TestNATSPermissions(t *testing.T) {
 		pub("agent mgmt-1: another cluster's event", ag1R, "hcpbot.events.mgmt-2._._.node", nil),
 		pub("agent mgmt-1: an action request to itself", ag1R, "hcpbot.actions.mgmt-1.request", nil),
 		pub("agent mgmt-1: an action request to another agent", ag1R, "hcpbot.actions.mgmt-2.request", nil),
+		pub("agent mgmt-1: ask every agent to restate", ag1R, event.RestateSubject, nil),
 		pub("agent mgmt-1: an audit record of another cluster", ag1R, "hcpbot.audit.mgmt-2.agent", nil),
 		pub("agent mgmt-1: an audit record on the bot's subject for its cluster", ag1R, "hcpbot.audit.mgmt-1", nil),
 		pub("agent mgmt-1: create the events stream", ag1R, "$JS.API.STREAM.CREATE."+event.StreamName, nil),

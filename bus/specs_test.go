@@ -1,0 +1,131 @@
+package bus
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestSpecsAreBounded ensures every stream and bucket hcpbot has, with its
+// default settings, on a real server, and checks what the server reports:
+// nothing grows without a bound (max age or TTL), KV buckets keep one value
+// per key, the audit trail is append-only and refuses rather than drops,
+// and a second ensure with the same spec changes nothing.
+func TestSpecsAreBounded(t *testing.T) {
+	ctx := testContext(t)
+	c := connect(t, Config{Embedded: EmbeddedConfig{StoreDir: t.TempDir(), Name: "specs"}})
+	streams := []struct {
+		spec   StreamSpec
+		maxAge time.Duration
+	}{
+		{EventsStream(1, 0, 0), DefaultEventsMaxAge},
+		{AuditStream(1, 0, 0), AuditMaxAge},
+	}
+	for _, tc := range streams {
+		t.Run(tc.spec.Name, func(t *testing.T) {
+			s, err := EnsureStream(ctx, c.JS, tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := s.CachedInfo().Config
+			if cfg.MaxAge != tc.maxAge || cfg.MaxAge <= 0 {
+				t.Errorf("max age %v, want %v", cfg.MaxAge, tc.maxAge)
+			}
+			if cfg.Duplicates <= 0 || cfg.Duplicates > cfg.MaxAge {
+				t.Errorf("duplicate window %v not within max age %v", cfg.Duplicates, cfg.MaxAge)
+			}
+			if cfg.Storage != jetstream.FileStorage {
+				t.Errorf("storage %v, want file", cfg.Storage)
+			}
+			again, err := EnsureStream(ctx, c.JS, tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again.CachedInfo().Config.MaxAge != cfg.MaxAge || again.CachedInfo().Created != s.CachedInfo().Created {
+				t.Errorf("second ensure changed the stream")
+			}
+		})
+	}
+	audit, err := c.JS.Stream(ctx, AuditStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := audit.CachedInfo().Config; !cfg.DenyDelete || !cfg.DenyPurge || cfg.Discard != jetstream.DiscardNew {
+		t.Errorf("audit stream not append-only: deny delete %v, deny purge %v, discard %v", cfg.DenyDelete, cfg.DenyPurge, cfg.Discard)
+	}
+
+	buckets := []struct {
+		spec KVSpec
+		ttl  time.Duration
+	}{
+		{ProposalsKV(1, 0), ProposalsTTL},
+		{SilencesKV(1, 48*time.Hour), 48 * time.Hour},
+		{LeasesKV(1, DefaultLeaseTTL), DefaultLeaseTTL},
+		{SlackMessagesKV("", 1, 0), SlackMessagesTTL},
+		{SlackReplayKV(1, 11*time.Minute), 11 * time.Minute},
+		{DigestTicksKV(1), DigestTicksTTL},
+		{DigestStateKV(1), DigestStateTTL},
+	}
+	for _, tc := range buckets {
+		t.Run(tc.spec.Bucket, func(t *testing.T) {
+			kv, err := EnsureKV(ctx, c.JS, tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := kv.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.TTL() != tc.ttl || st.TTL() <= 0 {
+				t.Errorf("TTL %v, want %v", st.TTL(), tc.ttl)
+			}
+			if st.History() != 1 {
+				t.Errorf("history %d, want 1", st.History())
+			}
+		})
+	}
+}
+
+// TestCreateStreamKeepsOwnersSettings: the agent (CreateStream, defaults)
+// and the bot (EnsureStream, configured) start and restart in every order;
+// whoever was last, the stream has the bot's settings once the bot ran,
+// and the agent alone creates it with the defaults.
+func TestCreateStreamKeepsOwnersSettings(t *testing.T) {
+	ctx := testContext(t)
+	bot := EventsStream(1, 5*time.Hour, time.Minute)
+	agent := EventsStream(1, 0, 0)
+	for _, order := range [][]string{
+		{"agent", "bot", "agent", "agent", "bot", "agent"},
+		{"bot", "agent", "bot", "agent"},
+		{"agent", "agent", "bot", "bot", "agent"},
+	} {
+		t.Run("", func(t *testing.T) {
+			c := connect(t, Config{Embedded: EmbeddedConfig{StoreDir: t.TempDir(), Name: "owner"}})
+			botRan := false
+			for i, who := range order {
+				var err error
+				if who == "bot" {
+					_, err = EnsureStream(ctx, c.JS, bot)
+					botRan = true
+				} else {
+					_, err = CreateStream(ctx, c.JS, agent)
+				}
+				if err != nil {
+					t.Fatalf("%d %s: %v", i, who, err)
+				}
+				s, err := c.JS.Stream(ctx, EventsStreamName)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := agent
+				if botRan {
+					want = bot
+				}
+				if cfg := s.CachedInfo().Config; cfg.MaxAge != want.MaxAge || cfg.Duplicates != want.Duplicates {
+					t.Errorf("after %v: max age %v, duplicates %v; want %v, %v", order[:i+1], cfg.MaxAge, cfg.Duplicates, want.MaxAge, want.Duplicates)
+				}
+			}
+		})
+	}
+}
