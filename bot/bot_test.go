@@ -262,15 +262,21 @@ func TestDeadLetters(t *testing.T) {
 // deadLettered sums hcpbot_bot_events_dead_lettered_total over its reasons.
 func deadLettered(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
+	return metricSum(t, reg, "hcpbot_bot_events_dead_lettered_total")
+}
+
+// metricSum is the value of a counter or gauge, summed over its labels.
+func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var total float64
 	for _, mf := range mfs {
-		if mf.GetName() == "hcpbot_bot_events_dead_lettered_total" {
+		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				total += m.GetCounter().GetValue()
+				total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
