@@ -3,7 +3,6 @@ package bot_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,35 +26,20 @@ func restartConfig() bot.Config {
 
 const restartNodes = 30
 
-// nodeEvents are the facts of a hosted cluster "<ns>/<name>" of source
-// with restartNodes nodes: its HostedCluster (no proxy), and every node
-// Ready except those in notReady.
+// nodeEvents are the facts of a cluster of restartNodes nodes.
 func nodeEvents(t *testing.T, source, ns, name string, at time.Time, notReady ...int) []event.Event {
 	t.Helper()
-	ref := event.ClusterRef{Namespace: ns, Name: name}
-	hc, err := event.New(source, &ref, event.ObjectRef{Kind: "HostedCluster", Namespace: ns, Name: name, UID: "uid-" + name},
-		event.HostedClusterState{Platform: "KubeVirt", Version: "4.18.12", ServiceNetwork: []string{"172.31.0.0/16"}}, "rv:1", at)
+	events, err := scenario.NodeFleet(source, ns, name, restartNodes, at, notReady...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := []event.Event{hc}
-	for n := range restartNodes {
-		out = append(out, nodeEvent(t, source, ns, name, n, !slices.Contains(notReady, n), at))
-	}
-	return out
+	return events
 }
 
 // nodeEvent is node n of the cluster turning Ready (or NotReady) at at.
 func nodeEvent(t *testing.T, source, ns, name string, n int, ready bool, at time.Time) event.Event {
 	t.Helper()
-	ref := event.ClusterRef{Namespace: ns, Name: name}
-	node := fmt.Sprintf("%s-np-%d", name, n)
-	p := event.NodeReadiness{Node: node, Ready: event.ConditionTrue, Reason: "KubeletReady", LastTransitionTime: at}
-	if !ready {
-		p.Ready, p.Reason, p.Message = event.ConditionFalse, "KubeletNotReady", "container runtime is down"
-	}
-	e, err := event.New(source, &ref, event.ObjectRef{Kind: "Node", Name: node, UID: "uid-" + node, Hosted: true},
-		p, event.TransitionAt("Ready="+string(p.Ready), at), at)
+	e, err := scenario.NodeReady(source, ns, name, n, ready, at)
 	if err != nil {
 		t.Fatal(err)
 	}
