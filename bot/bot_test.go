@@ -66,8 +66,22 @@ func startPipeline(t *testing.T, source string) *pipeline {
 	}
 	reg := prometheus.NewRegistry()
 	b := bot.New(testConfig(), conn.JS, n, reg, log)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = n.Run(ctx) })
+	wg.Go(func() { _ = b.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait(); conn.Close() })
+	startAgent(t, conn.JS, source)
+	return &pipeline{js: conn.JS, slack: rec, bot: b, reg: reg}
+}
+
+// startAgent runs the agent of source on the test's management cluster,
+// publishing to js, until the test ends.
+func startAgent(t *testing.T, js jetstream.JetStream, source string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := natstest.Logger(t)
 	m := watchers.NewMetrics(nil)
-	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, m, log)
+	pub := watchers.NewJetStreamPublisher(js, 1000, m, log)
 	agent, err := watchers.New(watchers.Config{Source: source, SnapshotWait: 10 * time.Second}, env.Kube, env.Dynamic, pub, m, log)
 	if err != nil {
 		t.Fatal(err)
@@ -75,10 +89,7 @@ func startPipeline(t *testing.T, source string) *pipeline {
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
 	wg.Go(func() { _ = agent.Run(ctx) })
-	wg.Go(func() { _ = n.Run(ctx) })
-	wg.Go(func() { _ = b.Run(ctx) })
-	t.Cleanup(func() { cancel(); wg.Wait(); conn.Close() })
-	return &pipeline{js: conn.JS, slack: rec, bot: b, reg: reg}
+	t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
 // Seed 000 yields ONE Slack message for the hosted cluster, diagnosing the

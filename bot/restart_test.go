@@ -3,9 +3,13 @@ package bot_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/event"
@@ -247,4 +251,125 @@ func TestRestartResolvesStormHealedWhileDown(t *testing.T) {
 	if rs := roots(rec); len(rs) != 1 {
 		t.Errorf("%d roots, want the storm only", len(rs))
 	}
+}
+
+// The case of the issue, on a real API server with the real agent: a
+// hosted cluster of 30 nodes loses one (an incident, resolved while the
+// bot runs), then another (an incident open when the bot stops, healed
+// while it is down). (The bot counts the nodes the agent told it about:
+// "1 of 1 node" here until issue 21.) The restarted bot updates the second one's message
+// to resolved and sends nothing else: before the fix it set both messages
+// back to "🟠 WARNING · 1 of 30 nodes NotReady" although every node was
+// Ready.
+func TestRestartAfterHealOnAPIServer(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	hosted := env.HostedCluster(t, scenario.Healthy(ns, "rs"))
+	nodes, err := scenario.Nodes(ctx, hosted.Kube, "rs-np", restartNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := natsJS(t)
+	rec := slackrec.New(t)
+	startAgent(t, js, "mgmt-"+ns)
+	first := startBot(t, js, rec, restartConfig())
+	ours := ns + "/rs"
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range rec.Messages(channel) {
+				t.Logf("message %s thread=%q: %.200s", m.TS, m.ThreadTS, m.Text)
+			}
+		}
+	})
+	setReady := func(node string, ready bool) {
+		t.Helper()
+		status, reason := corev1.ConditionTrue, "KubeletReady"
+		if !ready {
+			status, reason = corev1.ConditionFalse, "KubeletNotReady"
+		}
+		if err := scenario.SetNodeReady(ctx, hosted.Kube, node, status, reason, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitRoot waits for a root about the cluster other than those known.
+	waitRoot := func(known ...string) string {
+		t.Helper()
+		var ts string
+		rec.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
+			for _, m := range roots(r) {
+				if strings.Contains(m.Text, ours) && strings.Contains(m.Text, "NotReady") && !slices.Contains(known, m.TS) {
+					ts = m.TS
+					return true
+				}
+			}
+			return false
+		})
+		return ts
+	}
+	resolved := func(ts string) func(*slackrec.Recorder) bool {
+		return func(r *slackrec.Recorder) bool {
+			m, ok := r.Message(channel, ts)
+			return ok && strings.Contains(m.Text, "RESOLVED")
+		}
+	}
+
+	setReady(nodes[0], false)
+	before := waitRoot()
+	setReady(nodes[0], true)
+	rec.WaitFor(t, 60*time.Second, resolved(before))
+	setReady(nodes[1], false)
+	open := waitRoot(before)
+	first.cancel()
+	setReady(nodes[1], true)
+	// The agent has published the recovery before the new bot starts.
+	testenv.Eventually(t, 60*time.Second, "the recovery is on the stream", func() bool { return readyOnStream(t, js, nodes[1]) })
+
+	mark := len(rec.Calls())
+	second := startBot(t, js, rec, restartConfig())
+	check := func() {
+		t.Helper()
+		for _, c := range rec.Calls()[mark:] {
+			if unhealthy(c) {
+				t.Errorf("after the restart, %s shows an unhealthy state: %.200s", c.Method, c.Form.Get("text"))
+			}
+			if c.Method == "chat.postMessage" && c.Form.Get("thread_ts") == "" {
+				t.Errorf("after the restart, a new root: %.200s", c.Form.Get("text"))
+			}
+			if c.Form.Get("ts")+c.Form.Get("thread_ts") == before {
+				t.Errorf("after the restart, %s touched the incident resolved before the stop", c.Method)
+			}
+		}
+	}
+	rec.WaitFor(t, 60*time.Second, resolved(open))
+	check()
+	testenv.Eventually(t, 30*time.Second, "the resolved incident's rendering found unchanged", func() bool {
+		return metricSum(t, second.reg, "hcpbot_slack_unchanged_total") >= 1 && metricSum(t, second.reg, "hcpbot_slack_queue_depth") == 0
+	})
+	check()
+	t.Logf("after the restart: %d Slack calls", len(rec.Calls())-mark)
+}
+
+// readyOnStream reports whether one of the newest events on the stream
+// says node is Ready.
+func readyOnStream(t *testing.T, js jetstream.JetStream, node string) bool {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, event.StreamName)
+	if err != nil {
+		return false
+	}
+	last := s.CachedInfo().State.LastSeq
+	for seq := last; seq > 0 && seq+200 > last; seq-- {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		if _, p, err := event.DecodeAll(m.Data); err == nil {
+			if r, ok := p.(event.NodeReadiness); ok && r.Node == node && r.Ready == event.ConditionTrue {
+				return true
+			}
+		}
+	}
+	return false
 }
