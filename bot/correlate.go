@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -211,10 +210,16 @@ func (b *Bot) takeOver() {
 // ones at once (their message, if any, must learn it).
 func (b *Bot) uncheckedDue(now time.Time) []*Incident {
 	var out []*Incident
-	for _, inc := range slices.Concat(slices.Collect(maps.Values(b.incidents)), b.pending) {
+	add := func(inc *Incident) {
 		if !inc.n.checked && (!inc.n.first.IsZero() || !inc.Open() || !now.Before(inc.n.seen.Add(b.cfg.GroupWait))) {
 			out = append(out, inc)
 		}
+	}
+	for _, inc := range b.incidents {
+		add(inc)
+	}
+	for _, inc := range b.pending {
+		add(inc)
 	}
 	return out
 }
