@@ -12,6 +12,10 @@
 //	make bench                      # all of B1–B5, then the table
 //	make bench BENCH=B2             # one of them
 //
+// B1 runs twice: on the embedded server's default (fsync every 2 minutes)
+// and, as result B1-sync, on one that fsyncs every write before
+// acknowledging it, as the deploy's NATS does (sync_interval: always).
+//
 // Scale: HCPBOT_BENCH_QUICK=1 runs every scenario small, for developing
 // the harness; figures measured so are marked quick and never meet targets.
 package bench

@@ -130,6 +130,9 @@ type Bot struct {
 	// at start: nothing is sent from a half-built picture.
 	caughtUp bool
 	leader   bool
+	// stormsChecked is set once the storms of the previous run (or
+	// leader) were looked for after a takeover.
+	stormsChecked bool
 }
 
 type metrics struct {
@@ -374,14 +377,23 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 	case len(diags) == 0 && b.cfg.ResolveTimeout > 0:
 		if inc.clearAt.IsZero() {
 			inc.clearAt, inc.n.clearSeen = observed, now
+			if !b.caughtUp {
+				// Replayed: the signals cleared when the event says, not
+				// when this replica reads it. Timing the resolution from
+				// the replay would keep a cluster healed long ago open
+				// for another ResolveTimeout.
+				inc.n.clearSeen = earliest(now, observed)
+			}
 			b.wake()
 		}
 		return
 	case len(diags) == 0:
 		inc.Resolved = observed
 	case inc == nil || !inc.Open():
-		if inc != nil && inc.n.dirty && inc.n.rooted {
-			// The resolution of the previous incident still has to be sent.
+		if inc != nil && inc.n.dirty && (inc.n.rooted || !inc.n.checked) {
+			// The resolution of the previous incident still has to be
+			// sent, if it has a message (unknown before the check: during
+			// a replay, a message posted by the previous run).
 			b.pending = append(b.pending, inc)
 		}
 		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k, diags[0].Rule)}

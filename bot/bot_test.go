@@ -68,20 +68,38 @@ func startPipeline(t *testing.T, source string, opts ...any) *pipeline {
 	}
 	reg := prometheus.NewRegistry()
 	cfg := testConfig()
-	acfg := watchers.Config{Source: source, SnapshotWait: 10 * time.Second}
+	var agentOpts []func(*watchers.Config)
 	for _, o := range opts {
 		switch o := o.(type) {
 		case func(*bot.Config):
 			o(&cfg)
 		case func(*watchers.Config):
-			o(&acfg)
+			agentOpts = append(agentOpts, o)
 		default:
 			t.Fatalf("startPipeline: option of type %T", o)
 		}
 	}
 	b := bot.New(cfg, conn.JS, n, reg, log)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = n.Run(ctx) })
+	wg.Go(func() { _ = b.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait(); conn.Close() })
+	startAgent(t, conn.JS, source, agentOpts...)
+	return &pipeline{js: conn.JS, slack: rec, bot: b, reg: reg}
+}
+
+// startAgent runs the agent of source on the test's management cluster,
+// publishing to js, until the test ends; opts adjust its configuration.
+func startAgent(t *testing.T, js jetstream.JetStream, source string, opts ...func(*watchers.Config)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := natstest.Logger(t)
 	m := watchers.NewMetrics(nil)
-	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, m, log)
+	pub := watchers.NewJetStreamPublisher(js, 1000, m, log)
+	acfg := watchers.Config{Source: source, SnapshotWait: 10 * time.Second}
+	for _, o := range opts {
+		o(&acfg)
+	}
 	agent, err := watchers.New(acfg, env.Kube, env.Dynamic, pub, m, log)
 	if err != nil {
 		t.Fatal(err)
@@ -89,10 +107,7 @@ func startPipeline(t *testing.T, source string, opts ...any) *pipeline {
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
 	wg.Go(func() { _ = agent.Run(ctx) })
-	wg.Go(func() { _ = n.Run(ctx) })
-	wg.Go(func() { _ = b.Run(ctx) })
-	t.Cleanup(func() { cancel(); wg.Wait(); conn.Close() })
-	return &pipeline{js: conn.JS, slack: rec, bot: b, reg: reg}
+	t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
 // Seed 000 yields ONE Slack message for the hosted cluster, diagnosing the
@@ -276,15 +291,21 @@ func TestDeadLetters(t *testing.T) {
 // deadLettered sums hcpbot_bot_events_dead_lettered_total over its reasons.
 func deadLettered(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
+	return metricSum(t, reg, "hcpbot_bot_events_dead_lettered_total")
+}
+
+// metricSum is the value of a counter or gauge, summed over its labels.
+func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var total float64
 	for _, mf := range mfs {
-		if mf.GetName() == "hcpbot_bot_events_dead_lettered_total" {
+		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				total += m.GetCounter().GetValue()
+				total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}

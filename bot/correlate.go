@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/storm"
@@ -56,7 +59,8 @@ type Storm struct {
 	dirty   bool
 	sent    time.Time
 	version uint64
-	listed  int // members already listed in the thread
+	listed  int  // members already listed in the thread
+	rooted  bool // revived with the message of a previous run
 }
 
 // Open reports whether a member of the storm is open.
@@ -101,24 +105,55 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 		b.mu.Unlock()
 		return b.cfg.Now().Add(maxFlush)
 	}
-	unchecked := b.uncheckedDue(b.cfg.Now())
+	now := b.cfg.Now()
+	next := now.Add(maxFlush)
+	// Resolved first, so that a replayed incident whose signals cleared
+	// long ago is handled as resolved from the start.
+	b.resolveCleared(now, &next)
+	unchecked := b.uncheckedDue(now)
+	var revived []*Storm
+	if !b.stormsChecked {
+		b.stormsChecked = true
+		revived = b.replayedStorms()
+	}
 	b.mu.Unlock()
 
 	// Lookups leave the lock: they are network calls.
-	roots := b.lookupRoots(ctx, unchecked)
+	keys := make([]string, 0, len(unchecked))
+	for _, inc := range unchecked {
+		keys = append(keys, inc.Key)
+	}
+	roots := b.lookupRoots(ctx, keys, true)
+	keys = keys[:0]
+	for _, s := range revived {
+		keys = append(keys, s.Key)
+	}
+	// A storm whose lookup failed is not revived: reviving one without a
+	// message would post a new root.
+	stormRoots := b.lookupRoots(ctx, keys, false)
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.cfg.Now()
-	next := now.Add(maxFlush)
+	now = b.cfg.Now()
+	next = now.Add(maxFlush)
+	for _, s := range revived {
+		if stormRoots[s.Key] && b.storms[s.Key] == nil {
+			b.revive(s)
+		}
+	}
 	for _, inc := range unchecked {
 		inc.n.checked = true
 		if r, ok := roots[inc.Key]; ok && r {
 			inc.n.rooted = true
 			// The message exists: what it shows is unknown, so the next
-			// rendering goes out, but evidence is not repeated in the thread.
+			// rendering goes out (bot/notify drops it if the message
+			// shows it already), but evidence is not repeated in the
+			// thread. A resolution is: its reply's ID de-duplicates it
+			// if the previous run posted it.
 			inc.n.evidence = evidenceSet(inc)
-			inc.n.top = topOf(inc)
+			if inc.Open() {
+				inc.n.top = topOf(inc)
+			}
 		}
 	}
 	b.resolveCleared(now, &next)
@@ -168,40 +203,109 @@ func (b *Bot) takeOver() {
 	for _, s := range b.storms {
 		s.dirty = true
 	}
+	b.stormsChecked = false
 }
 
 // uncheckedDue lists the incidents about to be handled whose root this
-// replica has not looked up.
+// replica has not looked up: open ones past their group wait, resolved
+// ones at once (their message, if any, must learn it).
 func (b *Bot) uncheckedDue(now time.Time) []*Incident {
 	var out []*Incident
-	for _, inc := range b.incidents {
-		if !inc.n.checked && (!inc.n.first.IsZero() || !now.Before(inc.n.seen.Add(b.cfg.GroupWait))) {
+	add := func(inc *Incident) {
+		if !inc.n.checked && (!inc.n.first.IsZero() || !inc.Open() || !now.Before(inc.n.seen.Add(b.cfg.GroupWait))) {
 			out = append(out, inc)
+		}
+	}
+	for _, inc := range b.incidents {
+		add(inc)
+	}
+	for _, inc := range b.pending {
+		add(inc)
+	}
+	return out
+}
+
+// lookupRoots asks the notifier which keys have a message; onError is
+// the answer when it cannot tell.
+func (b *Bot) lookupRoots(ctx context.Context, keys []string, onError bool) map[string]bool {
+	rc, ok := b.out.(notify.RootChecker)
+	out := make(map[string]bool, len(keys))
+	if !ok {
+		return out
+	}
+	for _, key := range keys {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := rc.HasRoot(lctx, key)
+		cancel()
+		if err != nil {
+			// For incidents: assume it exists: an update of a missing root
+			// is posted by notify anyway, while guessing "absent" could
+			// fold a visible incident into a storm and leave its message
+			// stale.
+			b.log.Warn().Err(err).Str("key", key).Msg("root lookup failed")
+			r = onError
+		}
+		out[key] = r
+	}
+	return out
+}
+
+// replayedStorms are the storms the incidents nobody handled yet would
+// have formed: after a restart (or on a new leader), the storms of the
+// previous run. A storm whose members all healed while the bot was down
+// is otherwise never formed again, and its message would stay open.
+func (b *Bot) replayedStorms() []*Storm {
+	if b.cfg.StormThreshold < 0 {
+		return nil
+	}
+	byChannel := map[string][]storm.Member{}
+	byKey := map[string]*Incident{}
+	for _, inc := range b.incidents {
+		if !inc.n.first.IsZero() || inc.Storm != "" {
+			continue
+		}
+		if inc.n.causes == nil {
+			inc.n.causes = b.causesOf(inc)
+		}
+		byKey[inc.Key] = inc
+		byChannel[inc.Channel] = append(byChannel[inc.Channel], storm.Member{Key: inc.Key, Opened: inc.Opened, Causes: inc.n.causes})
+	}
+	var out []*Storm
+	for channel, members := range byChannel {
+		groups, _ := storm.Find(members, b.cfg.StormThreshold, b.cfg.StormWindow)
+		for _, g := range groups {
+			s := &Storm{Key: g.Key(), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
+			for _, m := range g.Members {
+				s.Members = append(s.Members, byKey[m.Key])
+			}
+			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func (b *Bot) lookupRoots(ctx context.Context, incs []*Incident) map[string]bool {
-	rc, ok := b.out.(notify.RootChecker)
-	out := make(map[string]bool, len(incs))
-	if !ok {
-		return out
-	}
-	for _, inc := range incs {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		r, err := rc.HasRoot(lctx, inc.Key)
-		cancel()
-		if err != nil {
-			// Assume it exists: an update of a missing root is posted by
-			// notify anyway, while guessing "absent" could fold a visible
-			// incident into a storm and leave its message stale.
-			b.log.Warn().Err(err).Str("incident", inc.Key).Msg("root lookup failed")
-			r = true
+// revive takes back a storm of the previous run whose message exists.
+func (b *Bot) revive(s *Storm) {
+	members := s.Members
+	s.Members = nil
+	open := false
+	for _, inc := range members {
+		if inc.Storm == "" {
+			s.join(inc)
+			open = open || inc.Open()
 		}
-		out[inc.Key] = r
 	}
-	return out
+	if len(s.Members) == 0 {
+		return
+	}
+	s.rooted = true
+	if !open {
+		// All healed while the bot was down: the thread listed them
+		// then; only the message is left to resolve.
+		s.listed = len(s.Members)
+	}
+	b.storms[s.Key] = s
+	b.log.Info().Str("storm", s.Key).Int("clusters", len(s.Members)).Msg("storm of the previous run")
 }
 
 // silences refreshes which incidents are silenced.
@@ -235,20 +339,20 @@ func (b *Bot) silences(now time.Time) {
 // has not handled yet, oldest first.
 func (b *Bot) due(now time.Time, next *time.Time) []*Incident {
 	var out []*Incident
+	for _, inc := range b.pending {
+		b.dueResolved(inc, now)
+	}
 	for _, inc := range b.incidents {
 		if !inc.n.first.IsZero() {
 			continue
 		}
 		if !inc.Open() {
-			if !inc.n.rooted {
-				// Resolved before anyone was told: nothing to say.
-				inc.n.first, inc.n.dirty = now, false
-			} else {
-				inc.n.first = now
-			}
+			b.dueResolved(inc, now)
 			continue
 		}
-		if inc.Silence != nil {
+		if inc.Silence != nil || !inc.clearAt.IsZero() {
+			// Silenced, or its signals cleared: nothing to post unless
+			// they come back (then it is due) or it resolves.
 			continue
 		}
 		if at := inc.n.seen.Add(b.cfg.GroupWait); now.Before(at) {
@@ -264,6 +368,20 @@ func (b *Bot) due(now time.Time, next *time.Time) []*Incident {
 		return strings.Compare(x.Key, y.Key)
 	})
 	return out
+}
+
+// dueResolved handles an incident resolved before flush handled it, once
+// its root was looked up: e.g. replayed after a restart, where the
+// previous run may have posted it.
+func (b *Bot) dueResolved(inc *Incident, now time.Time) {
+	if !inc.n.first.IsZero() || !inc.n.checked {
+		return
+	}
+	inc.n.first = now
+	if !inc.n.rooted {
+		// Resolved before anyone was told: nothing to say.
+		inc.n.dirty = false
+	}
 }
 
 // assignStorms folds due incidents into storms: into an open storm of
@@ -426,6 +544,12 @@ func (b *Bot) flushIncident(ctx context.Context, inc *Incident, now time.Time, n
 		n.dirty = false
 		return
 	}
+	if inc.Open() && !inc.clearAt.IsZero() {
+		// Its signals cleared: a rendering now would show a problem that
+		// is gone (after a restart, one the message no longer shows).
+		// It waits for the resolution, or for the signals to come back.
+		return
+	}
 	if inc.Silence != nil {
 		if n.rooted && !n.muted {
 			b.send(ctx, inc, now)
@@ -449,6 +573,7 @@ func (b *Bot) send(ctx context.Context, inc *Incident, now time.Time) {
 	n.version = nextVersion(n.version, now)
 	msg := notify.Message{Key: inc.Key, Channel: inc.Channel, Version: n.version}
 	msg.Text, msg.Blocks = Render(inc, now)
+	msg.Digest = digest(Render(inc, inc.Opened))
 	if err := b.out.Upsert(ctx, msg); err != nil {
 		b.log.Error().Err(err).Str("incident", inc.Key).Msg("notification not queued")
 		return
@@ -549,13 +674,14 @@ func (b *Bot) flushStorm(ctx context.Context, s *Storm, now time.Time, next *tim
 		*next = earliest(*next, s.sent.Add(b.cfg.GroupInterval))
 		return
 	}
-	if s.sent.IsZero() && !s.Open() {
+	if s.sent.IsZero() && !s.Open() && !s.rooted {
 		s.dirty = false
 		return
 	}
 	s.version = nextVersion(s.version, now)
 	msg := notify.Message{Key: s.Key, Channel: s.Channel, Version: s.version}
 	msg.Text, msg.Blocks = RenderStorm(s, now)
+	msg.Digest = digest(RenderStorm(s, s.Opened))
 	if err := b.out.Upsert(ctx, msg); err != nil {
 		b.log.Error().Err(err).Str("storm", s.Key).Msg("notification not queued")
 		return
@@ -627,6 +753,18 @@ func (b *Bot) updateMetrics() {
 		}
 	}
 	b.metrics.storms.Set(float64(n))
+}
+
+// digest identifies what a rendering shows. Rendered at a fixed time (the
+// opening), durations stay out of it: a restarted bot that re-renders an
+// incident nobody changed leaves its message alone (notify.Message.Digest).
+func digest(text string, blocks []slack.Block) string {
+	h := sha256.New()
+	h.Write([]byte(text))
+	if b, err := json.Marshal(blocks); err == nil {
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // nextVersion orders renderings across restarts and replicas: wall time,

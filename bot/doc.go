@@ -24,6 +24,18 @@
 // ForgetAfter later every replica forgets the cluster (model, incident,
 // storm membership), so deleted clusters cost no memory.
 //
+// A restart must not rewrite Slack with the past. Replayed, the clearing of
+// an incident's signals counts from the event's time, so what healed more
+// than ResolveTimeout ago is resolved at once; an incident whose signals
+// are clear is never rendered open (live or replayed: it waits for its
+// resolution or for the signals to come back); a resolved incident that
+// has a message (posted by the previous run) is updated to resolved, and
+// the storms of the previous run are found again from the replayed
+// incidents so theirs is too. Every rendering carries a digest of what it
+// shows, durations left out (notify.Message.Digest): the messages that
+// already show it are left alone, so a bot restarted while every cluster
+// is healthy sends nothing at all.
+//
 // # One sender: a lease in NATS KV
 //
 // Only the holder of the "bot" lease (bus.Lease) sends; the others keep

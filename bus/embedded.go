@@ -44,6 +44,12 @@ type EmbeddedConfig struct {
 	Port int
 	// Cluster, if set, makes this server one node of a JetStream cluster.
 	Cluster *ClusterConfig
+	// SyncAlways fsyncs every JetStream write before it is acknowledged
+	// (nats.conf `sync_interval: always`, as the deploy's NATS runs).
+	// Off, the server's default fsyncs every 2 minutes: a power loss of
+	// the host can lose acknowledged events of that window (see
+	// docs/reliability.md). make bench measures both (B1, B1-sync).
+	SyncAlways bool
 	// StartTimeout bounds the wait for readiness; default 30s. A deadline
 	// on the context passed to StartEmbedded applies as well.
 	StartTimeout time.Duration
@@ -116,6 +122,7 @@ func (cfg EmbeddedConfig) options() (*server.Options, error) {
 		Port:       randomIfUnset(cfg.Port),
 		JetStream:  true,
 		StoreDir:   cfg.StoreDir,
+		SyncAlways: cfg.SyncAlways,
 		// The host process owns signal handling.
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,

@@ -311,7 +311,7 @@ func (q *chanQueue) postRoot(ctx context.Context, t task) {
 	})
 	now = time.Now()
 	if err == nil {
-		rec := q.save(actx, k.key, Record{Channel: msg.Channel, TS: ts, Version: msg.Version}, rev, true)
+		rec := q.save(actx, k.key, Record{Channel: msg.Channel, TS: ts, Version: msg.Version, Digest: msg.Digest}, rev, true)
 		q.mu.Lock()
 		k.state, k.channel, k.ts, k.version, k.claimRev = rootKnown, rec.Channel, rec.TS, rec.Version, 0
 		q.removeUpsert(k, up)
@@ -374,6 +374,16 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 			q.s.m.coalesced.Inc()
 			return
 		}
+		if msg.Digest != "" && rec.Digest == msg.Digest {
+			// The message shows this already (a replay after a restart):
+			// an update would change nothing but durations.
+			q.mu.Lock()
+			k.channel, k.ts = channel, ts
+			q.removeUpsert(k, up)
+			q.mu.Unlock()
+			q.s.m.unchanged.Inc()
+			return
+		}
 	}
 	// Taken only now, so a stale rendering costs no budget. The budget is
 	// shared with the other channels: the token pick saw may be gone.
@@ -388,7 +398,7 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 	})
 	now := time.Now()
 	if err == nil {
-		saved := q.save(actx, k.key, Record{Channel: channel, TS: ts, Version: msg.Version}, rev, false)
+		saved := q.save(actx, k.key, Record{Channel: channel, TS: ts, Version: msg.Version, Digest: msg.Digest}, rev, false)
 		q.mu.Lock()
 		k.channel, k.ts, k.version = saved.Channel, saved.TS, max(saved.Version, msg.Version)
 		q.removeUpsert(k, up)

@@ -61,7 +61,10 @@
 // channels:history and groups:history scopes. Stopping Run is not dying:
 // the call in flight completes and its result is stored.
 //
-// Updates read the stored version first and never send an older one.
+// Updates read the stored version first and never send an older one,
+// nor one whose Message.Digest equals the stored one: a correlator
+// replaying its state after a restart re-renders every incident, and the
+// messages that still show the truth are left alone.
 // Two replicas updating the same Key at the same moment may still land out
 // of order in Slack; the correlator is expected to own a Key on one
 // replica at a time, which keeps that a rare, self-healing glitch (the next
@@ -74,7 +77,8 @@
 //	hcpbot_slack_retry_after_seconds_total
 //	hcpbot_slack_delivery_latency_seconds{kind}   enqueue → delivered
 //	hcpbot_slack_dropped_total{kind}
-//	hcpbot_slack_coalesced_total, hcpbot_slack_deduplicated_total,
+//	hcpbot_slack_coalesced_total, hcpbot_slack_unchanged_total,
+//	hcpbot_slack_deduplicated_total,
 //	hcpbot_slack_duplicate_roots_total
 //
 // There is no channel label: channel ids are not secret, but their number

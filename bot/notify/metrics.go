@@ -30,6 +30,7 @@ type metrics struct {
 	latency        *prometheus.HistogramVec
 	dropped        *prometheus.CounterVec
 	coalesced      prometheus.Counter
+	unchanged      prometheus.Counter
 	deduplicated   prometheus.Counter
 	duplicateRoots prometheus.Counter
 	recovered      prometheus.Counter
@@ -62,6 +63,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "hcpbot_slack_coalesced_total",
 			Help: "Upserts superseded by a newer version before delivery, or older than one delivered.",
 		}),
+		unchanged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hcpbot_slack_unchanged_total",
+			Help: "Updates not sent because the message already shows that rendering (e.g. replayed after a restart).",
+		}),
 		deduplicated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hcpbot_slack_deduplicated_total",
 			Help: "Replies skipped because the same reply id was already queued or posted.",
@@ -79,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.calls, m.depth, m.retryAfter, m.latency,
-		m.dropped, m.coalesced, m.deduplicated, m.duplicateRoots, m.recovered} {
+		m.dropped, m.coalesced, m.unchanged, m.deduplicated, m.duplicateRoots, m.recovered} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("notify: register metrics: %w", err)
 		}

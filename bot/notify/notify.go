@@ -26,6 +26,12 @@ type Message struct {
 	// overwrites a newer one, and re-sending a delivered version is a no-op,
 	// so a correlator may replay its state after a restart.
 	Version uint64
+	// Digest, when set, identifies what the rendering shows, leaving out
+	// what only ages (durations): an update whose Digest equals the one
+	// of the rendering delivered last is not sent. A correlator that
+	// replays its state after a restart then changes nothing in Slack
+	// that is still true there.
+	Digest string
 }
 
 // Reply is a thread reply under the root of Key: evidence, state changes,

@@ -510,3 +510,49 @@ func TestDefaultPaceMeetsSlackLimits(t *testing.T) {
 		t.Errorf("took %v, faster than 1/s after the burst (%v)", took, floor)
 	}
 }
+
+// A rendering whose Digest equals the one delivered last is not sent
+// (a correlator replaying its state after a restart: only durations
+// differ), also by another instance sharing the store; a new Digest, or
+// none, is.
+func TestUnchangedDigestNotSent(t *testing.T) {
+	const ch, key, bucket = "C0DIGEST", "inc-1", "notify_digest"
+	e := natstest.RunServer(t)
+	rec := slackrec.New(t)
+	with := func(v uint64, digest string) Message {
+		m := msg(ch, key, v)
+		m.Digest = digest
+		return m
+	}
+	text := func() string {
+		rs := roots(rec, ch)[key]
+		if len(rs) != 1 {
+			return ""
+		}
+		m, _ := rec.Message(ch, rs[0].TS)
+		return m.Text
+	}
+
+	a := newSlack(t, rec, kvStore(t, e, bucket), nil)
+	mustUpsert(t, a.n, with(1, "d1"))
+	stopA := run(t, a.n)
+	waitUntil(t, "the root is posted", func() bool { return text() == key+" v1" })
+	stopA()
+
+	b := newSlack(t, rec, kvStore(t, e, bucket), nil)
+	run(t, b.n)
+	mustUpsert(t, b.n, with(2, "d1"))
+	waitUntil(t, "the unchanged rendering is dropped", func() bool {
+		return counter(t, b.reg, "hcpbot_slack_unchanged_total", nil) == 1 && b.n.Pending() == 0
+	})
+	if n := len(rec.CallsTo("chat.update")); n != 0 || text() != key+" v1" {
+		t.Errorf("%d chat.update, message %q: the unchanged rendering was sent", n, text())
+	}
+	mustUpsert(t, b.n, with(3, "d2"))
+	waitUntil(t, "a changed rendering is sent", func() bool { return text() == key+" v3" })
+	mustUpsert(t, b.n, with(4, ""))
+	waitUntil(t, "a rendering without digest is sent", func() bool { return text() == key+" v4" })
+	if n := len(roots(rec, ch)[key]); n != 1 {
+		t.Errorf("%d roots, want 1", n)
+	}
+}

@@ -23,6 +23,7 @@ type Record struct {
 	Channel string    `json:"channel"`
 	TS      string    `json:"ts,omitempty"`
 	Version uint64    `json:"version,omitempty"` // roots: newest version delivered
+	Digest  string    `json:"digest,omitempty"`  // roots: Message.Digest of that version
 	Owner   string    `json:"owner,omitempty"`   // instance holding the claim
 	Claimed time.Time `json:"claimed,omitzero"`  // when the claim was taken or renewed
 }

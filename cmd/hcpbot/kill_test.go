@@ -34,65 +34,15 @@ func buildBinary(t *testing.T, dir string) string {
 // thread lists every cluster, the restarted bot reports every incident)
 // and no root message is posted twice.
 func TestChaosBotSIGKILLMidStorm(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the hcpbot binary")
-	}
 	ctx := context.Background()
-	dir := t.TempDir()
-	bin := buildBinary(t, dir)
-	srv := natstest.RunServer(t)
-	rec := slackrec.New(t)
+	dir, bin, srv, rec := processRig(t)
 	const channel = "C0KILLED01"
-	cfg := fmt.Sprintf(`nats:
-  urls: [%q]
-bot:
-  listen: %q
-  opsListen: %q
-  groupWait: 2s
+	path := writeBotConfig(t, dir, srv.ClientURL(), rec.APIURL(), channel, freeAddr(t), `  groupWait: 2s
   groupInterval: 5s
   storm: {threshold: 20, window: 30s}
-  defaultChannel: %s
-slack:
-  apiURL: %q
-  botTokenEnv: TEST_SLACK_BOT_TOKEN
-  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
-log: {level: info, format: json}
-`, srv.ClientURL(), freeAddr(t), freeAddr(t), channel, rec.APIURL())
-	path := filepath.Join(dir, "hcpbot.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	start := func(name string) *exec.Cmd {
-		logf, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "bot", "--config", path)
-		cmd.Env = append(os.Environ(), "TEST_SLACK_BOT_TOKEN=xoxb-0000-kill", "TEST_SLACK_SIGNING_SECRET=kill-secret", "POD_NAME="+name)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			logf.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
-				t.Logf("%s log (tail):\n%s", name, tail(string(b), 3000))
-			}
-		})
-		return cmd
-	}
-
-	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
-		t.Fatal(err)
-	}
+`)
+	start := func(name string) *exec.Cmd { return startBotProcess(t, bin, dir, path, name) }
+	conn := eventsConn(t, srv.ClientURL())
 	const clusters = 420 // 12 events each: 5,040 events
 	events, err := scenario.Storm("mgmt-kill", "clusters", clusters, 10, time.Now())
 	if err != nil {
@@ -160,6 +110,84 @@ log: {level: info, format: json}
 		"posts_after_kill": len(rec.CallsTo("chat.postMessage")) - callsBefore, "rate_violations": rec.Violations(),
 		"complete_after_kill_s": recovered.Seconds(),
 	})
+}
+
+// processRig skips in -short runs, else builds hcpbot into a fresh
+// directory and starts the NATS server and the Slack recorder its
+// processes use.
+func processRig(t *testing.T) (dir, bin string, srv *bus.Embedded, rec *slackrec.Recorder) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the hcpbot binary")
+	}
+	dir = t.TempDir()
+	return dir, buildBinary(t, dir), natstest.RunServer(t), slackrec.New(t)
+}
+
+// writeBotConfig writes the configuration of an `hcpbot bot` on NATS at
+// natsURL and Slack at slackURL, posting to channel, with its ops listener
+// on ops, and returns its path. extra holds more lines of the bot section.
+func writeBotConfig(t *testing.T, dir, natsURL, slackURL, channel, ops, extra string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`nats:
+  urls: [%q]
+bot:
+  listen: %q
+  opsListen: %q
+  defaultChannel: %s
+%sslack:
+  apiURL: %q
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+log: {level: info, format: json}
+`, natsURL, freeAddr(t), ops, channel, extra, slackURL)
+	path := filepath.Join(dir, "hcpbot.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startBotProcess runs `hcpbot bot --config path` as pod name, its log in
+// dir/name.log (its tail shown if the test fails), killed at the end.
+func startBotProcess(t *testing.T, bin, dir, path, name string) *exec.Cmd {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "bot", "--config", path)
+	cmd.Env = append(os.Environ(), "TEST_SLACK_BOT_TOKEN=xoxb-0000-"+name, "TEST_SLACK_SIGNING_SECRET=secret-"+name, "POD_NAME="+name)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s log (tail):\n%s", name, tail(string(b), 3000))
+		}
+	})
+	return cmd
+}
+
+// eventsConn connects to NATS at url, closed at the end of the test, with
+// the events stream in place.
+func eventsConn(t *testing.T, url string) *bus.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{url}}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 // listedIn counts how often each cluster appears in the thread of ts.

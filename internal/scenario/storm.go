@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -120,4 +121,39 @@ func Publish(ctx context.Context, js jetstream.JetStream, events []event.Event) 
 		}
 	}
 	return wait()
+}
+
+// NodeFleet returns the facts of hosted cluster "<namespace>/<name>" of
+// source with nodes nodes, all observed at at: its HostedCluster (no
+// proxy), and every node Ready except those listed in notReady. Node i is
+// "<name>-np-<i>".
+func NodeFleet(source, namespace, name string, nodes int, at time.Time, notReady ...int) ([]event.Event, error) {
+	ref := event.ClusterRef{Namespace: namespace, Name: name}
+	hc, err := event.New(source, &ref, event.ObjectRef{Kind: "HostedCluster", Namespace: namespace, Name: name, UID: "uid-" + name},
+		event.HostedClusterState{Platform: "KubeVirt", Version: "4.18.12", ServiceNetwork: []string{"172.31.0.0/16"}}, "rv:1", at)
+	if err != nil {
+		return nil, err
+	}
+	out := []event.Event{hc}
+	for n := range nodes {
+		e, err := NodeReady(source, namespace, name, n, !slices.Contains(notReady, n), at)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// NodeReady is node n of a NodeFleet cluster turning Ready (or NotReady,
+// the container runtime down) at at.
+func NodeReady(source, namespace, name string, n int, ready bool, at time.Time) (event.Event, error) {
+	ref := event.ClusterRef{Namespace: namespace, Name: name}
+	node := fmt.Sprintf("%s-np-%d", name, n)
+	p := event.NodeReadiness{Node: node, Ready: event.ConditionTrue, Reason: "KubeletReady", LastTransitionTime: at}
+	if !ready {
+		p.Ready, p.Reason, p.Message = event.ConditionFalse, "KubeletNotReady", "container runtime is down"
+	}
+	return event.New(source, &ref, event.ObjectRef{Kind: "Node", Name: node, UID: "uid-" + node, Hosted: true},
+		p, event.TransitionAt("Ready="+string(p.Ready), at), at)
 }

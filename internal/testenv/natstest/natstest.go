@@ -38,20 +38,29 @@ func Logger(tb testing.TB) zerolog.Logger {
 }
 
 // RunServer starts a standalone JetStream server on a random loopback port
-// with its store in tb.TempDir(), shut down when the test ends.
-func RunServer(tb testing.TB) *bus.Embedded {
+// with its store in tb.TempDir(), shut down when the test ends. opts
+// change its configuration (e.g. SyncAlways).
+func RunServer(tb testing.TB, opts ...func(*bus.EmbeddedConfig)) *bus.Embedded {
 	tb.Helper()
 	log := Logger(tb)
 	dir := tb.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	e, err := bus.StartEmbedded(ctx, bus.EmbeddedConfig{StoreDir: dir, Name: "natstest", Logger: log})
+	cfg := bus.EmbeddedConfig{StoreDir: dir, Name: "natstest", Logger: log}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e, err := bus.StartEmbedded(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("natstest: %v", err)
 	}
 	tb.Cleanup(e.Shutdown)
 	return e
 }
+
+// SyncAlways is a RunServer option: fsync every write before
+// acknowledging it, as the deploy's NATS does (sync_interval: always).
+func SyncAlways(cfg *bus.EmbeddedConfig) { cfg.SyncAlways = true }
 
 // Cluster is an in-process JetStream cluster. Node i keeps its name, ports
 // and store across Stop and Restart, so it rejoins as the same raft peer.
