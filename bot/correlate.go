@@ -63,6 +63,17 @@ type Storm struct {
 	rooted  bool // revived with the message of a previous run
 }
 
+// clearing reports whether every open member's signals have cleared: the
+// members wait for their resolution.
+func (s *Storm) clearing() bool {
+	for _, m := range s.Members {
+		if m.Open() && m.clearAt.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
 // Open reports whether a member of the storm is open.
 func (s *Storm) Open() bool { return s.Resolved.IsZero() }
 
@@ -668,6 +679,13 @@ func (b *Bot) flushStorm(ctx context.Context, s *Storm, now time.Time, next *tim
 		b.listStormMembers(ctx, s)
 	}
 	if !s.dirty {
+		return
+	}
+	if s.Open() && s.clearing() {
+		// As for an incident: every open member's signals cleared, so a
+		// rendering now would show a storm that is over (after a restart,
+		// one its message may no longer show). It waits for the
+		// resolution, or for a member's signals to come back.
 		return
 	}
 	if !s.sent.IsZero() && now.Before(s.sent.Add(b.cfg.GroupInterval)) && s.Open() {

@@ -97,7 +97,7 @@ log:
 		{"no agent section", nil, "bot:\n  defaultChannel: C0123456789\nslack:\n  botTokenEnv: T\n  signingSecretEnv: S\n", "no agent section"},
 		{"no source anywhere", []string{}, "", "--source is required"},
 		{"a file the file names, with its line", nil, "nats:\n  urls: [tls://127.0.0.1:4222]\n  nkeySeedFile: " + missingSeed + "\nagent:\n  source: m\n", ":3: nats.nkeySeedFile: open " + missingSeed},
-		{"credsEnv", nil, "nats:\n  urls: [tls://127.0.0.1:4222]\n  credsEnv: NATS_CREDS\nagent:\n  source: m\n", "nats.credsEnv: environment variable NATS_CREDS is not set"},
+		{"credsEnv", nil, "nats:\n  urls: [tls://127.0.0.1:4222]\n  credsEnv: NATS_CREDS\nagent:\n  source: m\n", "nats.credsEnv: env NATS_CREDS is not a NATS .creds file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
