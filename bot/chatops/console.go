@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 )
 
 // DefaultConsoleUser is the user id console commands run as.
@@ -31,6 +32,10 @@ type Console struct {
 	UserID string
 	// Prompt is printed before each line when set (interactive use).
 	Prompt string
+
+	// mu orders writes to Out: a late reply (Later) comes from another
+	// goroutine.
+	mu sync.Mutex
 }
 
 // Run serves the console until In ends (nil), ctx ends (ctx.Err()) or a
@@ -72,7 +77,10 @@ func (c *Console) Run(ctx context.Context) error {
 	}()
 	for {
 		if c.Prompt != "" {
-			if _, err := io.WriteString(c.Out, c.Prompt); err != nil {
+			c.mu.Lock()
+			_, err := io.WriteString(c.Out, c.Prompt)
+			c.mu.Unlock()
+			if err != nil {
 				return fmt.Errorf("chatops: console: %w", err)
 			}
 		}
@@ -103,7 +111,10 @@ func (c *Console) Run(ctx context.Context) error {
 			out = c.run(ctx, user, text)
 		}
 		if out != "" {
-			if _, err := io.WriteString(c.Out, out+"\n"); err != nil {
+			c.mu.Lock()
+			_, err := io.WriteString(c.Out, out+"\n")
+			c.mu.Unlock()
+			if err != nil {
 				return fmt.Errorf("chatops: console: %w", err)
 			}
 		}
@@ -132,6 +143,11 @@ func (c *Console) run(ctx context.Context, user, text string) (out string) {
 			out = fmt.Sprintf("internal error: %v", p)
 		}
 	}()
+	ctx = WithLater(ctx, func(r Reply) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, _ = io.WriteString(c.Out, PlainText(r)+"\n")
+	})
 	return PlainText(c.Handler.HandleCommand(ctx, req))
 }
 
