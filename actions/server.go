@@ -218,7 +218,13 @@ func Serve(ctx context.Context, js jetstream.JetStream, cfg ServeConfig) error {
 		if cons == nil || s.kv == nil {
 			if cons, err = s.bind(ctx, js, ccfg); err != nil {
 				if ctx.Err() == nil {
-					log.Warn().Err(err).Dur("retry_in", wait).Msg("not consuming action requests yet")
+					// Said once at warning level: an agent started before
+					// the bot waits here, normally.
+					ev := log.Debug()
+					if wait == serveRetryFirst {
+						ev = log.Warn()
+					}
+					ev.Err(err).Dur("retry_in", wait).Msg("not consuming action requests yet")
 					sleep(ctx, wait)
 					wait = min(2*wait, serveRetryMax)
 				}

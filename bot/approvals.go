@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -63,6 +64,11 @@ type Approvals struct {
 	// Log receives what has no user to tell (the expiry sweep's
 	// failures); the zero Logger discards it.
 	Log zerolog.Logger
+
+	// following holds the ids whose result this process waits for
+	// (follow), so that the recovery sweep starts one wait per action.
+	mu        sync.Mutex
+	following map[string]bool
 }
 
 var (
@@ -424,7 +430,7 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 	}
 	if errors.Is(err, actions.ErrQueued) {
 		later := chatops.Later(ctx)
-		go a.follow(context.WithoutCancel(ctx), p, user, later)
+		a.startFollow(context.WithoutCancel(ctx), p, user, later)
 		what := "the agent of " + esc(p.Source) + " has not picked it up yet"
 		if errors.Is(err, errNotQueued) {
 			what = "it could not be handed to NATS yet; the bot keeps sending it"
@@ -503,6 +509,11 @@ func (a *Approvals) follow(ctx context.Context, p approval.Proposal, user string
 	wctx, cancel := context.WithDeadline(ctx, deadline(p).Add(actions.ResultGrace))
 	defer cancel()
 	r, err := a.Queue.Wait(wctx, p.Source, p.ID)
+	if err != nil && ctx.Err() != nil {
+		// Stopping (the process shuts down): whoever runs the recovery
+		// sweep next records it.
+		return
+	}
 	var res actions.Result
 	switch {
 	case err != nil:
@@ -527,6 +538,29 @@ func (a *Approvals) follow(ctx context.Context, p approval.Proposal, user string
 		}
 		later(a.outcome(ctx, rp, user, err))
 	}
+}
+
+// startFollow runs follow for p unless this process already waits for
+// its result.
+func (a *Approvals) startFollow(ctx context.Context, p approval.Proposal, user string, later chatops.LaterFunc) {
+	a.mu.Lock()
+	if a.following[p.ID] {
+		a.mu.Unlock()
+		return
+	}
+	if a.following == nil {
+		a.following = map[string]bool{}
+	}
+	a.following[p.ID] = true
+	a.mu.Unlock()
+	go func() {
+		defer func() {
+			a.mu.Lock()
+			delete(a.following, p.ID)
+			a.mu.Unlock()
+		}()
+		a.follow(ctx, p, user, later)
+	}()
 }
 
 // deadline is when the agent stops accepting p's request.
@@ -588,9 +622,11 @@ func (a *Approvals) recover(ctx context.Context) {
 		case now.Before(deadline(p)):
 			if err := a.send(ctx, p); err != nil {
 				log.Warn().Err(err).Msg("recovery: request not sent")
-			} else {
-				log.Debug().Msg("recovery: request sent again (dropped as a duplicate if queued or run)")
+				continue
 			}
+			log.Debug().Msg("recovery: request sent again (dropped as a duplicate if queued or run)")
+			// Its result is recorded as soon as it comes.
+			a.startFollow(ctx, p, p.DecidedBy, nil)
 		}
 	}
 }

@@ -314,7 +314,8 @@ func TestRecoverySendsApprovedRequests(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for range 2 {
-		a := *e.approvals
+		// Another replica: its own Approvals on the same store and queue.
+		a := &bot.Approvals{Store: e.store, Audit: e.log, Queue: e.approvals.Queue, Signer: e.approvals.Signer}
 		wg.Go(func() { _ = a.RunRecovery(ctx, 200*time.Millisecond) })
 	}
 	testenv.Eventually(t, natstest.Timeout, "the approved action executed and recorded", func() bool {
