@@ -320,8 +320,15 @@ func (s *server) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	reply, keys, handBack := s.process(ctx, msg)
+	if ctx.Err() != nil && reply.Result == nil && reply.Code == CodeInternal {
+		// Leadership ended during the execution, which was cancelled:
+		// not an answer. The next leader runs it again (safe: actions are
+		// idempotent).
+		handBack = true
+	}
 	if handBack {
-		// Nothing to answer yet (the results bucket unreadable).
+		// Nothing to answer yet (the results bucket unreadable, or the
+		// execution cancelled with the leadership).
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}

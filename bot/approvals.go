@@ -437,7 +437,7 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 		}
 		then := "The result will be posted here."
 		if later == nil {
-			then = "Its result will be recorded; see `/hcp rollback " + esc(id) + "` or the audit trail."
+			then = "Its outcome will be in the audit trail (`/hcp audit`)."
 		}
 		return chatops.Reply{Text: fmt.Sprintf("`%s`%s approved by %s and queued: %s. %s It runs at most once, and not after %s.",
 			esc(id), requestedBy(p, user), mention(user), what, then, p.DecidedAt.Add(actions.QueueHorizon).UTC().Format("15:04 UTC")), InChannel: true}
