@@ -2,6 +2,7 @@ package bot_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -262,16 +263,21 @@ func TestApprovalsReject(t *testing.T) {
 
 // A request nobody picks up is answered "queued", not as an error, and
 // stays approved; when the agent comes, it runs once and the outcome is
-// posted into the same conversation (chatops.Later) and recorded.
+// posted into the same conversation (chatops.Later), replacing the
+// message that said "queued", and recorded.
 func TestApprovalQueuedUntilAgentComes(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	e.approvals.Timeout = time.Second
 	var later syncbuf.Buffer
-	ctx := chatops.WithLater(context.Background(), func(r chatops.Reply) { _, _ = later.Write([]byte(r.Text + "\n")) })
+	ctx := chatops.WithLater(context.Background(), func(r chatops.Reply) {
+		_, _ = later.Write([]byte(fmt.Sprintf("replace=%v %s\n", r.ReplaceOriginal, r.Text)))
+	})
 	id, _ := e.propose(t, "mgmt-late")
-	r := e.approvals.Approve(ctx, id, approver1)
-	if !strings.Contains(r.Text, "approved by <@"+approver1+"> and queued: the agent of mgmt-late has not picked it up yet. The result will be posted here.") {
-		t.Fatalf("queued reply: %q", r.Text)
+	// The proposal's Approve button.
+	cmds := &bot.Commands{Bot: botKnowing(t), Actions: e.approvals}
+	r := cmds.HandleAction(ctx, chatops.ActionRequest{Origin: chatops.Origin{UserID: approver1}, ActionID: chatops.ActionApprove, Value: id})
+	if !strings.Contains(r.Text, "approved by <@"+approver1+"> and queued: the agent of mgmt-late has not picked it up yet. The result will be posted here.") || !r.ReplaceOriginal {
+		t.Fatalf("queued reply: %+v", r)
 	}
 	if p, _ := e.store.Get(ctx, id); p.State != approval.StateApproved {
 		t.Fatalf("state while queued: %s", p.State)
@@ -285,7 +291,8 @@ func TestApprovalQueuedUntilAgentComes(t *testing.T) {
 		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "added late"}}, true
 	})
 	testenv.Eventually(t, natstest.Timeout, "the outcome posted later", func() bool {
-		return strings.Contains(later.String(), "`"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied: added late")
+		// It replaces the message that said "queued".
+		return strings.Contains(later.String(), "replace=true `"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied: added late")
 	})
 	if p, _ := e.store.Get(ctx, id); p.State != approval.StateExecuted || p.Result == nil {
 		t.Errorf("state after the result: %s", p.State)
