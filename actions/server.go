@@ -214,6 +214,7 @@ func Serve(ctx context.Context, js jetstream.JetStream, cfg ServeConfig) error {
 		auditLimit: rate.NewLimiter(auditRefusalsPerSecond, auditRefusalsBurst)}
 	var cons jetstream.Consumer
 	wait := serveRetryFirst
+	failing := false
 	for ctx.Err() == nil {
 		if cons == nil || s.kv == nil {
 			if cons, err = s.bind(ctx, js, ccfg); err != nil {
@@ -234,22 +235,28 @@ func Serve(ctx context.Context, js jetstream.JetStream, cfg ServeConfig) error {
 			log.Info().Int("trustedKeys", len(cfg.Verifier.Keys)).Bool("fourEyes", cfg.Verifier.FourEyes).Msg("consuming action requests")
 		}
 		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(fetchWait))
+		if err == nil {
+			for msg := range batch.Messages() {
+				s.handle(ctx, msg)
+			}
+			if err = batch.Error(); errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+				err = nil
+			}
+		}
 		if err != nil {
-			log.Warn().Err(err).Msg("fetching action requests")
-			cons = nil
+			// NATS unreachable, or the consumer or stream went away (NATS
+			// restarted without its store): bind again. Logged once at
+			// warning level per episode.
+			ev := log.Debug()
+			if !failing {
+				ev = log.Warn()
+			}
+			ev.Err(err).Msg("fetching action requests")
+			failing, cons = true, nil
 			sleep(ctx, wait)
 			continue
 		}
-		for msg := range batch.Messages() {
-			s.handle(ctx, msg)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			// The consumer or stream went away (NATS restarted without
-			// its store, someone deleted it): bind again.
-			log.Warn().Err(err).Msg("fetching action requests")
-			cons = nil
-			sleep(ctx, wait)
-		}
+		failing = false
 	}
 	log.Info().Msg("stopped consuming action requests")
 	return nil
