@@ -20,7 +20,16 @@
 // "unchanged" and an exposure finds its own Services by the action id label.
 //
 // Requests and Results are plain JSON-encodable values because they travel
-// over NATS between the agent that proposes and the one that executes.
+// over NATS between the bot that approves and the agent that executes. The
+// protocol is here too: the bot's Client queues a sealed request on the
+// JetStream work queue bus.ActionsStream (message id = action id, so a
+// re-send is dropped) and reads the Reply by action id from the bucket
+// bus.ActionResultsBucket; the agent's Serve consumes its own requests
+// through a durable pull consumer, records each Reply, and acknowledges
+// only then, so a request survives the agent leader's death and runs once
+// (queue.go, server.go). A request carries a deadline (its approval +
+// QueueHorizon, within the signature's freshness bound) after which the
+// agent refuses it.
 //
 // Privileges: in the management cluster the executor needs only what
 // configs/deploy/agent/rbac.yaml grants. In a hosted cluster it acts with

@@ -2,18 +2,18 @@ package actions_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bus"
-	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
@@ -87,34 +87,65 @@ func sealRecord(t *testing.T, s *actions.Signer, rec actions.ApprovalRecord) *ac
 	return &seal
 }
 
-// serve starts actions.Serve for source on an embedded NATS server and
-// returns a client connection, the request subject and the bot's sealer;
-// Serve is stopped (and must return) when the test ends.
-func serve(t *testing.T, source string, x *actions.Executor) (*nats.Conn, string, *sealer) {
+// agentSide is a served source: the bot's client and the sealer.
+type agentSide struct {
+	source string
+	url    string
+	client *actions.Client
+	js     jetstream.JetStream
+	*sealer
+}
+
+// serve starts actions.Serve for source on an embedded NATS server, with
+// the actions stream and results bucket created as the bot does, and
+// returns the bot's side; Serve is stopped (and must return) when the test
+// ends.
+func serve(t *testing.T, source string, x *actions.Executor) *agentSide {
+	t.Helper()
+	a := newQueue(t, source)
+	a.start(t, x, 0)
+	return a
+}
+
+// newQueue is the bot's side of source on an embedded NATS server, the
+// actions stream and results bucket created as the bot does; start runs
+// the agent.
+func newQueue(t *testing.T, source string) *agentSide {
 	t.Helper()
 	srv := natstest.RunServer(t)
-	connect := func(name string) *bus.Conn {
-		ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
-		defer cancel()
-		c, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}, Name: name}, natstest.Logger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
-	agent, client := connect("agent"), connect("bot")
+	bot := connect(t, srv.ClientURL(), "bot")
+	ensureQueue(t, bot.JS)
 	signer, err := actions.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &sealer{source: source, signer: signer, store: &approvals{m: map[string]actions.ApprovalRecord{}}}
+	return &agentSide{source: source, url: srv.ClientURL(), client: &actions.Client{JS: bot.JS}, js: bot.JS, sealer: s}
+}
+
+func connect(t *testing.T, url, name string) *bus.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
+	defer cancel()
+	c, err := bus.Connect(ctx, bus.Config{URLs: []string{url}, Name: name}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// start runs actions.Serve for a's source on its own connection until the
+// test ends (when it must return).
+func (a *agentSide) start(t *testing.T, x *actions.Executor, ackWait time.Duration) {
+	t.Helper()
+	agent := connect(t, a.url, "agent")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- actions.Serve(ctx, agent.NC, actions.ServeConfig{
-			Source: source, Executor: x, Log: natstest.Logger(t),
-			Verifier: &actions.Verifier{Keys: []string{signer.PublicKey()}, Store: s.store, Source: source, FourEyes: true},
+		done <- actions.Serve(ctx, agent.JS, actions.ServeConfig{
+			Source: a.source, Executor: x, Log: natstest.Logger(t), AckWait: ackWait,
+			Verifier: &actions.Verifier{Keys: []string{a.signer.PublicKey()}, Store: a.store, Source: a.source, FourEyes: true},
 		})
 	}()
 	t.Cleanup(func() {
@@ -128,46 +159,61 @@ func serve(t *testing.T, source string, x *actions.Executor) (*nats.Conn, string
 			t.Error("Serve did not return")
 		}
 	})
-	subject, err := event.ActionRequestSubject(source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client.NC, subject, s
 }
 
-// call sends data and decodes the reply, waiting for Serve to subscribe.
-func call(t *testing.T, nc *nats.Conn, subject string, data []byte) actions.Reply {
+// ensureQueue creates the actions stream and the results bucket, as the
+// bot does.
+func ensureQueue(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		msg, err := nc.Request(subject, data, 30*time.Second)
-		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			t.Fatalf("request: %v", err)
-		}
-		var r actions.Reply
-		if err := json.Unmarshal(msg.Data, &r); err != nil {
-			t.Fatalf("decode reply %q: %v", msg.Data, err)
-		}
-		return r
+	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
+	defer cancel()
+	if _, err := bus.EnsureStream(ctx, js, bus.ActionsStreamSpec(1)); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := bus.EnsureKV(ctx, js, bus.ActionResultsSpec(1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var msgSeq atomic.Int64
+
+// call queues data under a fresh message id (so that a replayed copy is
+// not dropped by the server's de-duplication and reaches the agent) and
+// waits for the answer recorded under that id.
+func call(t *testing.T, a *agentSide, data []byte) actions.Reply {
+	t.Helper()
+	return callAs(t, a, fmt.Sprintf("msg-%04d", msgSeq.Add(1)), data)
+}
+
+// callAs queues data under message id id, as the bot does with the action
+// id, and waits for the answer recorded under it.
+func callAs(t *testing.T, a *agentSide, id string, data []byte) actions.Reply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.client.Send(ctx, a.source, id, data); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	r, err := a.client.Wait(ctx, a.source, id)
+	if err != nil {
+		t.Fatalf("wait for %s: %v", id, err)
+	}
+	return r
 }
 
 // An approved noProxy request is executed and answered with its result;
-// the same request again gets the stored result without touching the
-// cluster, and the same id with other content is refused.
+// a replayed copy (another message id) and the same id with other content
+// are refused without touching the cluster.
 func TestServeNoProxyPatch(t *testing.T) {
 	env.Need(t)
 	c := scenario.BehindProxy(env.Namespace(t), "served")
 	seedCluster(t, c)
 	x, mgmt, _ := executor(t)
-	nc, subject, s := serve(t, "mgmt-serve", x)
+	s := serve(t, "mgmt-serve", x)
 
 	req := patchRequest("fix-serve0001", c, scenario.SeedNoProxy)
-	r := call(t, nc, subject, s.seal(t, req))
+	// As the bot sends it: the action id is the message id.
+	r := callAs(t, s, req.ID, s.seal(t, req))
 	if err := r.Err(); err != nil {
 		t.Fatalf("reply: %v", err)
 	}
@@ -180,24 +226,21 @@ func TestServeNoProxyPatch(t *testing.T) {
 		t.Errorf("noProxy = %q, want %q", got, fixedNoProxy)
 	}
 
-	// A replayed request: the stored result, no API call at all.
-	again := call(t, nc, subject, s.seal(t, req))
-	if err := again.Err(); err != nil {
-		t.Fatalf("duplicate: %v", err)
+	// A replayed copy under another message id: refused, no API call.
+	again := call(t, s, s.seal(t, req))
+	if again.Code != actions.CodeUnauthorized || again.Result != nil {
+		t.Errorf("replay: reply %+v, want code unauthorized", again)
 	}
-	if again.Result == nil || again.Result.Outcome != actions.OutcomeApplied || again.Result.After != r.Result.After {
-		t.Errorf("duplicate result = %+v, want the stored one %+v", again.Result, r.Result)
-	}
-	mgmt.expect(t, "duplicate")
+	mgmt.expect(t, "replay")
 	if _, rv2 := readHC(t, c.Namespace, c.Name); rv2 != rv {
-		t.Errorf("duplicate changed the HostedCluster: resourceVersion %s → %s", rv, rv2)
+		t.Errorf("replay changed the HostedCluster: resourceVersion %s → %s", rv, rv2)
 	}
 
 	// The same id for something else is a bug or an attack, not a replay:
 	// it is not what the approval store holds for that id.
 	other := req
 	other.NoProxy = &actions.NoProxyParams{Expected: fixedNoProxy, Add: []string{"example.com"}}
-	r = call(t, nc, subject, s.seal(t, other))
+	r = call(t, s, s.seal(t, other))
 	if r.Code != actions.CodeUnauthorized || !errors.Is(r.Err(), actions.ErrUnauthorized) {
 		t.Errorf("reused id: reply %+v, want code unauthorized", r)
 	}
@@ -206,7 +249,7 @@ func TestServeNoProxyPatch(t *testing.T) {
 	// A new proposal computed from a value the cluster no longer holds.
 	stale := patchRequest("fix-serve0002", c, scenario.SeedNoProxy+",changed")
 	stale.NoProxy.Add = []string{"example.org"}
-	r = call(t, nc, subject, s.seal(t, stale))
+	r = call(t, s, s.seal(t, stale))
 	if r.Code != actions.CodeConflict || !errors.Is(r.Err(), actions.ErrConflict) || r.Result != nil {
 		t.Errorf("stale: reply %+v, want code conflict", r)
 	}
@@ -223,7 +266,7 @@ func TestServeInvalidRequests(t *testing.T) {
 	seedCluster(t, c)
 	before, rv := readHC(t, c.Namespace, c.Name)
 	x, mgmt, _ := executor(t)
-	nc, subject, s := serve(t, "mgmt-invalid", x)
+	s := serve(t, "mgmt-invalid", x)
 
 	wildcard := patchRequest("fix-inval001", c, scenario.SeedNoProxy)
 	wildcard.NoProxy.Add = []string{"*"}
@@ -235,7 +278,7 @@ func TestServeInvalidRequests(t *testing.T) {
 		"trailing data": append(s.seal(t, patchRequest("fix-inval003", c, scenario.SeedNoProxy)), []byte(` {}`)...),
 		"too large":     []byte(`{"id":"` + strings.Repeat("a", actions.MaxRequestBytes) + `"}`),
 	} {
-		r := call(t, nc, subject, data)
+		r := call(t, s, data)
 		if r.Code != actions.CodeInvalid || r.Result != nil || !errors.Is(r.Err(), actions.ErrInvalid) {
 			t.Errorf("%s: reply %+v, want code invalid", name, r)
 		}

@@ -317,32 +317,10 @@ func CheckKeys(keys []string) error {
 // is not an envelope at all); v.Store errors other than ErrNoApproval wrap
 // ErrInternal.
 func (v *Verifier) Open(ctx context.Context, data []byte) (Verified, error) {
-	var env Envelope
-	if err := decodeStrict(data, &env); err != nil {
-		return Verified{}, fmt.Errorf("%w: decode envelope: %w", ErrInvalid, err)
-	}
-	if len(env.Payload) == 0 || len(env.Sig) == 0 || env.Key == "" {
-		return Verified{}, fmt.Errorf("%w: unsigned request", ErrUnauthorized)
-	}
-	if len(v.Keys) == 0 {
-		return Verified{}, fmt.Errorf("%w: this agent trusts no signing key (agent.trustedKeys / --trusted-keys)", ErrUnauthorized)
-	}
-	if !slices.Contains(v.Keys, env.Key) {
-		return Verified{}, fmt.Errorf("%w: signed by untrusted key %s", ErrUnauthorized, shortKey(env.Key))
-	}
-	kp, err := nkeys.FromPublicKey(env.Key)
+	out, s, err := v.peek(data)
 	if err != nil {
-		return Verified{}, fmt.Errorf("%w: key %s: %w", ErrUnauthorized, shortKey(env.Key), err)
+		return out, err
 	}
-	if err := kp.Verify(signingInput(env.Payload), env.Sig); err != nil {
-		return Verified{}, fmt.Errorf("%w: bad signature", ErrUnauthorized)
-	}
-	var s sealed
-	if err := decodeStrict(env.Payload, &s); err != nil {
-		// Signed garbage: the bot would never seal it.
-		return Verified{}, fmt.Errorf("%w: signed payload does not decode: %w", ErrInvalid, err)
-	}
-	out := Verified{Request: s.Request, Approval: s.Approval, Key: env.Key, Deadline: s.Deadline}
 	if err := s.Request.Validate(); err != nil {
 		return out, err
 	}
@@ -367,6 +345,45 @@ func (v *Verifier) Open(ctx context.Context, data []byte) (Verified, error) {
 		return out, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	return out, nil
+}
+
+// Peek checks only that data is an envelope signed by a trusted key and
+// returns what it says, without judging the approval: the agent uses it
+// to find the action id of a redelivered request, whose stored result
+// then answers it. Nothing may be executed on Peek's word alone; Open
+// decides that.
+func (v *Verifier) Peek(data []byte) (Verified, error) {
+	out, _, err := v.peek(data)
+	return out, err
+}
+
+func (v *Verifier) peek(data []byte) (Verified, sealed, error) {
+	var env Envelope
+	if err := decodeStrict(data, &env); err != nil {
+		return Verified{}, sealed{}, fmt.Errorf("%w: decode envelope: %w", ErrInvalid, err)
+	}
+	if len(env.Payload) == 0 || len(env.Sig) == 0 || env.Key == "" {
+		return Verified{}, sealed{}, fmt.Errorf("%w: unsigned request", ErrUnauthorized)
+	}
+	if len(v.Keys) == 0 {
+		return Verified{}, sealed{}, fmt.Errorf("%w: this agent trusts no signing key (agent.trustedKeys / --trusted-keys)", ErrUnauthorized)
+	}
+	if !slices.Contains(v.Keys, env.Key) {
+		return Verified{}, sealed{}, fmt.Errorf("%w: signed by untrusted key %s", ErrUnauthorized, shortKey(env.Key))
+	}
+	kp, err := nkeys.FromPublicKey(env.Key)
+	if err != nil {
+		return Verified{}, sealed{}, fmt.Errorf("%w: key %s: %w", ErrUnauthorized, shortKey(env.Key), err)
+	}
+	if err := kp.Verify(signingInput(env.Payload), env.Sig); err != nil {
+		return Verified{}, sealed{}, fmt.Errorf("%w: bad signature", ErrUnauthorized)
+	}
+	var s sealed
+	if err := decodeStrict(env.Payload, &s); err != nil {
+		// Signed garbage: the bot would never seal it.
+		return Verified{}, sealed{}, fmt.Errorf("%w: signed payload does not decode: %w", ErrInvalid, err)
+	}
+	return Verified{Request: s.Request, Approval: s.Approval, Key: env.Key, Deadline: s.Deadline}, s, nil
 }
 
 // checkApproval judges what the signed approval says on its own.

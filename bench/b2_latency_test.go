@@ -427,7 +427,7 @@ func (r *b2Routes) set(k diagnose.Key, channel string) {
 	r.mu.Unlock()
 }
 
-func (r *b2Routes) route(k diagnose.Key, _ map[string]string) string {
+func (r *b2Routes) route(k diagnose.Key, _ string, _ map[string]string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.m[k]

@@ -4,15 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/slack-go/slack"
 
@@ -28,34 +27,48 @@ import (
 	"github.com/hcpbot/hcpbot/redact"
 )
 
-// DefaultActionTimeout bounds the wait for an agent's answer. It exceeds
-// actions.ExecuteTimeout so that the agent's own timeout, which says what
-// happened, normally answers first; it stays under chatops'
-// DefaultHandlerTimeout so that the user still gets a reply.
-const DefaultActionTimeout = actions.ExecuteTimeout + 10*time.Second
+// DefaultResultWait is how long Approve waits for the agent's result
+// before it answers that the request is queued (the result then follows
+// in the same conversation). Most actions take a few API calls; the
+// wait stays well under chatops' DefaultHandlerTimeout.
+const DefaultResultWait = 20 * time.Second
 
-// ErrNoAgent: the agent of the proposal's source did not answer. The
-// action may or may not have run.
-var ErrNoAgent = errors.New("the agent did not answer")
+// ErrNoAgent: the agent of the proposal's source did not pick its
+// request up before the request's deadline; the agent refuses it after
+// that, so it did not run.
+var ErrNoAgent = errors.New("the agent did not pick the request up")
+
+// errNotQueued: the request could not be confirmed as stored in the
+// actions stream (NATS unreachable). It may be stored; the recovery sweep
+// (RunRecovery) sends it again, which is safe.
+var errNotQueued = errors.New("the request is not confirmed as queued yet")
 
 // Approvals carries out the commands that change clusters through the
 // approval flow: proposals are stored in Store (which audits every
-// transition), and an approved one is sent to the agent of its management
-// cluster over NATS request/reply.
+// transition), and an approved one is queued for the agent of its
+// management cluster as a durable message (actions.Client); the agent's
+// result is read back by action id.
 type Approvals struct {
 	Store *approval.Store
 	// Audit records refusals that never reach the Store (a proposal the
 	// executor would refuse). Nil skips them.
 	Audit audit.Appender
-	NC    *nats.Conn
+	// Queue sends requests to the agents and reads their results.
+	Queue *actions.Client
 	// Signer seals every request it sends with the approval it carries
 	// out; agents refuse anything unsealed. Required to dispatch.
 	Signer *actions.Signer
-	// Timeout bounds the wait for the agent; 0 means DefaultActionTimeout.
+	// Timeout bounds Approve's wait for the result before it answers
+	// "queued"; 0 means DefaultResultWait.
 	Timeout time.Duration
 	// Log receives what has no user to tell (the expiry sweep's
 	// failures); the zero Logger discards it.
 	Log zerolog.Logger
+
+	// following holds the ids whose result this process waits for
+	// (follow), so that the recovery sweep starts one wait per action.
+	mu        sync.Mutex
+	following map[string]bool
 }
 
 var (
@@ -407,22 +420,49 @@ func (a *Approvals) stored(ctx context.Context, k diagnose.Key, user string, p a
 }
 
 // Approve implements Actions: only the approval that wins the proposal's
-// compare-and-set sends it to the agent.
+// compare-and-set sends it to the agent. When the result does not come
+// within Timeout, the answer says the request is queued, and the result
+// is posted into the same conversation when it comes (chatops.Later).
 func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply {
 	p, err := approval.ApproveAndRun(ctx, a.Store, approval.DispatcherFunc(a.dispatch), id, user)
 	if text, refused := refusal("approve", esc(id), p, err); refused {
 		return chatops.Reply{Text: text}
 	}
-	id = esc(id)
+	if errors.Is(err, actions.ErrQueued) {
+		later := chatops.Later(ctx)
+		a.startFollow(context.WithoutCancel(ctx), p, user, later)
+		what := "the agent of " + esc(p.Source) + " has not picked it up yet"
+		if errors.Is(err, errNotQueued) {
+			what = "it could not be handed to NATS yet; the bot keeps sending it"
+		}
+		then := "The result will be posted here."
+		if later == nil {
+			then = "Its outcome will be in the audit trail (`/hcp audit`)."
+		}
+		return chatops.Reply{Text: fmt.Sprintf("`%s`%s approved by %s and queued: %s. %s It runs at most once, and not after %s.",
+			esc(id), requestedBy(p, user), mention(user), what, then, p.DecidedAt.Add(actions.QueueHorizon).UTC().Format("15:04 UTC")), InChannel: true}
+	}
+	return a.outcome(ctx, p, user, err)
+}
+
+// requestedBy names the requester of a four-eyes approval, for the reply.
+func requestedBy(p approval.Proposal, user string) string {
+	if p.RequestedBy != "" && p.RequestedBy != user && !strings.HasPrefix(p.RequestedBy, actions.SystemRequesterPrefix) {
+		return " (requested by " + mention(p.RequestedBy) + ")"
+	}
+	return ""
+}
+
+// outcome words the recorded outcome of approved proposal p (err is what
+// running it returned).
+func (a *Approvals) outcome(ctx context.Context, p approval.Proposal, user string, err error) chatops.Reply {
+	id := esc(p.ID)
 	rolledBack := ""
 	if err == nil && p.Request.Type == actions.TypeRollback && p.Request.Rollback != nil && p.Result != nil {
 		rolledBack = a.markRolledBack(ctx, p)
 	}
 	// Both people of a four-eyes approval are named.
-	requested := ""
-	if p.RequestedBy != "" && p.RequestedBy != user && !strings.HasPrefix(p.RequestedBy, actions.SystemRequesterPrefix) {
-		requested = " (requested by " + mention(p.RequestedBy) + ")"
-	}
+	requested := requestedBy(p, user)
 	var text string
 	switch {
 	case err == nil && p.Result != nil && p.Result.Outcome == actions.OutcomeUnchanged:
@@ -439,7 +479,7 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 	case errors.Is(err, actions.ErrUnauthorized):
 		text = fmt.Sprintf("`%s` was refused by the agent of %s, which could not verify the approval: %s. Nothing was changed; the refusal is audited.", id, esc(p.Source), errText(err))
 	case errors.Is(err, ErrNoAgent):
-		text = fmt.Sprintf("`%s` is approved but the agent of %s did not answer, so whether it ran is unknown; it is marked failed. Check the cluster and propose again if needed (re-running is safe).", id, esc(p.Source))
+		text = fmt.Sprintf("`%s` is approved but the agent of %s recorded no result before its deadline; it refuses the request after that, so it will not run now. It is marked failed: check the cluster and propose again when the agent is back (re-running is safe).", id, esc(p.Source))
 	case errors.Is(err, approval.ErrAudit) && p.State == approval.StateExecuted:
 		text = fmt.Sprintf("`%s` was executed, but its audit record could not be written: %s", id, errText(err))
 	case errors.Is(err, approval.ErrAudit):
@@ -459,6 +499,136 @@ func (a *Approvals) Approve(ctx context.Context, id, user string) chatops.Reply 
 		return chatops.Reply{Text: text, InChannel: true, Blocks: textBlocks(text, slack.NewActionBlock("undo-"+p.ID, btn))}
 	}
 	return chatops.Reply{Text: text, InChannel: true}
+}
+
+// follow waits for the result of queued proposal p until its deadline
+// (plus actions.ResultGrace), records it and posts the outcome with
+// later (when set). A proposal still without a result then is marked
+// failed: the agent refuses it after its deadline, so it will not run.
+func (a *Approvals) follow(ctx context.Context, p approval.Proposal, user string, later chatops.LaterFunc) {
+	wctx, cancel := context.WithDeadline(ctx, deadline(p).Add(actions.ResultGrace))
+	defer cancel()
+	r, err := a.Queue.Wait(wctx, p.Source, p.ID)
+	if err != nil && ctx.Err() != nil {
+		// Stopping (the process shuts down): whoever runs the recovery
+		// sweep next records it.
+		return
+	}
+	var res actions.Result
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: %s: not picked up before %s", ErrNoAgent, p.Source, deadline(p).UTC().Format(time.RFC3339))
+	case r.Result != nil:
+		res, err = *r.Result, r.Err()
+	default:
+		err = r.Err()
+	}
+	rp, rerr := approval.Record(ctx, a.Store, p, res, err)
+	if errors.Is(rerr, approval.ErrWrongState) {
+		// Recorded by someone else (the recovery sweep of a replica).
+		rp, rerr = a.Store.Get(ctx, p.ID)
+		if rerr == nil && rp.State == approval.StateExecuted {
+			err = nil
+		}
+	}
+	a.Log.Info().Str("action", p.ID).Str("state", string(rp.State)).AnErr("outcome", err).Msg("queued action answered")
+	if later != nil {
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+		later(a.outcome(ctx, rp, user, err))
+	}
+}
+
+// startFollow runs follow for p unless this process already waits for
+// its result.
+func (a *Approvals) startFollow(ctx context.Context, p approval.Proposal, user string, later chatops.LaterFunc) {
+	a.mu.Lock()
+	if a.following[p.ID] {
+		a.mu.Unlock()
+		return
+	}
+	if a.following == nil {
+		a.following = map[string]bool{}
+	}
+	a.following[p.ID] = true
+	a.mu.Unlock()
+	go func() {
+		defer func() {
+			a.mu.Lock()
+			delete(a.following, p.ID)
+			a.mu.Unlock()
+		}()
+		a.follow(ctx, p, user, later)
+	}()
+}
+
+// deadline is when the agent stops accepting p's request.
+func deadline(p approval.Proposal) time.Time { return p.DecidedAt.Add(actions.QueueHorizon) }
+
+// DefaultRecoveryInterval is how often RunRecovery looks for approved
+// proposals without a recorded outcome.
+const DefaultRecoveryInterval = 30 * time.Second
+
+// RunRecovery finds approved proposals without a recorded outcome, at
+// once and then every interval until ctx ends: those whose result is in
+// the results bucket are recorded; those still within their deadline
+// are sent again (a bot stopped right after the approval never sent
+// them); those past it are marked failed. Every replica may run it: a
+// request sent again is dropped by the stream's de-duplication (its
+// message id is the action id), the agent answers a request it already
+// ran from its recorded result, and the recording is a compare-and-set
+// that one caller wins. So each action runs at most once, and none is
+// left behind by a replica that died.
+func (a *Approvals) RunRecovery(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("bot: recovery interval %v must be positive", interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		a.recover(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Approvals) recover(ctx context.Context) {
+	ps, err := a.Store.Approved(ctx)
+	if err != nil && ctx.Err() == nil {
+		a.Log.Warn().Err(err).Msg("recovery: cannot list approved proposals")
+	}
+	now := time.Now()
+	for _, p := range ps {
+		log := a.Log.With().Str("action", p.ID).Str("source", p.Source).Logger()
+		r, err := a.Queue.Result(ctx, p.Source, p.ID)
+		switch {
+		case err == nil:
+			var res actions.Result
+			if r.Result != nil {
+				res = *r.Result
+			}
+			_, rerr := approval.Record(ctx, a.Store, p, res, r.Err())
+			log.Info().AnErr("outcome", r.Err()).AnErr("record", rerr).Msg("recovery: result recorded")
+		case !errors.Is(err, actions.ErrNoResult):
+			log.Warn().Err(err).Msg("recovery: cannot read the result")
+		case now.After(deadline(p).Add(actions.ResultGrace)):
+			_, rerr := approval.Record(ctx, a.Store, p, actions.Result{},
+				fmt.Errorf("%w: %s: not picked up before %s", ErrNoAgent, p.Source, deadline(p).UTC().Format(time.RFC3339)))
+			log.Warn().AnErr("record", rerr).Msg("recovery: not picked up before its deadline; marked failed")
+		case now.Before(deadline(p)):
+			if err := a.send(ctx, p); err != nil {
+				log.Warn().Err(err).Msg("recovery: request not sent")
+				continue
+			}
+			log.Debug().Msg("recovery: request sent again (dropped as a duplicate if queued or run)")
+			// Its result is recorded as soon as it comes.
+			a.startFollow(ctx, p, p.DecidedBy, nil)
+		}
+	}
 }
 
 // markRolledBack records on the original action that the executed
@@ -496,46 +666,59 @@ func (a *Approvals) Reject(ctx context.Context, id, reason, user string) chatops
 	return chatops.Reply{Text: text, InChannel: true}
 }
 
-// dispatch sends p's request to the agent of p.Source and maps its reply
-// back onto actions' sentinel errors.
+// dispatch queues p's request for the agent of p.Source and waits up to
+// Timeout for its result, mapping it back onto actions' sentinel errors;
+// without a result by then the error wraps actions.ErrQueued.
 func (a *Approvals) dispatch(ctx context.Context, p approval.Proposal) (actions.Result, error) {
-	subject, err := event.ActionRequestSubject(p.Source)
-	if err != nil {
-		return actions.Result{}, fmt.Errorf("proposal %s names no usable management cluster: %w", p.ID, err)
-	}
-	if a.Signer == nil {
-		return actions.Result{}, fmt.Errorf("%w: no signing key configured, so the agent would refuse %s", actions.ErrUnauthorized, p.ID)
-	}
-	att, err := p.Attestation()
-	if err != nil {
+	if err := a.send(ctx, p); err != nil {
+		if errors.Is(err, errNotQueued) {
+			return actions.Result{}, fmt.Errorf("%w: %w", actions.ErrQueued, err)
+		}
 		return actions.Result{}, err
 	}
-	timeout := a.Timeout
-	if timeout <= 0 {
-		timeout = DefaultActionTimeout
+	wait := a.Timeout
+	if wait <= 0 {
+		wait = DefaultResultWait
 	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	// The agent stops when we stop waiting, so that "did not answer"
-	// never hides a change made later.
-	deadline, _ := rctx.Deadline()
-	data, err := a.Signer.SealUntil(p.Request, att, time.Now(), deadline)
+	r, err := a.Queue.Wait(wctx, p.Source, p.ID)
 	if err != nil {
 		return actions.Result{}, err
-	}
-	msg, err := a.NC.RequestWithContext(rctx, subject, data)
-	if err != nil {
-		return actions.Result{}, fmt.Errorf("%w: %s: %w", ErrNoAgent, p.Source, err)
-	}
-	var r actions.Reply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return actions.Result{}, fmt.Errorf("%w: undecodable reply from %s: %w", actions.ErrInternal, p.Source, err)
 	}
 	var res actions.Result
 	if r.Result != nil {
 		res = *r.Result
 	}
 	return res, r.Err()
+}
+
+// send seals p's request, issued now with p's deadline (DecidedAt +
+// actions.QueueHorizon, the same in every copy), and queues it with the
+// action id as message id. A copy sent again is sealed afresh, so its
+// signature is fresh while its deadline is not extended.
+func (a *Approvals) send(ctx context.Context, p approval.Proposal) error {
+	if _, err := event.ActionRequestSubject(p.Source); err != nil {
+		return fmt.Errorf("proposal %s names no usable management cluster: %w", p.ID, err)
+	}
+	if a.Signer == nil {
+		return fmt.Errorf("%w: no signing key configured, so the agent would refuse %s", actions.ErrUnauthorized, p.ID)
+	}
+	if a.Queue == nil {
+		return fmt.Errorf("%w: no action queue configured", actions.ErrInternal)
+	}
+	att, err := p.Attestation()
+	if err != nil {
+		return err
+	}
+	data, err := a.Signer.SealUntil(p.Request, att, time.Now(), deadline(p))
+	if err != nil {
+		return err
+	}
+	if err := a.Queue.Send(ctx, p.Source, p.ID, data); err != nil {
+		return fmt.Errorf("%w: %w", errNotQueued, err)
+	}
+	return nil
 }
 
 // refusal words the decisions the Store refused; refused is false for

@@ -169,6 +169,7 @@ type liveEnv struct {
 	source  string
 	signer  *actions.Signer // the bot's key, trusted by the agent
 	botNC   *nats.Conn
+	queue   *actions.Client
 	botJS   jetstream.JetStream
 }
 
@@ -201,6 +202,7 @@ func newLiveEnv(t *testing.T) *liveEnv {
 		return conn
 	}
 	botConn, agentConn := connect("bot"), connect("agent")
+	queue := ensureQueue(t, botConn.JS)
 
 	// The agent: actions.Serve with the executor on the real API servers.
 	runCtx, cancel := context.WithCancel(ctx)
@@ -213,7 +215,7 @@ func newLiveEnv(t *testing.T) *liveEnv {
 		t.Fatal(err)
 	}
 	wg.Go(func() {
-		if err := actions.Serve(runCtx, agentConn.NC, actions.ServeConfig{
+		if err := actions.Serve(runCtx, agentConn.JS, actions.ServeConfig{
 			Source: source, Executor: x, Verifier: verifier, Audit: audit.Refusals{Log: refusals}, Log: natstest.Logger(t),
 		}); err != nil {
 			t.Errorf("actions.Serve: %v", err)
@@ -235,16 +237,10 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	}})
 	cmds := &bot.Commands{
 		Bot: b, Audit: log,
-		Actions: &bot.Approvals{Store: store, Audit: log, NC: botConn.NC, Signer: signer, Timeout: 2 * time.Minute},
+		Actions: &bot.Approvals{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 2 * time.Minute},
 	}
-	// The agent's subscription must be in place before the first approval.
-	testenv.Eventually(t, 10*time.Second, "agent subscribed", func() bool {
-		subject, _ := event.ActionRequestSubject(source)
-		_, err := botConn.NC.Request(subject, []byte("{}"), 2*time.Second)
-		return err == nil
-	})
 	return &liveEnv{ns: ns, c: c, hosted: hosted, store: store, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
-		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS}
+		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS, queue: queue}
 }
 
 // petclinic is the seed 004 app in the hosted cluster.

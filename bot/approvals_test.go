@@ -2,7 +2,7 @@ package bot_test
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
@@ -21,7 +21,9 @@ import (
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 )
 
 const (
@@ -46,6 +48,8 @@ type approvalsEnv struct {
 	store     *approval.Store
 	log       *audit.Log
 	agent     *fakeAgent
+	agentJS   jetstream.JetStream
+	verifier  *actions.Verifier
 }
 
 func newApprovals(t *testing.T, source string) *approvalsEnv {
@@ -74,31 +78,21 @@ func newApprovals(t *testing.T, source string) *approvalsEnv {
 	fa := &fakeAgent{answer: func(req actions.Request) actions.Reply {
 		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "added " + strings.Join(req.NoProxy.Add, ", "), Diff: "+ kubernetes"}}
 	}}
-	subject, err := event.ActionRequestSubject(source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = agentConn.NC.QueueSubscribe(subject, actions.QueueGroup, func(msg *nats.Msg) {
+	queue := ensureQueue(t, botConn.JS)
+	serveFake(t, agentConn.JS, source, func(data []byte) (actions.Reply, bool) {
 		fa.calls.Add(1)
-		req, _ := openRequest(t, verifier, msg.Data)
+		req, _ := openRequest(t, verifier, data)
 		fa.mu.Lock()
 		fa.last = req
 		answer := fa.answer
 		fa.mu.Unlock()
 		// Slow enough that concurrent approvals overlap the dispatch.
 		time.Sleep(100 * time.Millisecond)
-		data, _ := json.Marshal(answer(req))
-		_ = msg.Respond(data)
+		return answer(req), true
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := agentConn.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	return &approvalsEnv{
-		approvals: &bot.Approvals{Store: store, Audit: log, NC: botConn.NC, Signer: signer, Timeout: 10 * time.Second},
-		store:     store, log: log, agent: fa,
+		approvals: &bot.Approvals{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 10 * time.Second},
+		store:     store, log: log, agent: fa, agentJS: agentConn.JS, verifier: verifier,
 	}
 }
 
@@ -212,7 +206,7 @@ func TestApprovalsProposeApprove(t *testing.T) {
 }
 
 // The agent's error codes come back as sentences: a conflict asks for a
-// new proposal; a missing agent says the outcome is unknown.
+// new proposal; without an agent the request is queued.
 func TestApprovalsFailures(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	ctx := context.Background()
@@ -230,10 +224,14 @@ func TestApprovalsFailures(t *testing.T) {
 		t.Errorf("state after conflict: %s", p.State)
 	}
 
+	// No agent: queued, not an error; it stays approved.
 	id, _ = e.propose(t, "mgmt-nobody")
 	r = e.approvals.Approve(ctx, id, approver1)
-	if !strings.Contains(r.Text, "did not answer") {
+	if !strings.Contains(r.Text, "queued: the agent of mgmt-nobody has not picked it up yet") {
 		t.Errorf("no agent: %q", r.Text)
+	}
+	if p, _ := e.store.Get(ctx, id); p.State != approval.StateApproved {
+		t.Errorf("state while queued: %s", p.State)
 	}
 
 	// An extra entry the executor would refuse is never proposed.
@@ -260,5 +258,85 @@ func TestApprovalsReject(t *testing.T) {
 	}
 	if n := e.agent.calls.Load(); n != 0 {
 		t.Errorf("dispatched %d times", n)
+	}
+}
+
+// A request nobody picks up is answered "queued", not as an error, and
+// stays approved; when the agent comes, it runs once and the outcome is
+// posted into the same conversation (chatops.Later), replacing the
+// message that said "queued", and recorded.
+func TestApprovalQueuedUntilAgentComes(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	e.approvals.Timeout = time.Second
+	var later syncbuf.Buffer
+	ctx := chatops.WithLater(context.Background(), func(r chatops.Reply) {
+		_, _ = later.Write([]byte(fmt.Sprintf("replace=%v %s\n", r.ReplaceOriginal, r.Text)))
+	})
+	id, _ := e.propose(t, "mgmt-late")
+	// The proposal's Approve button.
+	cmds := &bot.Commands{Bot: botKnowing(t), Actions: e.approvals}
+	r := cmds.HandleAction(ctx, chatops.ActionRequest{Origin: chatops.Origin{UserID: approver1}, ActionID: chatops.ActionApprove, Value: id})
+	if !strings.Contains(r.Text, "approved by <@"+approver1+"> and queued: the agent of mgmt-late has not picked it up yet. The result will be posted here.") || !r.ReplaceOriginal {
+		t.Fatalf("queued reply: %+v", r)
+	}
+	if p, _ := e.store.Get(ctx, id); p.State != approval.StateApproved {
+		t.Fatalf("state while queued: %s", p.State)
+	}
+	var runs atomic.Int32
+	serveFake(t, e.agentJS, "mgmt-late", func(data []byte) (actions.Reply, bool) {
+		v := *e.verifier
+		v.Source = "mgmt-late"
+		req, _ := openRequest(t, &v, data)
+		runs.Add(1)
+		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "added late"}}, true
+	})
+	testenv.Eventually(t, natstest.Timeout, "the outcome posted later", func() bool {
+		// It replaces the message that said "queued".
+		return strings.Contains(later.String(), "replace=true `"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied: added late")
+	})
+	if p, _ := e.store.Get(ctx, id); p.State != approval.StateExecuted || p.Result == nil {
+		t.Errorf("state after the result: %s", p.State)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("executed %d times", n)
+	}
+}
+
+// An approval whose request never got out (the bot died right after
+// storing it) is sent by the recovery sweep, which two replicas run at
+// once, and executed exactly once; its outcome is recorded. One approved
+// too long ago for its deadline is marked failed without being sent.
+func TestRecoverySendsApprovedRequests(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	id, _ := e.propose(t, "mgmt-1")
+	// What a bot killed between the approval and the send leaves behind.
+	if _, err := e.store.Approve(ctx, id, approver1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := e.propose(t, "mgmt-1")
+	if _, err := e.store.Approve(ctx, old, approver1, time.Now().Add(-actions.QueueHorizon-actions.ResultGrace-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		// Another replica: its own Approvals on the same store and queue.
+		a := &bot.Approvals{Store: e.store, Audit: e.log, Queue: e.approvals.Queue, Signer: e.approvals.Signer}
+		wg.Go(func() { _ = a.RunRecovery(ctx, 200*time.Millisecond) })
+	}
+	testenv.Eventually(t, natstest.Timeout, "the approved action executed and recorded", func() bool {
+		p, _ := e.store.Get(ctx, id)
+		return p.State == approval.StateExecuted
+	})
+	testenv.Eventually(t, natstest.Timeout, "the one past its deadline marked failed", func() bool {
+		p, _ := e.store.Get(ctx, old)
+		return p.State == approval.StateFailed && strings.Contains(p.Reason, "not picked up")
+	})
+	time.Sleep(time.Second) // a few more sweeps of both replicas
+	cancel()
+	wg.Wait()
+	if n := e.agent.calls.Load(); n != 1 {
+		t.Errorf("the agent ran %d requests, want 1", n)
 	}
 }

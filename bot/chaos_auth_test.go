@@ -2,7 +2,6 @@ package bot_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
@@ -75,29 +72,20 @@ func TestChaosAuthorisation(t *testing.T) {
 	var executed atomic.Int64
 	var perIDMu sync.Mutex
 	perID := map[string]int{}
-	subject, err := event.ActionRequestSubject(source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := agentConn.NC.QueueSubscribe(subject, actions.QueueGroup, func(msg *nats.Msg) {
-		req, ok := openRequest(t, verifier, msg.Data)
+	queue := ensureQueue(t, botConn.JS)
+	serveFake(t, agentConn.JS, source, func(data []byte) (actions.Reply, bool) {
+		req, ok := openRequest(t, verifier, data)
 		if !ok {
-			return
+			return actions.Reply{}, false
 		}
 		executed.Add(1)
 		perIDMu.Lock()
 		perID[req.ID]++
 		perIDMu.Unlock()
-		data, _ := json.Marshal(actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "applied"}})
-		_ = msg.Respond(data)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := agentConn.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	approvals := &bot.Approvals{Store: store, Audit: alog, NC: botConn.NC, Signer: signer, Timeout: 20 * time.Second}
-	// The same NATS request the bot makes, for the one refusal the bot's
+		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "applied"}}, true
+	})
+	approvals := &bot.Approvals{Store: store, Audit: alog, Queue: queue, Signer: signer, Timeout: 20 * time.Second}
+	// The same queueing the bot does, for the one refusal the bot's
 	// Approve has no parameter for (the cluster the decision came from).
 	dispatch := approval.DispatcherFunc(func(ctx context.Context, p approval.Proposal) (actions.Result, error) {
 		att, err := p.Attestation()
@@ -108,12 +96,11 @@ func TestChaosAuthorisation(t *testing.T) {
 		if err != nil {
 			return actions.Result{}, err
 		}
-		msg, err := botConn.NC.RequestWithContext(ctx, subject, data)
-		if err != nil {
+		if err := queue.Send(ctx, p.Source, p.ID, data); err != nil {
 			return actions.Result{}, err
 		}
-		var r actions.Reply
-		if err := json.Unmarshal(msg.Data, &r); err != nil {
+		r, err := queue.Wait(ctx, p.Source, p.ID)
+		if err != nil {
 			return actions.Result{}, err
 		}
 		if r.Result == nil {

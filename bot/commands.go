@@ -175,7 +175,7 @@ func (c *Commands) HandleAction(ctx context.Context, r chatops.ActionRequest) ch
 				return c.approveIncidentFix(ctx, r, inc)
 			}
 		}
-		return decision(c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.Approve{ActionID: r.Value}}))
+		return decision(c.HandleCommand(decidedLater(ctx), chatops.Request{Origin: r.Origin, Command: chatops.Approve{ActionID: r.Value}}))
 	case chatops.ActionReject:
 		return decision(c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.Reject{ActionID: r.Value}}))
 	case chatops.ActionRollback:
@@ -210,6 +210,17 @@ func (c *Commands) approveIncidentFix(ctx context.Context, r chatops.ActionReque
 // decision makes the reply to a decided proposal replace the message that
 // carried the button. Decisions are shown to the channel; refusals only
 // to the presser, so they must not replace the proposal.
+// decidedLater makes a reply posted later (the outcome of an approval that
+// was queued) replace the proposal's message as well: the message that
+// said "queued" then shows the outcome.
+func decidedLater(ctx context.Context) context.Context {
+	later := chatops.Later(ctx)
+	if later == nil {
+		return ctx
+	}
+	return chatops.WithLater(ctx, func(r chatops.Reply) { later(decision(r)) })
+}
+
 func decision(r chatops.Reply) chatops.Reply {
 	if r.InChannel {
 		r.ReplaceOriginal = true

@@ -474,7 +474,7 @@ func TestRunExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &bot.Approvals{Store: store, Audit: log, NC: conn.NC}
+	a := &bot.Approvals{Store: store, Audit: log}
 	id, _ := (&approvalsEnv{approvals: a}).propose(t, "mgmt-1")
 	if _, err := a.Store.Get(ctx, id); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -205,7 +204,8 @@ func recentAudit(t *testing.T, l *audit.Log) []audit.Record {
 // executor on the real API server). Unsigned, wrongly signed, tampered
 // after signing, for an unapproved, expired, rejected or already executed
 // proposal, replayed with a fresh message id: each is refused with a
-// coded reply, audited by the agent, and the cluster is unchanged.
+// coded answer (recorded under the message id), audited by the agent, and
+// the cluster is unchanged.
 func TestForgedActionRequestsLive(t *testing.T) {
 	e := newLiveEnv(t)
 	ctx := context.Background()
@@ -305,12 +305,13 @@ func TestForgedActionRequestsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name string
 		data []byte
 		code actions.Code
 	}{
-		{"unsigned", plain, actions.CodeInvalid},
+		{"not an envelope", plain, actions.CodeInvalid},
+		{"unsigned", []byte(`{}`), actions.CodeUnauthorized},
 		{"signed by another key", sealAs(other, pending), actions.CodeUnauthorized},
 		{"tampered after signing", tamperedData, actions.CodeUnauthorized},
 		{"unapproved proposal", sealAs(e.signer, pending), actions.CodeUnauthorized},
@@ -319,17 +320,18 @@ func TestForgedActionRequestsLive(t *testing.T) {
 		{"already executed, replayed", wire.Data, actions.CodeUnauthorized},
 	} {
 		auditedBefore := agentRefusals(t, e.log)
-		msg := nats.NewMsg(subject)
-		msg.Data = tc.data
-		// A fresh message id, as a replay through JetStream would carry.
-		msg.Header.Set(nats.MsgIdHdr, "replay-"+tc.name)
-		resp, err := e.botNC.RequestMsg(msg, natsWait)
+		// Queued like the bot's requests, under a fresh message id, as a
+		// replay through JetStream would carry; the answer is recorded
+		// under it.
+		msgID := fmt.Sprintf("replay-%04d", i)
+		wctx, cancel := context.WithTimeout(ctx, natsWait)
+		if err := e.queue.Send(wctx, e.source, msgID, tc.data); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		reply, err := e.queue.Wait(wctx, e.source, msgID)
+		cancel()
 		if err != nil {
 			t.Fatalf("%s: no answer: %v", tc.name, err)
-		}
-		var reply actions.Reply
-		if err := json.Unmarshal(resp.Data, &reply); err != nil {
-			t.Fatalf("%s: reply %q: %v", tc.name, resp.Data, err)
 		}
 		if reply.Code != tc.code || reply.Result != nil {
 			t.Errorf("%s: reply %+v, want code %s", tc.name, reply, tc.code)
@@ -343,9 +345,8 @@ func TestForgedActionRequestsLive(t *testing.T) {
 		}
 	}
 	// Slack shows each refusal: one message for the agent, updated with the
-	// count, a thread reply per refusal (the environment's own probe of
-	// the agent's subscription, an empty request, is one more).
-	wants := []string{"unsigned", "untrusted key", "bad signature", "is not approved", "is expired", "is rejected", "is executed"}
+	// count, a thread reply per refusal.
+	wants := []string{"unsigned", "untrusted key", "bad signature", "is not approved", "is expired", "is rejected", "a replay"}
 	shown := func(r *slackrec.Recorder) (root slackrec.Message, missing []string) {
 		for _, m := range r.Messages(opsChannel) {
 			if m.ThreadTS != "" || !strings.Contains(m.Text, "refused") || !strings.Contains(m.Text, e.source) {

@@ -21,6 +21,7 @@ func TestSpecsAreBounded(t *testing.T) {
 	}{
 		{EventsStream(1, 0, 0), DefaultEventsMaxAge},
 		{AuditStream(1, 0, 0), AuditMaxAge},
+		{ActionsStreamSpec(1), ActionsMaxAge},
 	}
 	for _, tc := range streams {
 		t.Run(tc.spec.Name, func(t *testing.T) {
@@ -66,6 +67,7 @@ func TestSpecsAreBounded(t *testing.T) {
 		{SlackReplayKV(1, 11*time.Minute), 11 * time.Minute},
 		{DigestTicksKV(1), DigestTicksTTL},
 		{DigestStateKV(1), DigestStateTTL},
+		{ActionResultsSpec(1), ActionResultsTTL},
 	}
 	for _, tc := range buckets {
 		t.Run(tc.spec.Bucket, func(t *testing.T) {

@@ -72,9 +72,13 @@
 //
 // Actions and audit records, whose payloads are defined elsewhere, use
 //
-//	hcpbot.actions.<source>.request   bot → agent of source
-//	hcpbot.actions.<source>.result    agent of source → bot
+//	hcpbot.actions.<source>.request   bot → agent of source (queued in the
+//	                                  work-queue stream bus.ActionsStream)
 //	hcpbot.audit.<source>
+//
+// The agents' answers are not messages on a subject: they are kept by
+// action id in the KV bucket bus.ActionResultsBucket (package actions).
+// ActionResultSubject names a subject no component uses any more.
 //
 // # IDs and deduplication
 //

@@ -10,8 +10,10 @@ import (
 )
 
 // Dispatcher sends an approved proposal's request to the agent of its
-// source and returns the agent's result. The bot implements it over NATS
-// (event.ActionRequestSubject); this package never touches a cluster.
+// source and returns the agent's result, or an error wrapping
+// actions.ErrQueued when the request is queued without a result yet. The
+// bot implements it with actions.Client; this package never touches a
+// cluster.
 type Dispatcher interface {
 	Dispatch(ctx context.Context, p Proposal) (actions.Result, error)
 }
@@ -38,10 +40,9 @@ const markTimeout = 15 * time.Second
 // An approval that could not be audited is not run: the proposal is
 // marked failed instead, so no cluster change happens off the record.
 //
-// A dispatch error does not prove that nothing changed (the agent may have
-// applied the request and the reply been lost); the proposal is marked
-// failed with the error, and re-running the same request is safe because
-// actions are idempotent.
+// A dispatch that returns actions.ErrQueued leaves the proposal approved:
+// the request is queued for the agent, and whoever reads its result later
+// records it (Record).
 func ApproveAndRun(ctx context.Context, s *Store, d Dispatcher, id, userID string, opts ...DecideOption) (Proposal, error) {
 	p, err := s.Approve(ctx, id, userID, s.now(), opts...)
 	if err != nil {
@@ -58,7 +59,26 @@ func ApproveAndRun(ctx context.Context, s *Store, d Dispatcher, id, userID strin
 	}
 
 	res, derr := d.Dispatch(ctx, p)
+	if errors.Is(derr, actions.ErrQueued) {
+		// Sent (or to be re-sent by the recovery sweep) and not answered
+		// yet: it stays approved until its result is recorded.
+		return p, fmt.Errorf("approval: run %s: %w", id, derr)
+	}
+	return Record(ctx, s, p, res, derr)
+}
 
+// Record stores the outcome of approved proposal p's execution: executed
+// with res, or failed with derr (and res if it carries anything). It is
+// counted from now, not from ctx, whose deadline may be spent. Of several
+// callers recording one proposal (the approving replica, the recovery
+// sweep of any replica) one succeeds; the others get ErrWrongState.
+//
+// A dispatch error does not prove that nothing changed (the agent may have
+// applied the request and the reply been lost); the proposal is marked
+// failed with the error, and re-running the same request is safe because
+// actions are idempotent.
+func Record(ctx context.Context, s *Store, p Proposal, res actions.Result, derr error) (Proposal, error) {
+	id := p.ID
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
 	if derr != nil {

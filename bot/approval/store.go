@@ -644,43 +644,17 @@ var ErrTruncated = errors.New("proposal list truncated")
 // marking of the original failed) is left out too. It reads at most
 // maxListed (10000) proposals (ErrTruncated, with the exposures found so far).
 func (s *Store) Exposures(ctx context.Context) ([]Proposal, error) {
-	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("approval: list proposals: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
 	var exposed []Proposal
 	undone := map[string]bool{}
-	var errs []error
-	n := 0
-read:
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("approval: list proposals: %w", ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok || e == nil {
-				break read // nil marks the end of the current values
-			}
-			if n++; n > maxListed {
-				errs = append(errs, fmt.Errorf("%w: read %d proposals", ErrTruncated, maxListed))
-				break read
-			}
-			var p Proposal
-			if err := json.Unmarshal(e.Value(), &p); err != nil {
-				errs = append(errs, fmt.Errorf("decode proposal %s: %w", e.Key(), err))
-				continue
-			}
-			p.Revision = e.Revision()
-			switch {
-			case p.State != StateExecuted:
-			case p.Request.Type == actions.TypeExposeNodePort && p.Request.Expose != nil:
-				exposed = append(exposed, p)
-			case p.Request.Type == actions.TypeRollback && p.Request.Rollback != nil:
-				undone[p.Request.Rollback.Undo.ActionID] = true
-			}
+	err := s.scan(ctx, func(p Proposal) {
+		switch {
+		case p.State != StateExecuted:
+		case p.Request.Type == actions.TypeExposeNodePort && p.Request.Expose != nil:
+			exposed = append(exposed, p)
+		case p.Request.Type == actions.TypeRollback && p.Request.Rollback != nil:
+			undone[p.Request.Rollback.Undo.ActionID] = true
 		}
-	}
+	})
 	exposed = slices.DeleteFunc(exposed, func(p Proposal) bool { return undone[p.ID] })
 	slices.SortFunc(exposed, func(a, b Proposal) int {
 		if c := a.Executed().Compare(b.Executed()); c != 0 {
@@ -688,8 +662,56 @@ read:
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return exposed, fmt.Errorf("approval: exposures: %w", err)
 	}
 	return exposed, nil
+}
+
+// Approved returns the proposals approved but without a recorded outcome
+// yet: their requests are queued for (or running in) the agent, or were
+// never sent because the bot stopped right after the approval. Bounded
+// like Exposures.
+func (s *Store) Approved(ctx context.Context) ([]Proposal, error) {
+	var out []Proposal
+	err := s.scan(ctx, func(p Proposal) {
+		if p.State == StateApproved {
+			out = append(out, p)
+		}
+	})
+	if err != nil {
+		return out, fmt.Errorf("approval: approved proposals: %w", err)
+	}
+	return out, nil
+}
+
+// scan calls f with every stored proposal, reading at most maxListed
+// (ErrTruncated, after calling f with those read).
+func (s *Store) scan(ctx context.Context, f func(Proposal)) error {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("list proposals: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var errs []error
+	for n := 0; ; {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("list proposals: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				return errors.Join(errs...) // nil marks the end of the current values
+			}
+			if n++; n > maxListed {
+				return errors.Join(append(errs, fmt.Errorf("%w: read %d proposals", ErrTruncated, maxListed))...)
+			}
+			var p Proposal
+			if err := json.Unmarshal(e.Value(), &p); err != nil {
+				errs = append(errs, fmt.Errorf("decode proposal %s: %w", e.Key(), err))
+				continue
+			}
+			p.Revision = e.Revision()
+			f(p)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // DefaultConsoleUser is the user id console commands run as.
@@ -39,6 +40,10 @@ type Console struct {
 	// two people at one keyboard, so that four-eyes approval can be shown
 	// (the demo). Lines run as UserID until the first "as".
 	Users map[string]string
+
+	// mu orders writes to Out: a late reply (Later) comes from another
+	// goroutine.
+	mu sync.Mutex
 }
 
 // Run serves the console until In ends (nil), ctx ends (ctx.Err()) or a
@@ -90,7 +95,10 @@ func (c *Console) Run(ctx context.Context) error {
 			if len(c.Users) > 0 {
 				prompt = "[" + name + "] " + prompt
 			}
-			if _, err := io.WriteString(c.Out, prompt); err != nil {
+			c.mu.Lock()
+			_, err := io.WriteString(c.Out, prompt)
+			c.mu.Unlock()
+			if err != nil {
 				return fmt.Errorf("chatops: console: %w", err)
 			}
 		}
@@ -131,7 +139,10 @@ func (c *Console) Run(ctx context.Context) error {
 			out = c.run(ctx, user, name, text)
 		}
 		if out != "" {
-			if _, err := io.WriteString(c.Out, out+"\n"); err != nil {
+			c.mu.Lock()
+			_, err := io.WriteString(c.Out, out+"\n")
+			c.mu.Unlock()
+			if err != nil {
 				return fmt.Errorf("chatops: console: %w", err)
 			}
 		}
@@ -160,6 +171,11 @@ func (c *Console) run(ctx context.Context, user, name, text string) (out string)
 			out = fmt.Sprintf("internal error: %v", p)
 		}
 	}()
+	ctx = WithLater(ctx, func(r Reply) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, _ = io.WriteString(c.Out, PlainText(r)+"\n")
+	})
 	return PlainText(c.Handler.HandleCommand(ctx, req))
 }
 

@@ -242,7 +242,7 @@ func (d *dispatcher) command(req Request) Reply {
 	go func() {
 		defer d.wg.Done()
 		r, panicked := d.call("command", name, func(ctx context.Context) Reply {
-			return d.h.HandleCommand(ctx, req)
+			return d.h.HandleCommand(d.withLater(ctx, req.Origin), req)
 		})
 		if panicked {
 			count(outcomePanic)
@@ -276,7 +276,7 @@ func (d *dispatcher) action(req ActionRequest) {
 	go func() {
 		defer d.wg.Done()
 		r, panicked := d.call("action", req.ActionID, func(ctx context.Context) Reply {
-			return d.h.HandleAction(ctx, req)
+			return d.h.HandleAction(d.withLater(ctx, req.Origin), req)
 		})
 		outcome := outcomeAnswered
 		if panicked {
@@ -285,6 +285,16 @@ func (d *dispatcher) action(req ActionRequest) {
 		d.m.handled.WithLabelValues(string(req.Transport), "action", req.ActionID, outcome).Inc()
 		d.deliver(req.Origin, r)
 	}()
+}
+
+// withLater gives the handler a LaterFunc posting to o's response_url.
+// The posts are not waited for at shutdown: they come from work the
+// handler left running, which is bounded by itself.
+func (d *dispatcher) withLater(ctx context.Context, o Origin) context.Context {
+	if o.ResponseURL == "" {
+		return ctx
+	}
+	return WithLater(ctx, func(r Reply) { d.deliver(o, r) })
 }
 
 // deliver posts a late reply. The response_url is never logged: it is a

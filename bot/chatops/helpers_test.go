@@ -28,6 +28,8 @@ type fakeHandler struct {
 	delay time.Duration
 	reply func(any) Reply
 	panic bool
+	// seen, if set, is given the handler's context (e.g. for Later).
+	seen func(ctx context.Context)
 
 	mu    sync.Mutex
 	cmds  []Request
@@ -39,6 +41,9 @@ func newFakeHandler() *fakeHandler { return &fakeHandler{calls: make(chan struct
 
 func (h *fakeHandler) answer(ctx context.Context, req any, echo string) Reply {
 	h.calls <- struct{}{}
+	if h.seen != nil {
+		h.seen(ctx)
+	}
 	if h.delay > 0 {
 		select {
 		case <-time.After(h.delay):

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/slack-go/slack"
@@ -374,6 +375,50 @@ func TestSlowCommandAcksThenPostsToResponseURL(t *testing.T) {
 	}
 	if n := posted(); n != 1 {
 		t.Errorf("posts ok = %v", n)
+	}
+}
+
+// A handler that answers at once and learns the outcome later (a queued
+// action) posts it with Later to the request's response_url, after its
+// own answer; a console user sees it printed.
+func TestLaterPostsToResponseURL(t *testing.T) {
+	h := newFakeHandler()
+	h.reply = func(any) Reply { return Reply{Text: "queued", InChannel: true} }
+	h.seen = func(ctx context.Context) {
+		later := Later(ctx)
+		if later == nil {
+			t.Error("no Later for a request with a response_url")
+			return
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			later(Reply{Text: "outcome", InChannel: true, ReplaceOriginal: true})
+		}()
+	}
+	e := newEnv(t, nil, h)
+	a := do(t, e.command("approve act-abcd1234", time.Now()))
+	if r := a.reply(t); a.status != http.StatusOK || r.Text != "queued" {
+		t.Fatalf("answer %d %+v", a.status, r)
+	}
+	e.rec.WaitFor(t, 5*time.Second, func(r *slackrec.Recorder) bool {
+		return len(r.CallsTo(slackrec.MethodResponseURL)) == 1
+	})
+	if c := e.rec.CallsTo(slackrec.MethodResponseURL)[0]; c.JSON["text"] != "outcome" || c.JSON["replace_original"] != true {
+		t.Errorf("later post = %+v", c.JSON)
+	}
+
+	var out syncbuf.Buffer
+	done := make(chan struct{})
+	h.seen = func(ctx context.Context) {
+		go func() { Later(ctx)(Reply{Text: "outcome on the console"}); close(done) }()
+	}
+	c := &Console{In: strings.NewReader("approve act-abcd1234\n"), Out: &out, Handler: h}
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if !strings.Contains(out.String(), "outcome on the console") {
+		t.Errorf("console: %q", out.String())
 	}
 }
 

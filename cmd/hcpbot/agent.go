@@ -363,7 +363,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		}
 		var served sync.WaitGroup
 		served.Go(func() {
-			if err := actions.Serve(ctx, conn.NC, serve); err != nil {
+			if err := actions.Serve(ctx, conn.JS, serve); err != nil {
 				log.Error().Err(err).Msg("not serving action requests")
 			}
 		})

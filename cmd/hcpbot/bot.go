@@ -330,6 +330,10 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	})
 	if acts != nil {
 		wg.Go(func() { _ = acts.RunExpiry(ctx, time.Minute) })
+		// Every replica: approved actions whose request never got out
+		// (a bot killed right after the approval) are sent, results read
+		// by nobody are recorded. Safe in parallel (RunRecovery).
+		wg.Go(func() { _ = acts.RunRecovery(ctx, bot.DefaultRecoveryInterval) })
 	}
 	wg.Go(func() { _ = notifier.Run(ctx) })
 	refusals := &bot.RefusalNotices{
@@ -407,7 +411,15 @@ func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets
 	if err != nil {
 		return nil, err
 	}
-	return &bot.Approvals{Store: store, Audit: log, NC: conn.NC, Signer: signer}, nil
+	// The bot owns the action queue: the stream the agents consume and
+	// the bucket they answer in.
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStreamSpec(replicas)); err != nil {
+		return nil, err
+	}
+	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsSpec(replicas)); err != nil {
+		return nil, err
+	}
+	return &bot.Approvals{Store: store, Audit: log, Queue: &actions.Client{JS: conn.JS}, Signer: signer}, nil
 }
 
 // responseURLPrefixes are where the bot may POST delayed replies: Slack's

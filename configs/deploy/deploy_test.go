@@ -3,8 +3,6 @@ package deploy_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,7 +13,6 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -645,7 +642,7 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 				defer cancel()
 				var served sync.WaitGroup
 				served.Go(func() {
-					if err := actions.Serve(ctx, conn.NC, serve); err != nil {
+					if err := actions.Serve(ctx, conn.JS, serve); err != nil {
 						log.Error().Err(err).Msg("not serving action requests")
 					}
 				})
@@ -674,7 +671,7 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 // botSide is the bot's part of an action: the approval store and the key
 // the agent trusts.
 type botSide struct {
-	nc     *nats.Conn
+	queue  *actions.Client
 	store  *approval.Store
 	signer *actions.Signer
 }
@@ -694,19 +691,21 @@ func newBotSide(t *testing.T, conn *bus.Conn) *botSide {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &botSide{nc: conn.NC, store: store, signer: signer}
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStreamSpec(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsSpec(1)); err != nil {
+		t.Fatal(err)
+	}
+	return &botSide{queue: &actions.Client{JS: conn.JS}, store: store, signer: signer}
 }
 
 // request has req proposed and approved by two people, as the bot does,
-// sends it to the agent and decodes its reply.
+// queues it for the agent and reads its answer.
 func (b *botSide) request(t *testing.T, source string, req actions.Request) actions.Reply {
 	t.Helper()
-	ctx := context.Background()
-	nc := b.nc
-	subject, err := event.ActionRequestSubject(source)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	p, err := b.store.Propose(ctx, req, req.RequestedBy, approval.ForSource(source))
 	if err != nil {
 		t.Fatal(err)
@@ -718,24 +717,17 @@ func (b *botSide) request(t *testing.T, source string, req actions.Request) acti
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := b.signer.Seal(p.Request, att, time.Now())
+	data, err := b.signer.SealUntil(p.Request, att, time.Now(), p.DecidedAt.Add(actions.QueueHorizon))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reply actions.Reply
-	testenv.Eventually(t, 30*time.Second, "an agent serving "+subject, func() bool {
-		msg, err := nc.Request(subject, data, 30*time.Second)
-		if errors.Is(err, nats.ErrNoResponders) {
-			return false
-		}
-		if err != nil {
-			t.Fatalf("request %s: %v", req.ID, err)
-		}
-		if err := json.Unmarshal(msg.Data, &reply); err != nil {
-			t.Fatalf("decode reply %q: %v", msg.Data, err)
-		}
-		return true
-	})
+	if err := b.queue.Send(ctx, source, p.ID, data); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := b.queue.Wait(ctx, source, p.ID)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Type, req.ID, err)
+	}
 	if reply.Error != "" || reply.Result == nil {
 		t.Fatalf("%s %s: %s (%s)", req.Type, req.ID, reply.Error, reply.Code)
 	}

@@ -533,9 +533,18 @@ func TestNATSPermissions(t *testing.T) {
 				t.Fatalf("the agent's record is not in %+v", recs)
 			}
 		}},
-		{"bot sends action requests, each agent answers its own (actions.Serve, queue group)", func(t *testing.T, ctx context.Context) {
+		{"bot creates the action queue (bus.EnsureStream " + bus.ActionsStream + ", bus.EnsureKV " + bus.ActionResultsBucket + ")", func(t *testing.T, ctx context.Context) {
+			if _, err := bus.EnsureStream(ctx, botC.JS, bus.ActionsStreamSpec(1)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bus.EnsureKV(ctx, botC.JS, bus.ActionResultsSpec(1)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"bot queues action requests, each agent consumes its own and records the answer (actions.Client, actions.Serve)", func(t *testing.T, ctx context.Context) {
 			sctx, stop := context.WithCancel(ctx)
 			defer stop()
+			queue := &actions.Client{JS: botC.JS}
 			for _, c := range []struct {
 				source string
 				conn   *bus.Conn
@@ -547,7 +556,7 @@ func TestNATSPermissions(t *testing.T) {
 				// The agent's verifier reads the approval store and audits
 				// the refusal, both under the agent's permissions.
 				go func() {
-					_ = actions.Serve(sctx, c.conn.NC, actions.ServeConfig{
+					_ = actions.Serve(sctx, c.conn.JS, actions.ServeConfig{
 						Source: c.source, Executor: &actions.Executor{}, Log: log, Audit: audit.Refusals{Log: refusals},
 						Verifier: &actions.Verifier{Keys: []string{signer.PublicKey()}, Store: approval.NewLookup(c.conn.JS), Source: c.source},
 					})
@@ -562,28 +571,20 @@ func TestNATSPermissions(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				data, err := signer.Seal(forged.Request, att, time.Now())
+				data, err := signer.SealUntil(forged.Request, att, time.Now(), time.Now().Add(actions.QueueHorizon))
 				if err != nil {
 					t.Fatal(err)
 				}
-				subject, err := event.ActionRequestSubject(c.source)
-				if err != nil {
-					t.Fatal(err)
+				// A message id of its own: the stream drops a second message
+				// with one id, whatever its subject.
+				msgID := "forged-" + strings.ReplaceAll(c.source, "-", "")
+				if err := queue.Send(ctx, c.source, msgID, data); err != nil {
+					t.Fatalf("queue for %s: %v", c.source, err)
 				}
-				var reply actions.Reply
-				testenv.Eventually(t, natstest.Timeout, "an agent serving "+subject, func() bool {
-					msg, err := botC.NC.RequestWithContext(ctx, subject, data)
-					if errors.Is(err, nats.ErrNoResponders) {
-						return false
-					}
-					if err != nil {
-						t.Fatalf("request %s: %v", subject, err)
-					}
-					if err := json.Unmarshal(msg.Data, &reply); err != nil {
-						t.Fatalf("reply %q: %v", msg.Data, err)
-					}
-					return true
-				})
+				reply, err := queue.Wait(ctx, c.source, msgID)
+				if err != nil {
+					t.Fatalf("%s: %v", c.source, err)
+				}
 				if reply.Code != actions.CodeUnauthorized || !strings.Contains(reply.Error, proposal.ID) {
 					t.Fatalf("%s: reply %+v, want code %s after reading %s", c.source, reply, actions.CodeUnauthorized, proposal.ID)
 				}
@@ -616,7 +617,8 @@ func TestNATSPermissions(t *testing.T) {
 	botR, ag1R, ag2R := bot.raw(t, url, ca), ag1.raw(t, url, ca), ag2.raw(t, url, ca)
 	kvSubject := "$KV." + approval.Bucket + "." + proposal.ID
 	ownStreams := []string{event.StreamName, audit.StreamName}
-	for _, b := range []string{approval.Bucket, silence.Bucket, bus.LeaseBucket, notify.DefaultBucket, chatops.ReplayBucket, digest.TicksBucket, digest.StateBucket} {
+	ownStreams = append(ownStreams, bus.ActionsStream)
+	for _, b := range []string{approval.Bucket, silence.Bucket, bus.LeaseBucket, notify.DefaultBucket, chatops.ReplayBucket, digest.TicksBucket, digest.StateBucket, bus.ActionResultsBucket} {
 		ownStreams = append(ownStreams, "KV_"+b)
 	}
 	type refusal struct {
@@ -668,15 +670,26 @@ func TestNATSPermissions(t *testing.T) {
 		pub("agent mgmt-1: KV Delete of a proposal", ag1R, kvSubject, kvOp("delete")),
 		pub("agent mgmt-1: KV Purge of a proposal", ag1R, kvSubject, kvOp("purge")),
 		pub("agent mgmt-1: KV Put of the bot's lease", ag1R, "$KV."+bus.LeaseBucket+".bot", kvOp("put")),
-		sub("agent mgmt-1: another cluster's action requests", ag1R, "hcpbot.actions.mgmt-2.request", actions.QueueGroup),
-		sub("agent mgmt-1: its own requests outside the queue group", ag1R, "hcpbot.actions.mgmt-1.request", ""),
+		sub("agent mgmt-1: another cluster's action requests", ag1R, "hcpbot.actions.mgmt-2.request", ""),
+		sub("agent mgmt-1: its own requests on the wire", ag1R, "hcpbot.actions.mgmt-1.request", ""),
+		pub("agent mgmt-1: a consumer for mgmt-2's requests", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStream+".agent-mgmt-2.hcpbot.actions.mgmt-2.request", nil),
+		pub("agent mgmt-1: its consumer name with every request", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStream+".agent-mgmt-1.hcpbot.actions.*.request", nil),
+		pub("agent mgmt-1: an unfiltered consumer of the requests", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStream+".agent-mgmt-1", nil),
+		pub("agent mgmt-1: fetch mgmt-2's requests", ag1R, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStream+".agent-mgmt-2", nil),
+		pub("agent mgmt-1: acknowledge mgmt-2's requests", ag1R, "$JS.ACK."+bus.ActionsStream+".agent-mgmt-2.1.1.1.1.0", nil),
+		pub("agent mgmt-1: delete its consumer", ag1R, "$JS.API.CONSUMER.DELETE."+bus.ActionsStream+".agent-mgmt-1", nil),
+		pub("agent mgmt-1: write mgmt-2's result", ag1R, "$KV."+bus.ActionResultsBucket+".mgmt-2."+proposal.ID, kvOp("create")),
+		pub("agent mgmt-1: read mgmt-2's result", ag1R, "$JS.API.DIRECT.GET.KV_"+bus.ActionResultsBucket+".$KV."+bus.ActionResultsBucket+".mgmt-2."+proposal.ID, nil),
+		pub("agent mgmt-1: update the results bucket", ag1R, "$JS.API.STREAM.UPDATE.KV_"+bus.ActionResultsBucket, nil),
 		sub("agent mgmt-1: the bot's inbox", ag1R, event.BotInboxPrefix+".>", ""),
 		sub("agent mgmt-1: another agent's inbox", ag1R, inbox(src2)+".>", ""),
 		sub("agent mgmt-1: every event", ag1R, "hcpbot.events.>", ""),
 		sub("agent mgmt-1: everything", ag1R, ">", ""),
 		pub("agent mgmt-2: mgmt-1's event", ag2R, "hcpbot.events.mgmt-1._._.node", nil),
 		pub("agent mgmt-2: a KV write", ag2R, kvSubject, kvOp("put")),
-		sub("agent mgmt-2: mgmt-1's action requests", ag2R, "hcpbot.actions.mgmt-1.request", actions.QueueGroup),
+		sub("agent mgmt-2: mgmt-1's action requests", ag2R, "hcpbot.actions.mgmt-1.request", ""),
+		pub("agent mgmt-2: fetch mgmt-1's requests", ag2R, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStream+".agent-mgmt-1", nil),
+		pub("agent mgmt-2: write mgmt-1's result", ag2R, "$KV."+bus.ActionResultsBucket+".mgmt-1."+proposal.ID, kvOp("put")),
 		sub("agent mgmt-2: mgmt-1's inbox", ag2R, inbox(src1)+".>", ""),
 		// The bot: no events, no deletion of anything.
 		pub("bot: an event", botR, "hcpbot.events.mgmt-1._._.node", nil),
@@ -687,7 +700,10 @@ func TestNATSPermissions(t *testing.T) {
 		pub("bot: delete an audit record", botR, "$JS.API.STREAM.MSG.DELETE."+audit.StreamName, nil),
 		pub("bot: create a stream it does not own", botR, "$JS.API.STREAM.CREATE.ROGUE", nil),
 		sub("bot: an agent's inbox", botR, inbox(src1)+".>", ""),
-		sub("bot: an agent's action requests", botR, "hcpbot.actions.mgmt-1.request", actions.QueueGroup),
+		sub("bot: an agent's action requests", botR, "hcpbot.actions.mgmt-1.request", ""),
+		pub("bot: consume an agent's requests", botR, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStream+".agent-mgmt-1", nil),
+		pub("bot: a consumer of the requests", botR, "$JS.API.CONSUMER.CREATE."+bus.ActionsStream+".rogue", nil),
+		pub("bot: an answer in an agent's name", botR, "$KV."+bus.ActionResultsBucket+".mgmt-1."+proposal.ID, kvOp("create")),
 	}
 	for _, s := range ownStreams {
 		refusals = append(refusals,
