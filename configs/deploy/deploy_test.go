@@ -199,7 +199,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 }
 
 func TestAgentManifests(t *testing.T) {
-	objs := render(t, "agent")
+	objs := append(render(t, "agent"), render(t, "agent/clusters")...)
 	checkCommon(t, objs)
 	d := as[appsv1.Deployment](t, find(t, objs, "Deployment", "hcpbot-agent"))
 	if d.Namespace != namespace || d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
@@ -213,7 +213,7 @@ func TestAgentManifests(t *testing.T) {
 	c := spec.Containers[0]
 	// No --stream-replicas: against the shipped NATS the agent never
 	// creates the events stream (the bot owns it).
-	if c.Image != "ghcr.io/hcpbot/hcpbot:latest" || len(c.Args) == 0 || c.Args[0] != "agent" || !slices.Contains(c.Args, "--leader-elect") ||
+	if c.Image != "ghcr.io/hcpbot/hcpbot:"+releaseTag(t) || len(c.Args) == 0 || c.Args[0] != "agent" || !slices.Contains(c.Args, "--leader-elect") ||
 		slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--stream-replicas") }) {
 		t.Errorf("agent image %q args %q", c.Image, c.Args)
 	}
@@ -528,6 +528,13 @@ type applier struct {
 	mapper meta.RESTMapper
 }
 
+// newApplier applies to the management cluster.
+func newApplier() applier { return applierFor(env.Kube, env.Dynamic) }
+
+func applierFor(kc kubernetes.Interface, dc dynamic.Interface) applier {
+	return applier{dyn: dc, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kc.Discovery()))}
+}
+
 func (a applier) resource(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	gvk := u.GroupVersionKind()
 	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -553,16 +560,20 @@ func (a applier) apply(ctx context.Context, u *unstructured.Unstructured, dryRun
 	return err
 }
 
-// deploy applies the three kustomizations to the management cluster: each
+// bases are the kustomizations of a management cluster running everything:
+// agent/clusters needs HyperShift's namespace (it comes last).
+var bases = []string{"agent", "bot", "nats", "agent/clusters"}
+
+// deploy applies the kustomizations to the management cluster: each
 // object with a server-side dry run first, then for real. Cluster-scoped
 // objects are deleted when the test ends (registered before the agent's
 // own clean-up, so they outlive it).
 func deploy(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	a := applier{dyn: env.Dynamic, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Kube.Discovery()))}
+	a := newApplier()
 	var objs []*unstructured.Unstructured
-	for _, dir := range []string{"agent", "bot", "nats"} {
+	for _, dir := range bases {
 		objs = append(objs, render(t, dir)...)
 	}
 	// Namespaces first: a dry run in a namespace that does not exist fails.
