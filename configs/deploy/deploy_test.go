@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -1028,5 +1029,69 @@ func petclinic(t *testing.T, kc kubernetes.Interface) {
 	}
 	if _, err := kc.CoreV1().Services(appNS).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every base applies on a fresh cluster (its own API server, no HyperShift
+// yet), whatever was applied before it: agent, bot and nats in each of the
+// six orders, each object as `kubectl apply -k` sends it. agent/clusters
+// needs HyperShift's namespace: before it exists the API server refuses
+// it, naming the namespace; once it exists it applies.
+func TestDeployBasesApplyInAnyOrder(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	rendered := map[string][]*unstructured.Unstructured{}
+	for _, dir := range bases {
+		rendered[dir] = render(t, dir)
+	}
+	var orders [][]string
+	var permute func(done, rest []string)
+	permute = func(done, rest []string) {
+		if len(rest) == 0 {
+			orders = append(orders, done)
+			return
+		}
+		for i := range rest {
+			permute(append(slices.Clone(done), rest[i]), append(slices.Clone(rest[:i]), rest[i+1:]...))
+		}
+	}
+	permute(nil, []string{"agent", "bot", "nats"})
+	for i, order := range orders {
+		t.Run(strings.Join(order, ","), func(t *testing.T) {
+			name := fmt.Sprintf("fresh-%d", i)
+			srv, err := env.CP.AddAPIServer(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { env.CP.RemoveAPIServer(name) })
+			kc, dc, err := srv.Clients()
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := applierFor(kc, dc)
+			apply := func(dir string) error {
+				for _, o := range rendered[dir] {
+					if err := a.apply(ctx, o, false); err != nil {
+						return fmt.Errorf("%s: %s %s/%s: %w", dir, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+					}
+				}
+				return nil
+			}
+			for _, dir := range order {
+				if err := apply(dir); err != nil {
+					t.Errorf("applied after %v: %v", order[:slices.Index(order, dir)], err)
+				}
+			}
+			err = apply("agent/clusters")
+			if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `namespaces "`+hcNamespace+`" not found`) {
+				t.Errorf("agent/clusters before HyperShift's namespace exists: %v, want the namespace named as missing", err)
+			}
+			if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hcNamespace}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := apply("agent/clusters"); err != nil {
+				t.Errorf("once namespace %s exists: %v", hcNamespace, err)
+			}
+		})
 	}
 }
