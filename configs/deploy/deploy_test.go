@@ -567,8 +567,8 @@ var bases = []string{"agent", "bot", "nats", "agent/clusters"}
 
 // deploy applies the kustomizations to the management cluster: each
 // object with a server-side dry run first, then for real. Cluster-scoped
-// objects are deleted when the test ends (registered before the agent's
-// own clean-up, so they outlive it).
+// objects but Namespaces are deleted when the test ends (registered before
+// the agent's own clean-up, so they outlive it).
 func deploy(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
@@ -589,7 +589,10 @@ func deploy(t *testing.T) {
 		if err := a.apply(ctx, o, false); err != nil {
 			t.Fatalf("apply %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 		}
-		if o.GetNamespace() == "" {
+		// Namespaces stay: the test API server runs no namespace
+		// controller, so a deleted one would stay Terminating and refuse
+		// the next test's objects.
+		if o.GetNamespace() == "" && o.GetKind() != "Namespace" {
 			clusterScoped = append(clusterScoped, o)
 		}
 	}
