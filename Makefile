@@ -3,14 +3,18 @@
 
 GO        ?= go
 BIN       ?= bin/hcpbot
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release this tree builds (internal/version/RELEASE): the version
+# stamped into the binary and the image tag configs/deploy pins. Bump it
+# there; a test fails if the kustomizations' image tags differ.
+RELEASE   := $(shell cat internal/version/RELEASE)
+VERSION   ?= $(RELEASE)
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -s -w -X github.com/hcpbot/hcpbot/internal/version.Version=$(VERSION) -X github.com/hcpbot/hcpbot/internal/version.Commit=$(COMMIT)
 # The race detector needs cgo; use it wherever a C compiler is present.
 RACE      ?= $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
 TESTFLAGS ?=
 TIMEOUT   ?= 60m
-IMAGE     ?= hcpbot:$(VERSION)
+IMAGE     ?= ghcr.io/hcpbot/hcpbot:$(VERSION)
 
 .PHONY: all build test test-short vet testenv demo bench fuzz fuzz-short chaos image clean
 

@@ -266,17 +266,7 @@ func (c *slashCommander) run(ctx context.Context, text, user string, done func(s
 	if done(body.Text) {
 		return body.Text
 	}
-	var late string
-	c.rec.WaitFor(c.t, 2*time.Minute, func(r *slackrec.Recorder) bool {
-		for _, call := range r.CallsTo(slackrec.MethodResponseURL) {
-			if call.Channel == rch && done(call.Form.Get("text")) {
-				late = call.Form.Get("text")
-				return true
-			}
-		}
-		return false
-	})
-	return late
+	return c.rec.WaitResponse(c.t, 2*time.Minute, rch, done)
 }
 
 // `hcpbot all` whose agent.kubeconfig does not load, or is refused by its

@@ -3,6 +3,8 @@ package deploy_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -196,7 +198,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 }
 
 func TestAgentManifests(t *testing.T) {
-	objs := render(t, "agent")
+	objs := append(render(t, "agent"), render(t, "agent/clusters")...)
 	checkCommon(t, objs)
 	d := as[appsv1.Deployment](t, find(t, objs, "Deployment", "hcpbot-agent"))
 	if d.Namespace != namespace || d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
@@ -210,7 +212,7 @@ func TestAgentManifests(t *testing.T) {
 	c := spec.Containers[0]
 	// No --stream-replicas: against the shipped NATS the agent never
 	// creates the events stream (the bot owns it).
-	if c.Image != "ghcr.io/hcpbot/hcpbot:latest" || len(c.Args) == 0 || c.Args[0] != "agent" || !slices.Contains(c.Args, "--leader-elect") ||
+	if c.Image != "ghcr.io/hcpbot/hcpbot:"+releaseTag(t) || len(c.Args) == 0 || c.Args[0] != "agent" || !slices.Contains(c.Args, "--leader-elect") ||
 		slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--stream-replicas") }) {
 		t.Errorf("agent image %q args %q", c.Image, c.Args)
 	}
@@ -525,6 +527,13 @@ type applier struct {
 	mapper meta.RESTMapper
 }
 
+// newApplier applies to the management cluster.
+func newApplier() applier { return applierFor(env.Kube, env.Dynamic) }
+
+func applierFor(kc kubernetes.Interface, dc dynamic.Interface) applier {
+	return applier{dyn: dc, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kc.Discovery()))}
+}
+
 func (a applier) resource(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	gvk := u.GroupVersionKind()
 	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -550,16 +559,20 @@ func (a applier) apply(ctx context.Context, u *unstructured.Unstructured, dryRun
 	return err
 }
 
-// deploy applies the three kustomizations to the management cluster: each
+// bases are the kustomizations of a management cluster running everything:
+// agent/clusters needs HyperShift's namespace (it comes last).
+var bases = []string{"agent", "bot", "nats", "agent/clusters"}
+
+// deploy applies the kustomizations to the management cluster: each
 // object with a server-side dry run first, then for real. Cluster-scoped
-// objects are deleted when the test ends (registered before the agent's
-// own clean-up, so they outlive it).
+// objects but Namespaces are deleted when the test ends (registered before
+// the agent's own clean-up, so they outlive it).
 func deploy(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	a := applier{dyn: env.Dynamic, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Kube.Discovery()))}
+	a := newApplier()
 	var objs []*unstructured.Unstructured
-	for _, dir := range []string{"agent", "bot", "nats"} {
+	for _, dir := range bases {
 		objs = append(objs, render(t, dir)...)
 	}
 	// Namespaces first: a dry run in a namespace that does not exist fails.
@@ -574,7 +587,10 @@ func deploy(t *testing.T) {
 		if err := a.apply(ctx, o, false); err != nil {
 			t.Fatalf("apply %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 		}
-		if o.GetNamespace() == "" {
+		// Namespaces stay: the test API server runs no namespace
+		// controller, so a deleted one would stay Terminating and refuse
+		// the next test's objects.
+		if o.GetNamespace() == "" && o.GetKind() != "Namespace" {
 			clusterScoped = append(clusterScoped, o)
 		}
 	}
@@ -1009,5 +1025,69 @@ func petclinic(t *testing.T, kc kubernetes.Interface) {
 	}
 	if _, err := kc.CoreV1().Services(appNS).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every base applies on a fresh cluster (its own API server, no HyperShift
+// yet), whatever was applied before it: agent, bot and nats in each of the
+// six orders, each object as `kubectl apply -k` sends it. agent/clusters
+// needs HyperShift's namespace: before it exists the API server refuses
+// it, naming the namespace; once it exists it applies.
+func TestDeployBasesApplyInAnyOrder(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	rendered := map[string][]*unstructured.Unstructured{}
+	for _, dir := range bases {
+		rendered[dir] = render(t, dir)
+	}
+	var orders [][]string
+	var permute func(done, rest []string)
+	permute = func(done, rest []string) {
+		if len(rest) == 0 {
+			orders = append(orders, done)
+			return
+		}
+		for i := range rest {
+			permute(append(slices.Clone(done), rest[i]), append(slices.Clone(rest[:i]), rest[i+1:]...))
+		}
+	}
+	permute(nil, []string{"agent", "bot", "nats"})
+	for i, order := range orders {
+		t.Run(strings.Join(order, ","), func(t *testing.T) {
+			name := fmt.Sprintf("fresh-%d", i)
+			srv, err := env.CP.AddAPIServer(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { env.CP.RemoveAPIServer(name) })
+			kc, dc, err := srv.Clients()
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := applierFor(kc, dc)
+			apply := func(dir string) error {
+				for _, o := range rendered[dir] {
+					if err := a.apply(ctx, o, false); err != nil {
+						return fmt.Errorf("%s: %s %s/%s: %w", dir, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+					}
+				}
+				return nil
+			}
+			for _, dir := range order {
+				if err := apply(dir); err != nil {
+					t.Errorf("applied after %v: %v", order[:slices.Index(order, dir)], err)
+				}
+			}
+			err = apply("agent/clusters")
+			if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `namespaces "`+hcNamespace+`" not found`) {
+				t.Errorf("agent/clusters before HyperShift's namespace exists: %v, want the namespace named as missing", err)
+			}
+			if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hcNamespace}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := apply("agent/clusters"); err != nil {
+				t.Errorf("once namespace %s exists: %v", hcNamespace, err)
+			}
+		})
 	}
 }

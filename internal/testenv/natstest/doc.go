@@ -14,6 +14,10 @@
 //	c.Restart(leader) // same ports, same store: the node catches up
 //	c.WaitForStreamCurrent(leader, "EVENTS")
 //
+// ServerBinary builds (once, into the per-user testenv cache) a nats-server
+// executable of go.mod's version, for tests that run server processes from
+// a rendered configuration (configs/deploy TestDeployAsShipped).
+//
 // The helpers wait by polling with deadlines and fail the test through tb
 // when a deadline passes; they are meant for the test's own goroutine.
 package natstest

@@ -342,6 +342,23 @@ func (r *Recorder) WaitFor(tb testing.TB, timeout time.Duration, cond func(*Reco
 	}
 }
 
+// WaitResponse waits until a post to a response_url of channel (see
+// ResponseURL) has a text that done accepts, and returns that text.
+func (r *Recorder) WaitResponse(tb testing.TB, timeout time.Duration, channel string, done func(text string) bool) string {
+	tb.Helper()
+	var text string
+	r.WaitFor(tb, timeout, func(r *Recorder) bool {
+		for _, c := range r.CallsTo(MethodResponseURL) {
+			if c.Channel == channel && done(c.Form.Get("text")) {
+				text = c.Form.Get("text")
+				return true
+			}
+		}
+		return false
+	})
+	return text
+}
+
 // summary lists the calls without their forms, which carry the token.
 func (r *Recorder) summary() string {
 	var b strings.Builder
