@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
