@@ -122,6 +122,12 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 	}
 	acts := &bot.Approvals{Store: store, Audit: alog, Queue: &actions.Client{JS: conn.JS}, Signer: signer, Timeout: 2 * time.Minute}
 
+	// The lease timings are file-only settings (agent.leaderElection).
+	agentConfig := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(agentConfig, fmt.Appendf(nil, "agent:\n  source: %s\n  leaderElection:\n    leaseDuration: %s\n    renewDeadline: %s\n    retryPeriod: %s\n",
+		source, agentLeaseDuration, agentRenewDeadline, agentRetryPeriod), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	starts := map[string]int{}
 	var procs []*agentProc // every process started, for the logs
 	start := func(name string) *agentProc {
@@ -131,10 +137,9 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.cmd = exec.Command(bin, "agent", "--kubeconfig", kubeconfig, "--source", source, "--nats-url", srv.ClientURL(),
+		a.cmd = exec.Command(bin, "agent", "--config", agentConfig, "--kubeconfig", kubeconfig, "--nats-url", srv.ClientURL(),
 			"--listen", a.addr, "--lease-namespace", ns, "--identity", name, "--log-format", "json", "--leader-elect",
-			"--lease-duration", agentLeaseDuration.String(), "--lease-renew-deadline", agentRenewDeadline.String(),
-			"--lease-retry-period", agentRetryPeriod.String(), "--trusted-keys", signer.PublicKey())
+			"--trusted-keys", signer.PublicKey())
 		a.cmd.Env = append(os.Environ(), "HTTPS_PROXY=", "HTTP_PROXY=", "https_proxy=", "http_proxy=")
 		a.cmd.Stdout, a.cmd.Stderr = logf, logf
 		if err := a.cmd.Start(); err != nil {

@@ -119,7 +119,15 @@ func TestBotSocketModeReplicasRefuseReplay(t *testing.T) {
 	srv := natstest.RunServer(t)
 	rec := slackrec.New(t)
 	const channel = "C0SOCKET01"
-	slackAddr := freeAddr(t)
+	// bot.listen is held by the test: a bot that tried to serve Slack's
+	// HTTP endpoints there would fail to start. (Probing a freed port
+	// instead races whatever else on a busy machine takes it.)
+	hold, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	slackAddr := hold.Addr().String()
 	type replica struct{ name, token, ops string }
 	replicas := []replica{{"socket-a", "xapp-1-A0-replica-a", freeAddr(t)}, {"socket-b", "xapp-1-A0-replica-b", freeAddr(t)}}
 	for _, r := range replicas {
@@ -143,9 +151,6 @@ log: {level: info, format: json}
 		waitReady(t, r.ops)
 	}
 	a, b := rec.Socket(t, replicas[0].token, 30*time.Second), rec.Socket(t, replicas[1].token, 30*time.Second)
-	if code, _ := get("http://" + slackAddr + chatops.CommandsPath); code != 0 {
-		t.Errorf("Socket Mode without a signing secret: bot.listen answered %d, want no listener", code)
-	}
 
 	cmd := slack.SlashCommand{Command: "/hcp", Text: "incidents", TeamID: slackrec.TeamID, UserID: "U0SOCKET01", UserName: "sam",
 		ChannelID: channel, ResponseURL: rec.ResponseURL(channel), TriggerID: "1.2.abc"}
