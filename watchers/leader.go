@@ -22,7 +22,11 @@ type LeaderConfig struct {
 }
 
 // RunElected runs run while this replica holds the lease, and campaigns again
-// when it loses it, until ctx ends. run gets a context cancelled on loss.
+// when it loses it, until ctx ends. run gets a context cancelled on loss:
+// as soon as a renewal has failed for RenewDeadline, so that it stops well
+// before the lease expires (LeaseDuration) and another replica may take
+// it. When ctx ends, the lease is released once run has returned, so that
+// a successor starts at once, but never while run still acts.
 func RunElected(ctx context.Context, kube kubernetes.Interface, lc LeaderConfig, m *Metrics, log zerolog.Logger, run func(ctx context.Context)) error {
 	if lc.LeaseDuration == 0 {
 		lc.LeaseDuration = 15 * time.Second
@@ -51,11 +55,15 @@ func RunElected(ctx context.Context, kube kubernetes.Interface, lc LeaderConfig,
 		done := make(chan struct{})
 		var started atomic.Bool
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   lc.LeaseDuration,
-			RenewDeadline:   lc.RenewDeadline,
-			RetryPeriod:     lc.RetryPeriod,
-			ReleaseOnCancel: true,
+			Lock:          lock,
+			LeaseDuration: lc.LeaseDuration,
+			RenewDeadline: lc.RenewDeadline,
+			RetryPeriod:   lc.RetryPeriod,
+			// Not client-go's release: it runs after a failed renewal too,
+			// before run is cancelled, and waits up to RenewDeadline more
+			// for an API server that is not answering — run would go on
+			// acting past the lease's expiry. release below instead.
+			ReleaseOnCancel: false,
 			Name:            lc.Name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
@@ -67,7 +75,7 @@ func RunElected(ctx context.Context, kube kubernetes.Interface, lc LeaderConfig,
 				},
 				OnStoppedLeading: func() {
 					m.isLeader.Set(0)
-					log.Info().Str("identity", lc.Identity).Msg("released the agent lease")
+					log.Info().Str("identity", lc.Identity).Msg("stopped leading: the agent lease is lost or being released")
 				},
 			},
 		})
@@ -77,7 +85,28 @@ func RunElected(ctx context.Context, kube kubernetes.Interface, lc LeaderConfig,
 		le.Run(ctx)
 		if started.Load() {
 			<-done
+			if ctx.Err() != nil {
+				release(lock, lc, log)
+			}
 		}
 	}
 	return nil
+}
+
+// release gives up the lease if this replica still holds it, as client-go
+// does (holder cleared, 1 s duration), within RenewDeadline.
+func release(lock *resourcelock.LeaseLock, lc LeaderConfig, log zerolog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), lc.RenewDeadline)
+	defer cancel()
+	rec, _, err := lock.Get(ctx)
+	if err != nil || rec.HolderIdentity != lc.Identity {
+		if err != nil {
+			log.Warn().Err(err).Msg("could not release the agent lease; it expires by itself")
+		}
+		return
+	}
+	now := metav1.Now()
+	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaderTransitions: rec.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now}); err != nil {
+		log.Warn().Err(err).Msg("could not release the agent lease; it expires by itself")
+	}
 }

@@ -163,7 +163,7 @@ func agentSettings(c *cli, args []string) (agentFlags, error) {
 			return agentFlags{}, err
 		}
 	}
-	f := agentFlagsFromConfig(cfg)
+	f := agentFlagsFromConfig(cfg, c.getenv)
 	if sec != nil {
 		f.natsCredsContent = sec.NATSCreds
 	}
@@ -543,15 +543,17 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, lim listenerLim
 }
 
 // agentFlagsFromConfig maps the config file's agent, nats and log
-// sections onto the agent (`hcpbot all` uses its bot's NATS connection).
-func agentFlagsFromConfig(cfg *configs.Config) agentFlags {
+// sections onto the agent (`hcpbot all` uses its bot's NATS connection);
+// the replica's name is POD_NAME from getenv (the cli's environment), else
+// the host name (agentRun).
+func agentFlagsFromConfig(cfg *configs.Config, getenv func(string) string) agentFlags {
 	a, n := cfg.Agent, cfg.NATS
 	return agentFlags{
 		kubeconfig: a.Kubeconfig, source: a.Source, listen: a.Listen,
 		natsURLs: joinURLs(n.URLs), natsStore: n.StoreDir, natsCreds: n.Creds.File, natsNkeySeed: n.NkeySeedFile, natsCA: n.CAFile,
 		streamReplicas: n.StreamReplicas,
 		leaderElect:    a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
-		identity: os.Getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval, nodeJoinGrace: a.NodeJoinGrace,
+		identity: getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval, nodeJoinGrace: a.NodeJoinGrace,
 		logLevel: cfg.Log.Level, logFormat: cfg.Log.Format,
 		lease:       watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
 		trustedKeys: a.TrustedKeys, requireFourEyes: a.RequireFourEyes, approvers: a.Approvers,

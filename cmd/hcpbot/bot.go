@@ -115,7 +115,7 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 	var wg sync.WaitGroup
 	var agentErr error
 	if name == "all" {
-		f := agentFlagsFromConfig(cfg)
+		f := agentFlagsFromConfig(cfg, c.getenv)
 		f.kube = agentKubeConfig
 		if len(f.trustedKeys) == 0 && signer != nil {
 			// One process: the agent trusts the bot beside it.

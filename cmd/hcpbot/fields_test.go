@@ -110,7 +110,10 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		af           = &agentFixture{owner: owner}
 		agentLease   = p("agent fixture: lease", af.lease)
 		agentEvents  = p("agent fixture: events", af.events)
+		agentJoin    = p("agent fixture: node join grace", af.joinGrace)
 		agentFile    = p("TestAgentCommandConfigFile", TestAgentCommandConfigFile)
+		agentRenew   = p("TestAgentStepsDownAfterRenewDeadline", TestAgentStepsDownAfterRenewDeadline)
+		agentBuffer  = p("TestAgentBufferEventsFullThenRestated", TestAgentBufferEventsFullThenRestated)
 	)
 	return map[string]fieldRow{
 		"nats.urls":            {proof: botStream},
@@ -131,10 +134,10 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"agent.leaderElection.leaseName":     {proof: agentLease},
 		"agent.leaderElection.leaseDuration": {proof: agentLease},
 		"agent.leaderElection.retryPeriod":   {proof: agentLease},
-		"agent.leaderElection.renewDeadline": {skip: "client-go uses it only when renewals fail: needs the API server cut off from a running leader"},
-		"agent.bufferEvents":                 {skip: "needs NATS unreachable while more events than the buffer arrive (publish_errors_total{kind=\"buffer_full\"})"},
+		"agent.leaderElection.renewDeadline": {proof: agentRenew},
+		"agent.bufferEvents":                 {proof: agentBuffer},
 		"agent.hostedProbeInterval":          {proof: agentFile},
-		"agent.nodeJoinGrace":                {skip: "shown on the agent from YAML by watchers.TestNodeNotJoiningAfterGrace, not yet through an hcpbot process"},
+		"agent.nodeJoinGrace":                {proof: agentJoin},
 		"agent.trustedKeys":                  {proof: keys},
 		"agent.requireFourEyes":              {proof: keys},
 		"agent.approvers":                    {proof: keys},
@@ -504,6 +507,7 @@ type agentFixture struct {
 	once  sync.Once
 
 	ns, cluster, listen string
+	hosted              *testenv.Hosted
 	logs                *syncbuf.Buffer
 	srv                 *bus.Embedded
 }
@@ -513,8 +517,8 @@ func (f *agentFixture) start(t *testing.T) {
 	env.Need(t)
 	f.once.Do(func() {
 		owner := f.owner
-		ns, _, _, kubeconfig := allCluster(owner, "fpagent")
-		f.ns, f.cluster = ns, "fpagent"
+		ns, hosted, _, kubeconfig := allCluster(owner, "fpagent")
+		f.ns, f.cluster, f.hosted = ns, "fpagent", hosted
 		f.srv = natstest.RunServer(owner)
 		rec := slackrec.New(owner)
 		f.listen = freeAddr(t)
@@ -531,6 +535,7 @@ agent:
     leaseDuration: 8s
     renewDeadline: 5s
     retryPeriod: 3s
+  nodeJoinGrace: %s
 bot:
   listen: %q
   opsListen: %q
@@ -539,18 +544,26 @@ slack:
   apiURL: %q
   botTokenEnv: TEST_SLACK_BOT_TOKEN
   signingSecretEnv: TEST_SLACK_SIGNING_SECRET
-`, f.srv.ClientURL(), kubeconfig, f.listen, ns, freeAddr(t), freeAddr(t), rec.APIURL()),
-			map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-fpagent", "TEST_SLACK_SIGNING_SECRET": "fieldproof-agent-secret", "POD_NAME": "fpagent-0"})
+`, f.srv.ClientURL(), kubeconfig, f.listen, ns, fpJoinGrace, freeAddr(t), freeAddr(t), rec.APIURL()),
+			map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-fpagent", "TEST_SLACK_SIGNING_SECRET": "fieldproof-agent-secret", "POD_NAME": fpAgentPod})
 	})
 	if f.logs == nil {
 		t.Fatal("the agent fixture did not start (see the first proof that used it)")
 	}
 }
 
+const (
+	// fpAgentPod is the agent fixture's POD_NAME.
+	fpAgentPod = "fpagent-0"
+	// fpJoinGrace is its agent.nodeJoinGrace, the shortest allowed.
+	fpJoinGrace = 10 * time.Second
+)
+
 // lease: agent.leaderElection.enabled, namespace, leaseName,
 // leaseDuration and retryPeriod — the agent holds the Lease of that name
-// in that namespace, with that duration, renewed every 3 s (the default
-// would renew every 2 s; a busy machine only makes renewals later).
+// in that namespace, as POD_NAME, with that duration, renewed every 3 s
+// (the default would renew every 2 s; a busy machine only makes renewals
+// later).
 func (f *agentFixture) lease(t *testing.T) {
 	f.start(t)
 	ctx := context.Background()
@@ -560,11 +573,10 @@ func (f *agentFixture) lease(t *testing.T) {
 		if err != nil || l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil {
 			return false
 		}
-		// `hcpbot all` names its agent replica after the host (POD_NAME
-		// from the process environment, unset here).
-		host, _ := os.Hostname()
-		if *l.Spec.HolderIdentity != host || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != 8 {
-			t.Fatalf("Lease held by %q for %v s, want %q for 8 s", *l.Spec.HolderIdentity, ptrString(l.Spec.LeaseDurationSeconds), host)
+		// `hcpbot all` names its agent replica POD_NAME, from its own
+		// environment (the cli's), not the test process's.
+		if *l.Spec.HolderIdentity != fpAgentPod || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != 8 {
+			t.Fatalf("Lease held by %q for %v s, want %q (POD_NAME) for 8 s", *l.Spec.HolderIdentity, ptrString(l.Spec.LeaseDurationSeconds), fpAgentPod)
 		}
 		if rt := l.Spec.RenewTime.Time; len(renewals) == 0 || !rt.Equal(renewals[len(renewals)-1]) {
 			renewals = append(renewals, rt)
@@ -595,6 +607,69 @@ func (f *agentFixture) events(t *testing.T) {
 			return e.Source == "mgmt-fieldproof" && e.Cluster != nil && e.Cluster.Namespace == f.ns && e.Cluster.Name == f.cluster
 		})
 	})
+}
+
+// joinGrace: agent.nodeJoinGrace — a hosted Node whose kubelet never
+// posts status is counted "joining" in the node summary at first, then
+// published "not joining" once the 10 s grace since its creation is over,
+// and not before (the default 10m would keep it joining, and quiet,
+// throughout the test).
+func (f *agentFixture) joinGrace(t *testing.T) {
+	f.start(t)
+	ctx := context.Background()
+	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{f.srv.ClientURL()}}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	created := time.Now()
+	stuck, err := scenario.CreateNodes(ctx, f.hosted.Kube, "fp-join", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := f.hosted.Kube.CoreV1().Nodes().Get(ctx, stuck[0], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := event.ClusterRef{Namespace: f.ns, Name: f.cluster}
+	var notJoining, joining *event.Event
+	var last event.NodeSummary
+	testenv.Eventually(t, 90*time.Second, "the node published not joining and counted so", func() bool {
+		events, _ := streamEvents(t, ctx, conn.JS)
+		notJoining, joining = nil, nil
+		for _, e := range events {
+			if e.Cluster == nil || *e.Cluster != ref {
+				continue
+			}
+			switch p, _ := e.DecodePayload(); p := p.(type) {
+			case event.NodeReadiness:
+				if p.Node != stuck[0] {
+					continue
+				}
+				if !p.NotJoining {
+					t.Fatalf("the joining node published as %+v", p)
+				}
+				if notJoining == nil {
+					notJoining = &e
+				}
+			case event.NodeSummary:
+				if p.Total == 2 && p.Joining == 1 && p.JoinGrace == fpJoinGrace && joining == nil {
+					joining = &e
+				}
+				last = p
+			}
+		}
+		return notJoining != nil && last.Total == 2 && last.NotJoining == 1
+	})
+	d := notJoining.Time.Sub(created)
+	t.Logf("not joining published %s after the node was created (grace %s)", d.Round(10*time.Millisecond), fpJoinGrace)
+	// creationTimestamp has whole seconds: it may be up to 1 s before created.
+	if notJoining.Time.Before(node.CreationTimestamp.Add(fpJoinGrace)) || d < fpJoinGrace-time.Second {
+		t.Errorf("not joining published %s after creation (creationTimestamp %s), before the %s grace", d, node.CreationTimestamp.UTC(), fpJoinGrace)
+	}
+	if joining == nil || !joining.Time.Before(notJoining.Time) {
+		t.Errorf("no summary counting the node joining before it was reported not joining (joining %v)", joining)
+	}
 }
 
 func ptrString[T any](p *T) string {
