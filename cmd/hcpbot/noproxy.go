@@ -20,7 +20,7 @@ import (
 func init() {
 	extraCommands = append(extraCommands, command{
 		name:    "noproxy",
-		summary: "explain a NO_PROXY list for Go, curl and Python, or lint a proxy config",
+		summary: "explain a NO_PROXY list for Go, curl, Python, urllib, wget and Node, or lint a proxy config",
 		run:     runNoProxy,
 	})
 }
@@ -28,7 +28,8 @@ func init() {
 const noProxyUsage = `Usage: hcpbot noproxy <subcommand> [flags]
 
 Subcommands:
-  explain   show whether Go, curl and Python clients go direct or through the proxy for each URL
+  explain   show whether Go, curl, Python requests, urllib (Ansible), wget and Node (proxy-from-env)
+            clients go direct or through the proxy for each URL
   lint      check proxy settings (noProxy coverage, ambiguous entries, proxy URLs)
 
 Run 'hcpbot noproxy <subcommand> --help' for the flags.
@@ -51,19 +52,61 @@ func runNoProxy(_ context.Context, c *cli, args []string) error {
 }
 
 // noProxyRow is one explained URL; the JSON field names are the contract
-// of `explain --json`.
+// of `explain --json` (url, go, curl, python came first and keep their
+// meaning; a family left out by --clients is omitted).
 type noProxyRow struct {
 	URL    string            `json:"url"`
-	Go     string            `json:"go"`
-	Curl   string            `json:"curl"`
-	Python string            `json:"python"`
+	Go     string            `json:"go,omitempty"`
+	Curl   string            `json:"curl,omitempty"`
+	Python string            `json:"python,omitempty"`
+	Urllib string            `json:"urllib,omitempty"`
+	Wget   string            `json:"wget,omitempty"`
+	Node   string            `json:"node,omitempty"`
 	Errors map[string]string `json:"errors,omitempty"`
 }
 
+func (r *noProxyRow) cell(cl noproxy.Client) *string {
+	switch cl {
+	case noproxy.Go:
+		return &r.Go
+	case noproxy.Curl:
+		return &r.Curl
+	case noproxy.Python:
+		return &r.Python
+	case noproxy.Urllib:
+		return &r.Urllib
+	case noproxy.Wget:
+		return &r.Wget
+	}
+	return &r.Node
+}
+
+// noProxyClients parses --clients: a comma-separated list of family names
+// (go, curl, python, urllib, wget, node); empty means all of them.
+func noProxyClients(v string) ([]noproxy.Client, error) {
+	if strings.TrimSpace(v) == "" {
+		return noproxy.AllClients(), nil
+	}
+	var out []noproxy.Client
+	seen := map[noproxy.Client]bool{}
+	for _, name := range strings.Split(v, ",") {
+		cl, err := noproxy.ParseClient(name)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[cl] {
+			seen[cl] = true
+			out = append(out, cl)
+		}
+	}
+	return out, nil
+}
+
 func noProxyExplain(c *cli, args []string) error {
-	fs := c.flagSet("noproxy explain", "--no-proxy LIST [--json] URL...")
+	fs := c.flagSet("noproxy explain", "--no-proxy LIST [--clients LIST] [--json] URL...")
 	list := fs.String("no-proxy", "", "the NO_PROXY / noProxy value to evaluate (required; '' for an empty list)")
-	asJSON := fs.Bool("json", false, "print a JSON array of {url, go, curl, python}")
+	clientsFlag := fs.String("clients", "", "comma-separated families to show: go, curl, python (requests), urllib (Ansible), wget, node (proxy-from-env); default all")
+	asJSON := fs.Bool("json", false, "print a JSON array of {url, go, curl, python, urllib, wget, node}")
 	urls, err := noProxyParseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -71,33 +114,31 @@ func noProxyExplain(c *cli, args []string) error {
 	if !noProxyFlagSet(fs, "no-proxy") {
 		return usageErrorf("--no-proxy is required (use --no-proxy '' for an empty list)")
 	}
+	clients, err := noProxyClients(*clientsFlag)
+	if err != nil {
+		return usageErrorf("--clients: %v", err)
+	}
 	if len(urls) == 0 {
 		return usageErrorf("at least one URL is required, e.g. https://kubernetes:443")
 	}
 	rows := make([]noProxyRow, 0, len(urls))
 	for _, u := range urls {
 		row := noProxyRow{URL: redact.RedactURL(u)}
-		for _, cl := range noproxy.Clients() {
+		// Go's parser is the common gate: when it fails the URL itself is bad.
+		if _, err := noproxy.Decide(noproxy.Go, *list, u); err != nil {
+			return usageErrorf("URL %q: %s", row.URL, redact.RedactText(err.Error()))
+		}
+		for _, cl := range clients {
 			d, err := noproxy.Decide(cl, *list, u)
 			cell := d.String()
 			if err != nil {
-				if cl == noproxy.Go { // Go's parser is the common gate: the URL itself is bad
-					return usageErrorf("URL %q: %s", row.URL, redact.RedactText(err.Error()))
-				}
 				cell = "error"
 				if row.Errors == nil {
 					row.Errors = map[string]string{}
 				}
 				row.Errors[cl.String()] = redact.RedactText(err.Error())
 			}
-			switch cl {
-			case noproxy.Go:
-				row.Go = cell
-			case noproxy.Curl:
-				row.Curl = cell
-			case noproxy.Python:
-				row.Python = cell
-			}
+			*row.cell(cl) = cell
 		}
 		rows = append(rows, row)
 	}
@@ -105,16 +146,24 @@ func noProxyExplain(c *cli, args []string) error {
 		return noProxyWriteJSON(c.stdout, rows)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "URL\tGO\tCURL\tPYTHON")
+	fmt.Fprint(tw, "URL")
+	for _, cl := range clients {
+		fmt.Fprintf(tw, "\t%s", strings.ToUpper(cl.String()))
+	}
+	fmt.Fprintln(tw)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.URL, r.Go, r.Curl, r.Python)
+		fmt.Fprint(tw, r.URL)
+		for _, cl := range clients {
+			fmt.Fprintf(tw, "\t%s", *r.cell(cl))
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, r := range rows {
-		for _, cl := range []string{"curl", "python"} {
-			if msg, ok := r.Errors[cl]; ok {
+		for _, cl := range clients {
+			if msg, ok := r.Errors[cl.String()]; ok {
 				fmt.Fprintf(c.stdout, "%s: %s: %s\n", r.URL, cl, msg)
 			}
 		}

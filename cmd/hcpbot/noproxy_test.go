@@ -15,11 +15,11 @@ func TestNoProxyExplainTable(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := [][]string{
-		{"URL", "GO", "CURL", "PYTHON"},
-		{"https://kubernetes:443", "direct", "direct", "direct"},
-		{"https://172.31.0.1/", "proxy", "proxy", "proxy"},
-		{"https://api.corp.example/", "direct", "proxy", "proxy"},
-		{"http://localhost/", "direct", "proxy", "proxy"},
+		{"URL", "GO", "CURL", "PYTHON", "URLLIB", "WGET", "NODE"},
+		{"https://kubernetes:443", "direct", "direct", "direct", "direct", "direct", "direct"},
+		{"https://172.31.0.1/", "proxy", "proxy", "proxy", "proxy", "proxy", "proxy"},
+		{"https://api.corp.example/", "direct", "proxy", "proxy", "proxy", "proxy", "direct"},
+		{"http://localhost/", "direct", "proxy", "proxy", "proxy", "proxy", "proxy"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("output:\n%s", out)
@@ -46,18 +46,72 @@ func TestNoProxyExplainJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	want := []map[string]any{
+	// The fields of the first version of `explain --json` keep their values.
+	old := []map[string]any{
 		{"url": "http://***@10.1.2.3:8080/", "go": "direct", "curl": "direct", "python": "direct"},
-		{"url": "http://x:99999/", "go": "proxy", "curl": "error", "python": "error", "errors": map[string]any{
-			"curl":   `invalid URL: curl rejects port "99999"`,
-			"python": "invalid URL: Python raises ValueError: port out of range 0-65535",
-		}},
+		{"url": "http://x:99999/", "go": "proxy", "curl": "error", "python": "error"},
 	}
-	if !reflect.DeepEqual(rows, want) {
-		t.Errorf("rows = %v\nwant %v", rows, want)
+	oldErrors := map[string]any{
+		"curl":   `invalid URL: curl rejects port "99999"`,
+		"python": "invalid URL: Python raises ValueError: port out of range 0-65535",
+	}
+	if len(rows) != len(old) {
+		t.Fatalf("rows = %v", rows)
+	}
+	for i, w := range old {
+		for k, v := range w {
+			if rows[i][k] != v {
+				t.Errorf("row %d field %q = %v, want %v", i, k, rows[i][k], v)
+			}
+		}
+	}
+	errs, _ := rows[1]["errors"].(map[string]any)
+	for k, v := range oldErrors {
+		if errs[k] != v {
+			t.Errorf("errors[%q] = %v, want %v", k, errs[k], v)
+		}
+	}
+	// Every family has its field; the new ones follow their own rules.
+	newFields := []map[string]any{
+		{"urllib": "proxy", "wget": "proxy", "node": "proxy"},
+		{"urllib": "proxy", "wget": "error", "node": "error"},
+	}
+	for i, w := range newFields {
+		for k, v := range w {
+			if rows[i][k] != v {
+				t.Errorf("row %d field %q = %v, want %v", i, k, rows[i][k], v)
+			}
+		}
+	}
+	if _, ok := errs["wget"]; !ok {
+		t.Errorf("errors lack wget: %v", errs)
 	}
 	if strings.Contains(out, "s3cret") || strings.Contains(out, "alice") {
 		t.Errorf("output leaks credentials: %s", out)
+	}
+}
+
+func TestNoProxyExplainClients(t *testing.T) {
+	code, out, errOut := run(t, "noproxy", "explain", "--clients", "node,requests,ansible", "--json",
+		"--no-proxy", "example.com", "http://www.example.com/")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := []map[string]any{{"url": "http://www.example.com/", "node": "proxy", "python": "direct", "urllib": "direct"}}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("rows = %v, want %v", rows, want)
+	}
+	code, out, _ = run(t, "noproxy", "explain", "--clients", "wget,go", "--no-proxy", ".example.com", "http://example.com/")
+	if code != 0 || strings.Fields(strings.Split(out, "\n")[0])[1] != "WGET" || len(strings.Fields(strings.Split(out, "\n")[1])) != 3 {
+		t.Errorf("--clients wget,go: code %d, out %q", code, out)
+	}
+	code, _, errOut = run(t, "noproxy", "explain", "--clients", "java", "--no-proxy", "", "http://x/")
+	if code != 2 || !strings.Contains(errOut, `unknown client "java"`) {
+		t.Errorf("--clients java: code %d, stderr %q", code, errOut)
 	}
 }
 
