@@ -227,5 +227,10 @@ func FuzzLint(f *testing.F) {
 			}
 		}
 		_ = FixNoProxy(c)
+		for _, f := range LintClients(c, AllClients()) {
+			if f.Code == "" || f.Reason == "" || f.Entry == "" {
+				t.Fatalf("bad client finding %+v", f)
+			}
+		}
 	})
 }

@@ -173,11 +173,12 @@ func noProxyExplain(c *cli, args []string) error {
 
 func noProxyLint(c *cli, args []string) error {
 	fs := c.flagSet("noproxy lint", "--no-proxy LIST [--http-proxy URL] [--https-proxy URL] [--trusted-ca NAME] "+
-		"[--service-cidr CIDR]... [--cluster-cidr CIDR]... [--machine-cidr CIDR]... [--platform TYPE] [--api-server HOST[:PORT]] [--json]")
+		"[--service-cidr CIDR]... [--cluster-cidr CIDR]... [--machine-cidr CIDR]... [--platform TYPE] [--api-server HOST[:PORT]] [--clients LIST] [--json]")
 	var (
 		cp                 noproxy.ClusterProxy
 		svc, cluster, mach noProxyCIDRList
 		apiServer          string
+		clientsFlag        string
 		asJSON             bool
 	)
 	fs.StringVar(&cp.NoProxy, "no-proxy", "", "the noProxy / NO_PROXY value")
@@ -189,9 +190,14 @@ func noProxyLint(c *cli, args []string) error {
 	fs.Var(&mach, "machine-cidr", "machine (node) network CIDR (repeatable or comma-separated)")
 	fs.StringVar(&cp.Platform, "platform", "", "HyperShift platform type (KubeVirt, AWS, Agent, ...), Konvoy, or empty for a plain workload")
 	fs.StringVar(&apiServer, "api-server", "", "API server endpoint the nodes use, HOST[:PORT] (port defaults to 443)")
+	fs.StringVar(&clientsFlag, "clients", "", "comma-separated families whose reading of each entry is checked: go, curl, python (requests), urllib (Ansible), wget, node; default all")
 	fs.BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	clients, err := noProxyClients(clientsFlag)
+	if err != nil {
+		return usageErrorf("--clients: %v", err)
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q: lint takes flags only", fs.Arg(0))
@@ -204,7 +210,8 @@ func noProxyLint(c *cli, args []string) error {
 		}
 		cp.APIServerHost, cp.APIServerPort = host, port
 	}
-	findings := noproxy.Lint(cp)
+	findings := append(noproxy.Lint(cp), noproxy.LintClients(cp, clients)...)
+	noproxy.SortBySeverity(findings)
 	if asJSON {
 		if findings == nil {
 			findings = []noproxy.Finding{}

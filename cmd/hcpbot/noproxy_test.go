@@ -214,6 +214,46 @@ func TestNoProxyLintSeed000(t *testing.T) {
 	}
 }
 
+func TestNoProxyLintClients(t *testing.T) {
+	args := []string{"noproxy", "lint", "--http-proxy", "http://proxy:3128", "--platform", "Konvoy",
+		"--no-proxy", "10.0.0.0/18,example.com,.svc", "--json"}
+	code, out, errOut := run(t, args...)
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	var fs []struct{ Severity, Code, Entry, Reason, Fix string }
+	if err := json.Unmarshal([]byte(out), &fs); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]string{}
+	list := ""
+	for i, f := range fs {
+		if f.Code == "ignored-by-some-clients" {
+			got[f.Entry] = f.Reason
+		}
+		if f.Code == "list-for-all-clients" {
+			list = f.Entry
+		}
+		if i > 0 && f.Severity == "warning" && fs[i-1].Severity == "info" {
+			t.Errorf("findings are not ordered by severity: %v", fs)
+		}
+	}
+	if !strings.HasPrefix(got["10.0.0.0/18"], "`10.0.0.0/18` protects Go, curl, requests; not urllib/Ansible, wget, node") {
+		t.Errorf("10.0.0.0/18: %q", got["10.0.0.0/18"])
+	}
+	if !strings.HasPrefix(got["example.com"], "`example.com` protects Go, curl, requests, urllib/Ansible, wget; not node") {
+		t.Errorf("example.com: %q", got["example.com"])
+	}
+	if _, ok := got[".svc"]; ok || list != "10.0.0.0/18,example.com,.svc,.example.com" {
+		t.Errorf(".svc flagged or list %q", list)
+	}
+	// --clients narrows the families judged.
+	code, out, _ = run(t, append(args, "--clients", "go,curl,requests")...)
+	if code != 0 || strings.Contains(out, "ignored-by-some-clients") {
+		t.Errorf("--clients go,curl,requests: code %d, out %s", code, out)
+	}
+}
+
 func TestNoProxyLintNoProxyConfigured(t *testing.T) {
 	code, out, _ := run(t, "noproxy", "lint", "--no-proxy", "*,a b", "--service-cidr", "172.31.0.0/16")
 	if code != 0 || strings.TrimSpace(out) != "no findings" {
