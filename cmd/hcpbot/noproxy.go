@@ -30,25 +30,28 @@ const noProxyUsage = `Usage: hcpbot noproxy <subcommand> [flags]
 Subcommands:
   explain   show whether Go, curl, Python requests, urllib (Ansible), wget and Node (proxy-from-env)
             clients go direct or through the proxy for each URL
-  lint      check proxy settings (noProxy coverage, ambiguous entries, proxy URLs)
+  lint      check proxy settings (noProxy coverage, ambiguous entries, entries some clients ignore, proxy URLs)
+  java      translate a NO_PROXY list into Java's -Dhttp.nonProxyHosts (Java ignores NO_PROXY)
 
 Run 'hcpbot noproxy <subcommand> --help' for the flags.
 `
 
 func runNoProxy(_ context.Context, c *cli, args []string) error {
 	if len(args) == 0 {
-		return usageErrorf("missing subcommand: explain or lint")
+		return usageErrorf("missing subcommand: explain, lint or java")
 	}
 	switch args[0] {
 	case "explain":
 		return noProxyExplain(c, args[1:])
 	case "lint":
 		return noProxyLint(c, args[1:])
+	case "java":
+		return noProxyJava(c, args[1:])
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(c.stdout, noProxyUsage)
 		return flag.ErrHelp
 	}
-	return usageErrorf("unknown subcommand %q: want explain or lint", args[0])
+	return usageErrorf("unknown subcommand %q: want explain, lint or java", args[0])
 }
 
 // noProxyRow is one explained URL; the JSON field names are the contract
@@ -170,6 +173,47 @@ func noProxyExplain(c *cli, args []string) error {
 	}
 	return nil
 }
+
+// noProxyJava prints the http.nonProxyHosts value for a NO_PROXY list and
+// the entries Java cannot express. With --json the JavaTranslation is the
+// contract.
+func noProxyJava(c *cli, args []string) error {
+	fs := c.flagSet("noproxy java", "--no-proxy LIST [--json]")
+	list := fs.String("no-proxy", "", "the NO_PROXY / noProxy value to translate (required)")
+	asJSON := fs.Bool("json", false, "print {nonProxyHosts, notes}")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q: java takes flags only", fs.Arg(0))
+	}
+	if !noProxyFlagSet(fs, "no-proxy") {
+		return usageErrorf("--no-proxy is required")
+	}
+	tr := noproxy.JavaNonProxyHosts(*list)
+	for i := range tr.Notes {
+		tr.Notes[i].Entry = redact.RedactText(tr.Notes[i].Entry)
+	}
+	tr.NonProxyHosts = redact.RedactText(tr.NonProxyHosts)
+	if *asJSON {
+		return noProxyWriteJSON(c.stdout, tr)
+	}
+	fmt.Fprintf(c.stdout, "http.nonProxyHosts=%s\n", tr.NonProxyHosts)
+	fmt.Fprintf(c.stdout, "JAVA_TOOL_OPTIONS: -Dhttp.nonProxyHosts=%s\n", noProxyShellQuote(tr.NonProxyHosts))
+	fmt.Fprintln(c.stdout, "(Java ignores NO_PROXY; the property applies to http and https; loopback is always direct)")
+	for _, n := range tr.Notes {
+		what := "dropped"
+		if !n.Dropped {
+			what = "approximated as " + n.Translated
+		}
+		fmt.Fprintf(c.stdout, "cannot express %s (%s): %s\n", n.Entry, what, n.Reason)
+	}
+	return nil
+}
+
+// noProxyShellQuote quotes a value for a POSIX shell: "|" and "*" would
+// otherwise be a pipe and a glob.
+func noProxyShellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func noProxyLint(c *cli, args []string) error {
 	fs := c.flagSet("noproxy lint", "--no-proxy LIST [--http-proxy URL] [--https-proxy URL] [--trusted-ca NAME] "+

@@ -254,6 +254,40 @@ func TestNoProxyLintClients(t *testing.T) {
 	}
 }
 
+func TestNoProxyJava(t *testing.T) {
+	code, out, errOut := run(t, "noproxy", "java", "--no-proxy", "localhost,.svc,10.0.0.0/8,10.0.0.0/18,api.example:6443")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{
+		"http.nonProxyHosts=localhost|*.localhost|*.svc|10.*|api.example|*.api.example\n",
+		"-Dhttp.nonProxyHosts='localhost|*.localhost|*.svc|10.*|api.example|*.api.example'",
+		"cannot express 10.0.0.0/18 (dropped): Java has no CIDR matching",
+		"cannot express api.example:6443 (approximated as api.example|*.api.example): Java cannot restrict a port",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = run(t, "noproxy", "java", "--json", "--no-proxy", "fd00::/112,example.com")
+	var tr struct {
+		NonProxyHosts string `json:"nonProxyHosts"`
+		Notes         []struct {
+			Entry   string `json:"entry"`
+			Dropped bool   `json:"dropped"`
+		} `json:"notes"`
+	}
+	if err := json.Unmarshal([]byte(out), &tr); err != nil || code != 0 {
+		t.Fatalf("code %d, %v: %s", code, err, out)
+	}
+	if tr.NonProxyHosts != "example.com|*.example.com" || len(tr.Notes) != 1 || tr.Notes[0].Entry != "fd00::/112" || !tr.Notes[0].Dropped {
+		t.Errorf("--json: %+v", tr)
+	}
+	if code, _, errOut := run(t, "noproxy", "java"); code != 2 || !strings.Contains(errOut, "--no-proxy is required") {
+		t.Errorf("without --no-proxy: code %d, stderr %q", code, errOut)
+	}
+}
+
 func TestNoProxyLintNoProxyConfigured(t *testing.T) {
 	code, out, _ := run(t, "noproxy", "lint", "--no-proxy", "*,a b", "--service-cidr", "172.31.0.0/16")
 	if code != 0 || strings.TrimSpace(out) != "no findings" {
