@@ -199,7 +199,7 @@ func noProxyJava(c *cli, args []string) error {
 		return noProxyWriteJSON(c.stdout, tr)
 	}
 	fmt.Fprintf(c.stdout, "http.nonProxyHosts=%s\n", tr.NonProxyHosts)
-	fmt.Fprintf(c.stdout, "JAVA_TOOL_OPTIONS: -Dhttp.nonProxyHosts=%s\n", noProxyShellQuote(tr.NonProxyHosts))
+	fmt.Fprintf(c.stdout, "export JAVA_TOOL_OPTIONS=%s\n", noProxyShellQuote("-Dhttp.nonProxyHosts="+tr.NonProxyHosts))
 	fmt.Fprintln(c.stdout, "(Java ignores NO_PROXY; the property applies to http and https; loopback is always direct)")
 	for _, n := range tr.Notes {
 		what := "dropped"

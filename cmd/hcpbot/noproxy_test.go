@@ -261,7 +261,7 @@ func TestNoProxyJava(t *testing.T) {
 	}
 	for _, want := range []string{
 		"http.nonProxyHosts=localhost|*.localhost|*.svc|10.*|api.example|*.api.example\n",
-		"-Dhttp.nonProxyHosts='localhost|*.localhost|*.svc|10.*|api.example|*.api.example'",
+		"export JAVA_TOOL_OPTIONS='-Dhttp.nonProxyHosts=localhost|*.localhost|*.svc|10.*|api.example|*.api.example'",
 		"cannot express 10.0.0.0/18 (dropped): Java has no CIDR matching",
 		"cannot express api.example:6443 (approximated as api.example|*.api.example): Java cannot restrict a port",
 	} {
