@@ -66,3 +66,28 @@ func TestLintClientsNamesIgnoredEntries(t *testing.T) {
 		t.Errorf("no proxy, yet %v", fs)
 	}
 }
+
+func TestLintJudgesByClusterClients(t *testing.T) {
+	c := ClusterProxy{HTTPProxy: "http://proxy:3128", NoProxy: "kubernetes,172.31.0.0/16", ServiceCIDRs: []string{"172.31.0.0/16"}}
+	reason := func(c ClusterProxy) string {
+		for _, f := range Lint(c) {
+			if f.Code == CodeMissingSvc {
+				return f.Reason
+			}
+		}
+		return ""
+	}
+	if r := reason(c); !strings.Contains(r, "in go, curl, python, urllib clients") {
+		t.Errorf("default families: %q", r)
+	}
+	c.Clients = []Client{Wget}
+	if r := reason(c); !strings.Contains(r, "in wget clients") {
+		t.Errorf("wget only: %q", r)
+	}
+	// Missing follows the families too: node needs nothing more for
+	// https://kubernetes/, and Go's view is unchanged.
+	c.Clients = []Client{Node}
+	if m := Missing(c); len(m) != 0 {
+		t.Errorf("Missing for node = %v", m)
+	}
+}

@@ -234,7 +234,7 @@ func noProxyLint(c *cli, args []string) error {
 	fs.Var(&mach, "machine-cidr", "machine (node) network CIDR (repeatable or comma-separated)")
 	fs.StringVar(&cp.Platform, "platform", "", "HyperShift platform type (KubeVirt, AWS, Agent, ...), Konvoy, or empty for a plain workload")
 	fs.StringVar(&apiServer, "api-server", "", "API server endpoint the nodes use, HOST[:PORT] (port defaults to 443)")
-	fs.StringVar(&clientsFlag, "clients", "", "comma-separated families whose reading of each entry is checked: go, curl, python (requests), urllib (Ansible), wget, node; default all")
+	fs.StringVar(&clientsFlag, "clients", "", "comma-separated families the workloads use: go, curl, python (requests), urllib (Ansible), wget, node; default: every family for the per-entry check, go,curl,python,urllib for coverage")
 	fs.BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -242,6 +242,9 @@ func noProxyLint(c *cli, args []string) error {
 	clients, err := noProxyClients(clientsFlag)
 	if err != nil {
 		return usageErrorf("--clients: %v", err)
+	}
+	if clientsFlag != "" {
+		cp.Clients = clients // the coverage findings judge by them too (default noproxy.DefaultClients)
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q: lint takes flags only", fs.Arg(0))
