@@ -213,11 +213,11 @@ func lintEntries(noProxy string, entries []Entry) []Finding {
 		if e.Kind == KindWildcard {
 			if strings.TrimSpace(noProxy) == "*" {
 				fs = append(fs, Finding{SeverityWarning, CodeWildcardDisablesProxy, e.Text,
-					"noProxy is \"*\": every client connects directly to every host, the proxy is effectively off",
+					"noProxy is \"*\": every client but wget (which has no wildcard) connects directly to every host, the proxy is effectively off",
 					"list the hosts, domains and CIDRs that must be reached directly instead"})
 			} else {
 				fs = append(fs, Finding{SeverityWarning, CodeWildcardDisablesProxy, e.Text,
-					"Go clients bypass the proxy for every host when any entry is \"*\"; curl and Python only when the whole value is \"*\", so they keep using the proxy",
+					"Go and Node (proxy-from-env) clients bypass the proxy for every host when any entry is \"*\"; curl, Python requests and urllib only when the whole value is \"*\", and wget never, so they keep using the proxy",
 					"remove \"*\" and list the destinations that must be reached directly"})
 			}
 		} else if code, reason, fix := entryIssue(e); code != "" {

@@ -286,7 +286,7 @@ func wgetSafeHost(host string) bool {
 	}
 	switch strings.ToLower(host) {
 	case "localhost":
-		return true
+		return true // not "localhost.": /etc/hosts does not answer it, DNS would be asked
 	}
 	return false
 }
@@ -395,8 +395,18 @@ func TestWgetModelAgainstRealWget(t *testing.T) {
 	r := rand.New(rand.NewPCG(121, 3))
 	tally := map[string]int{}
 	defer func() { t.Logf("outcomes: %v", tally) }()
-	for i := 0; i < n; i++ {
-		np, u := wgetCase(r, port)
+	fixed := [][2]string{
+		{"*", "http://127.0.0.1:" + port + "/"},           // no wildcard in wget
+		{"127.0.0.0/8", "http://127.0.0.1:" + port + "/"}, // no CIDRs
+		{".0.1", "https://127.0.0.1:" + port + "/"},       // textual suffix
+	}
+	for i := 0; i < n+len(fixed); i++ {
+		var np, u string
+		if i < len(fixed) {
+			np, u = fixed[i][0], fixed[i][1]
+		} else {
+			np, u = wgetCase(r, port)
+		}
 		host, p := wgetURLHostPort(t, u)
 		if !wgetSafeHost(host) || (p != port && p != "0" && p != "99999") {
 			t.Fatalf("refusing to run wget on %q: not a loopback-only target", u)
@@ -407,6 +417,9 @@ func TestWgetModelAgainstRealWget(t *testing.T) {
 			got = "direct" // wget dialled 127.0.0.1:0 itself, which fails locally; the proxy saw nothing
 		}
 		if strings.HasPrefix(got, "error") {
+			if p != "99999" {
+				t.Errorf("no_proxy=%q %s: %s", np, u, got) // only the out-of-range port may fail
+			}
 			got = "error"
 		}
 		tally[got]++
