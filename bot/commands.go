@@ -502,7 +502,7 @@ func (c *Commands) noProxyCheck(k diagnose.Key, host string, port int32) chatops
 			continue
 		}
 		fmt.Fprintf(&b, "• `%s` (proxy `%s`):\n", u, redact.RedactURL(s.proxy))
-		for _, cl := range noproxy.Clients() {
+		for _, cl := range noproxy.AllClients() {
 			v, err := noproxy.Explain(cl, p.NoProxy, u)
 			if err != nil {
 				fmt.Fprintf(&b, "    %s: cannot tell (%v)\n", cl, err)

@@ -45,7 +45,8 @@ func TestNoProxyCheck(t *testing.T) {
 		return c.HandleCommand(context.Background(), chatops.Request{Command: chatops.NoProxyCheck{Cluster: ref, Host: host, Port: port}}).Text
 	}
 	got := check("git.corp.example", 8443)
-	for _, want := range []string{"https://git.corp.example:8443", "http://git.corp.example:8443", "go: *direct*", "curl: *direct*", "python: *direct*"} {
+	for _, want := range []string{"https://git.corp.example:8443", "http://git.corp.example:8443", "go: *direct*", "curl: *direct*", "python: *direct*",
+		"urllib: *direct*", "wget: *direct*", "node: *direct*"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("answer lacks %q:\n%s", want, got)
 		}

@@ -11,15 +11,44 @@ import (
 type Client int
 
 // The client families. Each is modelled on one source; see the files
-// gofamily.go, curl.go and python.go.
+// gofamily.go, curl.go, python.go, urllib.go, wget.go and node.go.
 const (
 	Go Client = iota + 1
 	Curl
-	Python
+	Python // requests
+	// Urllib is Python's standard library without requests (Ansible).
+	Urllib
+	Wget
+	// Node is the proxy-from-env npm package (axios).
+	Node
 )
 
-// Clients returns the modelled families in display order.
+// Clients returns the families the cluster checks (Lint's coverage
+// findings, the bot's proxy warnings) judge by default, in display order.
 func Clients() []Client { return []Client{Go, Curl, Python} }
+
+// AllClients returns every modelled family in display order.
+func AllClients() []Client { return []Client{Go, Curl, Python, Urllib, Wget, Node} }
+
+// ParseClient reads a family name as String prints it; "requests" is
+// accepted for Python and "ansible" for Urllib.
+func ParseClient(s string) (Client, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "go":
+		return Go, nil
+	case "curl":
+		return Curl, nil
+	case "python", "requests":
+		return Python, nil
+	case "urllib", "ansible":
+		return Urllib, nil
+	case "wget":
+		return Wget, nil
+	case "node", "nodejs", "proxy-from-env":
+		return Node, nil
+	}
+	return 0, fmt.Errorf("%w %q: want one of go, curl, python, urllib, wget, node", ErrUnknownClient, s)
+}
 
 func (c Client) String() string {
 	switch c {
@@ -29,11 +58,17 @@ func (c Client) String() string {
 		return "curl"
 	case Python:
 		return "python"
+	case Urllib:
+		return "urllib"
+	case Wget:
+		return "wget"
+	case Node:
+		return "node"
 	}
 	return fmt.Sprintf("Client(%d)", int(c))
 }
 
-// MarshalText makes clients read "go"/"curl"/"python" in JSON.
+// MarshalText makes clients read "go", "curl", "python", ... in JSON.
 func (c Client) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // Decision is where a client sends a request.
@@ -66,7 +101,7 @@ var (
 	ErrInvalidURL = errors.New("invalid URL")
 	// ErrUnsupportedScheme: only http and https URLs have a proxy here.
 	ErrUnsupportedScheme = errors.New("unsupported URL scheme")
-	// ErrUnknownClient: the Client value is not one of Go, Curl, Python.
+	// ErrUnknownClient: the Client value is not one of the families.
 	ErrUnknownClient = errors.New("unknown client")
 	// ErrUnsupportedInput: input the model refuses rather than guess at
 	// (NUL bytes or invalid UTF-8, which the C and Python clients cannot
@@ -111,6 +146,12 @@ func Explain(client Client, noProxy, rawURL string) (Verdict, error) {
 		v, err = curlDecide(noProxy, u)
 	case Python:
 		v, err = pythonDecide(noProxy, rawURL)
+	case Urllib:
+		v, err = urllibDecide(noProxy, rawURL)
+	case Wget:
+		v, err = wgetDecide(noProxy, u)
+	case Node:
+		v, err = nodeDecide(noProxy, u)
 	default:
 		return Verdict{}, fmt.Errorf("%w: %d", ErrUnknownClient, int(client))
 	}

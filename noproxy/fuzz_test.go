@@ -45,14 +45,100 @@ func FuzzDecide(f *testing.F) {
 		f.Add(r.noProxy, r.url)
 	}
 	f.Fuzz(func(t *testing.T, noProxy, rawURL string) {
-		for _, c := range Clients() {
+		for _, c := range AllClients() {
 			v, err := Explain(c, noProxy, rawURL)
 			if err == nil && v.Decision != Direct && v.Decision != Proxy {
 				t.Fatalf("Explain(%v, %q, %q) = %+v", c, noProxy, rawURL, v)
 			}
 		}
 		checkGoAgainstHTTPProxy(t, noProxy, rawURL)
+		checkFamiliesAgree(t, noProxy, rawURL)
 	})
+}
+
+// TestFamiliesAgreeRandom runs the agreement properties of the fuzz target
+// on random input in every ordinary test run.
+func TestFamiliesAgreeRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(20, 26))
+	alphabet := "ab.,*"
+	word := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	for i := 0; i < 20000; i++ {
+		checkFamiliesAgree(t, word(r.IntN(16)), word(1+r.IntN(8)))
+	}
+}
+
+// fuzzName maps arbitrary bytes onto a lower-case DNS name over {a, b}
+// ("" when nothing is left), so that the properties below hold whatever
+// the fuzzer feeds in.
+func fuzzName(s string) string {
+	var labels []string
+	for _, l := range strings.Split(s, ".") {
+		var b strings.Builder
+		for i := 0; i < len(l); i++ {
+			b.WriteByte("ab"[l[i]&1])
+		}
+		if b.Len() > 0 {
+			labels = append(labels, b.String())
+		}
+	}
+	return strings.Join(labels, ".")
+}
+
+// checkFamiliesAgree asserts where the families must agree with the Go
+// reference. For lists of plain names (no dots in front, no ports, no
+// wildcards) and a host name that is neither an address nor localhost,
+// every family but Node matches the name and its subdomains exactly like
+// Go, and Node matches the name only. For lists of ".name" entries Go,
+// wget and Node match the subdomains only, the others the name too.
+func checkFamiliesAgree(t *testing.T, noProxy, rawHost string) {
+	t.Helper()
+	host := fuzzName(rawHost)
+	if host == "" {
+		return
+	}
+	var plain, dotted []string
+	exact := false
+	for _, e := range strings.Split(noProxy, ",") {
+		if n := fuzzName(e); n != "" {
+			plain = append(plain, n)
+			dotted = append(dotted, "."+n)
+			exact = exact || n == host
+		}
+	}
+	u := "http://" + host + "/"
+	decide := func(c Client, list []string) Decision {
+		d, err := Decide(c, strings.Join(list, ","), u)
+		if err != nil {
+			t.Fatalf("Decide(%v, %q, %q): %v", c, list, u, err)
+		}
+		return d
+	}
+	goPlain := decide(Go, plain)
+	for _, c := range []Client{Curl, Python, Urllib, Wget} {
+		if d := decide(c, plain); d != goPlain {
+			t.Fatalf("%v says %v for %q and %s, Go says %v", c, d, plain, u, goPlain)
+		}
+	}
+	if d := decide(Node, plain); (d == Direct) != exact {
+		t.Fatalf("node says %v for %q and %s; it must match exact names only", d, plain, u)
+	}
+	goDotted := decide(Go, dotted)
+	for _, c := range []Client{Wget, Node} {
+		if d := decide(c, dotted); d != goDotted {
+			t.Fatalf("%v says %v for %q and %s, Go says %v", c, d, dotted, u, goDotted)
+		}
+	}
+	for _, c := range []Client{Curl, Python, Urllib} {
+		if d := decide(c, dotted); d != goPlain {
+			t.Fatalf("%v says %v for %q and %s, and %v without the dots", c, d, dotted, u, goPlain)
+		}
+	}
 }
 
 func FuzzParse(f *testing.F) {
@@ -141,5 +227,10 @@ func FuzzLint(f *testing.F) {
 			}
 		}
 		_ = FixNoProxy(c)
+		for _, f := range LintClients(c, AllClients()) {
+			if f.Code == "" || f.Reason == "" || f.Entry == "" {
+				t.Fatalf("bad client finding %+v", f)
+			}
+		}
 	})
 }

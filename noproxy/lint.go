@@ -89,6 +89,20 @@ type ClusterProxy struct {
 	// status.version). It picks the kube-apiserver-proxy rule
 	// (RuleForRelease); "" judges under both.
 	Release string
+	// Clients are the families the cluster's workloads use: the coverage
+	// findings and Missing judge by them. Nil means DefaultClients.
+	Clients []Client
+}
+
+// DefaultClients are the families a cluster is judged by when its
+// ClusterProxy names none: Go, curl, Python requests and urllib (Ansible).
+func DefaultClients() []Client { return []Client{Go, Curl, Python, Urllib} }
+
+func (c ClusterProxy) clients() []Client {
+	if len(c.Clients) == 0 {
+		return DefaultClients()
+	}
+	return c.Clients
 }
 
 type platformKind int
@@ -199,11 +213,11 @@ func lintEntries(noProxy string, entries []Entry) []Finding {
 		if e.Kind == KindWildcard {
 			if strings.TrimSpace(noProxy) == "*" {
 				fs = append(fs, Finding{SeverityWarning, CodeWildcardDisablesProxy, e.Text,
-					"noProxy is \"*\": every client connects directly to every host, the proxy is effectively off",
+					"noProxy is \"*\": every client but wget (which has no wildcard) connects directly to every host, the proxy is effectively off",
 					"list the hosts, domains and CIDRs that must be reached directly instead"})
 			} else {
 				fs = append(fs, Finding{SeverityWarning, CodeWildcardDisablesProxy, e.Text,
-					"Go clients bypass the proxy for every host when any entry is \"*\"; curl and Python only when the whole value is \"*\", so they keep using the proxy",
+					"Go and Node (proxy-from-env) clients bypass the proxy for every host when any entry is \"*\"; curl, Python requests and urllib only when the whole value is \"*\", and wget never, so they keep using the proxy",
 					"remove \"*\" and list the destinations that must be reached directly"})
 			}
 		} else if code, reason, fix := entryIssue(e); code != "" {
@@ -343,7 +357,7 @@ func lintCoverage(c ClusterProxy, entries []Entry) []Finding {
 		{CodeMissingKubernetesDefaultSvc, "kubernetes.default.svc", "add kubernetes.default.svc (or .svc)",
 			"requests to kubernetes.default.svc, the API server's in-cluster name,", []string{"https://kubernetes.default.svc/"}},
 	} {
-		if miss := proxiedBy(c.NoProxy, p.urls...); len(miss) > 0 {
+		if miss := proxiedBy(c.clients(), c.NoProxy, p.urls...); len(miss) > 0 {
 			fs = append(fs, Finding{sev(SeverityWarning), p.code, p.entry,
 				fmt.Sprintf("%s go through the proxy in %s clients%s", p.what, strings.Join(miss, ", "), addedBy),
 				p.fix})
@@ -353,7 +367,7 @@ func lintCoverage(c ClusterProxy, entries []Entry) []Finding {
 }
 
 func lintKubernetes(c ClusterProxy, plat platformKind) (Finding, bool) {
-	kubeDirect := len(proxiedBy(c.NoProxy, "https://kubernetes/")) == 0
+	kubeDirect := len(proxiedBy(c.clients(), c.NoProxy, "https://kubernetes/")) == 0
 	const fix = "add kubernetes to noProxy, together with the service and cluster network CIDRs"
 	if plat != platformHyperShift || strings.TrimSpace(c.HTTPSProxy) == "" {
 		if kubeDirect {
@@ -417,7 +431,7 @@ func lintServiceCIDR(c ClusterProxy, entries []Entry, plat platformKind, addedBy
 	if p, err := netip.ParsePrefix(strings.TrimSpace(cidr)); err == nil {
 		svcIP = p.Masked().Addr().Next().String()
 	}
-	apiDirect := svcIP != "" && len(proxiedBy(c.NoProxy, "https://"+bracketHost(svcIP)+"/")) == 0
+	apiDirect := svcIP != "" && len(proxiedBy(c.clients(), c.NoProxy, "https://"+bracketHost(svcIP)+"/")) == 0
 	sev := SeverityCritical
 	reason := fmt.Sprintf("in-cluster clients dial the kubernetes Service IP %s (KUBERNETES_SERVICE_HOST) and other ClusterIPs in %s, and those requests go through the proxy; kubernetes or .svc entries only help clients that dial by name", svcIP, cidr)
 	if apiDirect {
@@ -434,11 +448,11 @@ func lintServiceCIDR(c ClusterProxy, entries []Entry, plat platformKind, addedBy
 	return Finding{sev, CodeMissingServiceCIDR, cidr, reason, "add " + cidr}, true
 }
 
-// proxiedBy returns the client families that send the URLs through the
-// proxy.
-func proxiedBy(noProxy string, urls ...string) []string {
+// proxiedBy returns those of the client families that send the URLs
+// through the proxy.
+func proxiedBy(clients []Client, noProxy string, urls ...string) []string {
 	var out []string
-	for _, cl := range Clients() {
+	for _, cl := range clients {
 		for _, u := range urls {
 			if d, err := Decide(cl, noProxy, u); err == nil && d == Proxy {
 				out = append(out, cl.String())
@@ -492,7 +506,7 @@ func Missing(c ClusterProxy) []string {
 		return nil // no proxy in use, or every client already bypasses it
 	}
 	var add []string
-	if len(proxiedBy(c.NoProxy, "https://kubernetes/")) > 0 {
+	if len(proxiedBy(c.clients(), c.NoProxy, "https://kubernetes/")) > 0 {
 		add = append(add, "kubernetes")
 	}
 	entries := Parse(c.NoProxy)

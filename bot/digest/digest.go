@@ -74,6 +74,9 @@ type Input struct {
 	// Previous is the finding set of the previous digest, nil for the
 	// first one.
 	Previous *Snapshot
+	// Clients are the client families the noProxy findings judge by; nil
+	// means noproxy.DefaultClients (Go, curl, Python requests, urllib).
+	Clients []noproxy.Client
 }
 
 // Snapshot is the part of a digest the next one compares with.
@@ -210,7 +213,9 @@ func Build(now time.Time, in Input) Digest {
 	for _, c := range in.Clusters {
 		r := &ClusterReport{Key: c.Key, Proxy: c.HostedCluster.Proxy.HTTPProxy != "" || c.HostedCluster.Proxy.HTTPSProxy != "",
 			Incident: c.Incident, IncidentTitle: c.IncidentTitle, Unwatched: c.Unwatched}
-		for _, f := range noproxy.Lint(ClusterProxy(c.HostedCluster)) {
+		cp := ClusterProxy(c.HostedCluster)
+		cp.Clients = in.Clients
+		for _, f := range noproxy.Lint(cp) {
 			id := FindingID(c.Key, f)
 			seen[id] = true
 			isNew := !d.First && !prev[id]

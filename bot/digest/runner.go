@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hcpbot/hcpbot/noproxy"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,6 +94,9 @@ type Config struct {
 	Exposures Exposures
 	Silences  Silences
 	Audit     audit.Reader
+	// Clients are the NO_PROXY client families the clusters' workloads
+	// use; the noProxy findings judge by them (nil: noproxy.DefaultClients).
+	Clients []noproxy.Client
 	// Replicas of the KV buckets (0 means 1).
 	Replicas int
 	// TickLease is how long a replica that took a tick has to post it
@@ -329,7 +333,7 @@ func (r *Runner) post(ctx context.Context, d configs.Digest, key string, at time
 	if err != nil {
 		return err
 	}
-	in := Input{Previous: prev}
+	in := Input{Previous: prev, Clients: r.cfg.Clients}
 	for _, s := range r.cfg.Bot.ClusterStates() {
 		c := Cluster{Key: s.Key, HostedCluster: s.HostedCluster, Diagnoses: s.Diagnoses, Unwatched: s.Unwatched}
 		if s.Incident != nil {

@@ -20,7 +20,7 @@ import (
 func init() {
 	extraCommands = append(extraCommands, command{
 		name:    "noproxy",
-		summary: "explain a NO_PROXY list for Go, curl and Python, or lint a proxy config",
+		summary: "explain a NO_PROXY list for Go, curl, Python, urllib, wget and Node, or lint a proxy config",
 		run:     runNoProxy,
 	})
 }
@@ -28,42 +28,88 @@ func init() {
 const noProxyUsage = `Usage: hcpbot noproxy <subcommand> [flags]
 
 Subcommands:
-  explain   show whether Go, curl and Python clients go direct or through the proxy for each URL
-  lint      check proxy settings (noProxy coverage, ambiguous entries, proxy URLs)
+  explain   show whether Go, curl, Python requests, urllib (Ansible), wget and Node (proxy-from-env)
+            clients go direct or through the proxy for each URL
+  lint      check proxy settings (noProxy coverage, ambiguous entries, entries some clients ignore, proxy URLs)
+  java      translate a NO_PROXY list into Java's -Dhttp.nonProxyHosts (Java ignores NO_PROXY)
 
 Run 'hcpbot noproxy <subcommand> --help' for the flags.
 `
 
 func runNoProxy(_ context.Context, c *cli, args []string) error {
 	if len(args) == 0 {
-		return usageErrorf("missing subcommand: explain or lint")
+		return usageErrorf("missing subcommand: explain, lint or java")
 	}
 	switch args[0] {
 	case "explain":
 		return noProxyExplain(c, args[1:])
 	case "lint":
 		return noProxyLint(c, args[1:])
+	case "java":
+		return noProxyJava(c, args[1:])
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(c.stdout, noProxyUsage)
 		return flag.ErrHelp
 	}
-	return usageErrorf("unknown subcommand %q: want explain or lint", args[0])
+	return usageErrorf("unknown subcommand %q: want explain, lint or java", args[0])
 }
 
 // noProxyRow is one explained URL; the JSON field names are the contract
-// of `explain --json`.
+// of `explain --json` (url, go, curl, python came first and keep their
+// meaning; a family left out by --clients is omitted).
 type noProxyRow struct {
 	URL    string            `json:"url"`
-	Go     string            `json:"go"`
-	Curl   string            `json:"curl"`
-	Python string            `json:"python"`
+	Go     string            `json:"go,omitempty"`
+	Curl   string            `json:"curl,omitempty"`
+	Python string            `json:"python,omitempty"`
+	Urllib string            `json:"urllib,omitempty"`
+	Wget   string            `json:"wget,omitempty"`
+	Node   string            `json:"node,omitempty"`
 	Errors map[string]string `json:"errors,omitempty"`
 }
 
+func (r *noProxyRow) cell(cl noproxy.Client) *string {
+	switch cl {
+	case noproxy.Go:
+		return &r.Go
+	case noproxy.Curl:
+		return &r.Curl
+	case noproxy.Python:
+		return &r.Python
+	case noproxy.Urllib:
+		return &r.Urllib
+	case noproxy.Wget:
+		return &r.Wget
+	}
+	return &r.Node
+}
+
+// noProxyClients parses --clients: a comma-separated list of family names
+// (go, curl, python, urllib, wget, node); empty means all of them.
+func noProxyClients(v string) ([]noproxy.Client, error) {
+	if strings.TrimSpace(v) == "" {
+		return noproxy.AllClients(), nil
+	}
+	var out []noproxy.Client
+	seen := map[noproxy.Client]bool{}
+	for _, name := range strings.Split(v, ",") {
+		cl, err := noproxy.ParseClient(name)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[cl] {
+			seen[cl] = true
+			out = append(out, cl)
+		}
+	}
+	return out, nil
+}
+
 func noProxyExplain(c *cli, args []string) error {
-	fs := c.flagSet("noproxy explain", "--no-proxy LIST [--json] URL...")
+	fs := c.flagSet("noproxy explain", "--no-proxy LIST [--clients LIST] [--json] URL...")
 	list := fs.String("no-proxy", "", "the NO_PROXY / noProxy value to evaluate (required; '' for an empty list)")
-	asJSON := fs.Bool("json", false, "print a JSON array of {url, go, curl, python}")
+	clientsFlag := fs.String("clients", "", "comma-separated families to show: go, curl, python (requests), urllib (Ansible), wget, node (proxy-from-env); default all")
+	asJSON := fs.Bool("json", false, "print a JSON array of {url, go, curl, python, urllib, wget, node}")
 	urls, err := noProxyParseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -71,33 +117,31 @@ func noProxyExplain(c *cli, args []string) error {
 	if !noProxyFlagSet(fs, "no-proxy") {
 		return usageErrorf("--no-proxy is required (use --no-proxy '' for an empty list)")
 	}
+	clients, err := noProxyClients(*clientsFlag)
+	if err != nil {
+		return usageErrorf("--clients: %v", err)
+	}
 	if len(urls) == 0 {
 		return usageErrorf("at least one URL is required, e.g. https://kubernetes:443")
 	}
 	rows := make([]noProxyRow, 0, len(urls))
 	for _, u := range urls {
 		row := noProxyRow{URL: redact.RedactURL(u)}
-		for _, cl := range noproxy.Clients() {
+		// Go's parser is the common gate: when it fails the URL itself is bad.
+		if _, err := noproxy.Decide(noproxy.Go, *list, u); err != nil {
+			return usageErrorf("URL %q: %s", row.URL, redact.RedactText(err.Error()))
+		}
+		for _, cl := range clients {
 			d, err := noproxy.Decide(cl, *list, u)
 			cell := d.String()
 			if err != nil {
-				if cl == noproxy.Go { // Go's parser is the common gate: the URL itself is bad
-					return usageErrorf("URL %q: %s", row.URL, redact.RedactText(err.Error()))
-				}
 				cell = "error"
 				if row.Errors == nil {
 					row.Errors = map[string]string{}
 				}
 				row.Errors[cl.String()] = redact.RedactText(err.Error())
 			}
-			switch cl {
-			case noproxy.Go:
-				row.Go = cell
-			case noproxy.Curl:
-				row.Curl = cell
-			case noproxy.Python:
-				row.Python = cell
-			}
+			*row.cell(cl) = cell
 		}
 		rows = append(rows, row)
 	}
@@ -105,16 +149,24 @@ func noProxyExplain(c *cli, args []string) error {
 		return noProxyWriteJSON(c.stdout, rows)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "URL\tGO\tCURL\tPYTHON")
+	fmt.Fprint(tw, "URL")
+	for _, cl := range clients {
+		fmt.Fprintf(tw, "\t%s", strings.ToUpper(cl.String()))
+	}
+	fmt.Fprintln(tw)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.URL, r.Go, r.Curl, r.Python)
+		fmt.Fprint(tw, r.URL)
+		for _, cl := range clients {
+			fmt.Fprintf(tw, "\t%s", *r.cell(cl))
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, r := range rows {
-		for _, cl := range []string{"curl", "python"} {
-			if msg, ok := r.Errors[cl]; ok {
+		for _, cl := range clients {
+			if msg, ok := r.Errors[cl.String()]; ok {
 				fmt.Fprintf(c.stdout, "%s: %s: %s\n", r.URL, cl, msg)
 			}
 		}
@@ -122,13 +174,55 @@ func noProxyExplain(c *cli, args []string) error {
 	return nil
 }
 
+// noProxyJava prints the http.nonProxyHosts value for a NO_PROXY list and
+// the entries Java cannot express. With --json the JavaTranslation is the
+// contract.
+func noProxyJava(c *cli, args []string) error {
+	fs := c.flagSet("noproxy java", "--no-proxy LIST [--json]")
+	list := fs.String("no-proxy", "", "the NO_PROXY / noProxy value to translate (required)")
+	asJSON := fs.Bool("json", false, "print {nonProxyHosts, notes}")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q: java takes flags only", fs.Arg(0))
+	}
+	if !noProxyFlagSet(fs, "no-proxy") {
+		return usageErrorf("--no-proxy is required")
+	}
+	tr := noproxy.JavaNonProxyHosts(*list)
+	for i := range tr.Notes {
+		tr.Notes[i].Entry = redact.RedactText(tr.Notes[i].Entry)
+	}
+	tr.NonProxyHosts = redact.RedactText(tr.NonProxyHosts)
+	if *asJSON {
+		return noProxyWriteJSON(c.stdout, tr)
+	}
+	fmt.Fprintf(c.stdout, "http.nonProxyHosts=%s\n", tr.NonProxyHosts)
+	fmt.Fprintf(c.stdout, "export JAVA_TOOL_OPTIONS=%s\n", noProxyShellQuote("-Dhttp.nonProxyHosts="+tr.NonProxyHosts))
+	fmt.Fprintln(c.stdout, "(Java ignores NO_PROXY; the property applies to http and https; loopback is always direct)")
+	for _, n := range tr.Notes {
+		what := "dropped"
+		if !n.Dropped {
+			what = "approximated as " + n.Translated
+		}
+		fmt.Fprintf(c.stdout, "cannot express %s (%s): %s\n", n.Entry, what, n.Reason)
+	}
+	return nil
+}
+
+// noProxyShellQuote quotes a value for a POSIX shell: "|" and "*" would
+// otherwise be a pipe and a glob.
+func noProxyShellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
 func noProxyLint(c *cli, args []string) error {
 	fs := c.flagSet("noproxy lint", "--no-proxy LIST [--http-proxy URL] [--https-proxy URL] [--trusted-ca NAME] "+
-		"[--service-cidr CIDR]... [--cluster-cidr CIDR]... [--machine-cidr CIDR]... [--platform TYPE] [--api-server HOST[:PORT]] [--json]")
+		"[--service-cidr CIDR]... [--cluster-cidr CIDR]... [--machine-cidr CIDR]... [--platform TYPE] [--api-server HOST[:PORT]] [--clients LIST] [--json]")
 	var (
 		cp                 noproxy.ClusterProxy
 		svc, cluster, mach noProxyCIDRList
 		apiServer          string
+		clientsFlag        string
 		asJSON             bool
 	)
 	fs.StringVar(&cp.NoProxy, "no-proxy", "", "the noProxy / NO_PROXY value")
@@ -140,9 +234,17 @@ func noProxyLint(c *cli, args []string) error {
 	fs.Var(&mach, "machine-cidr", "machine (node) network CIDR (repeatable or comma-separated)")
 	fs.StringVar(&cp.Platform, "platform", "", "HyperShift platform type (KubeVirt, AWS, Agent, ...), Konvoy, or empty for a plain workload")
 	fs.StringVar(&apiServer, "api-server", "", "API server endpoint the nodes use, HOST[:PORT] (port defaults to 443)")
+	fs.StringVar(&clientsFlag, "clients", "", "comma-separated families the workloads use: go, curl, python (requests), urllib (Ansible), wget, node; default: every family for the per-entry check, go,curl,python,urllib for coverage")
 	fs.BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	clients, err := noProxyClients(clientsFlag)
+	if err != nil {
+		return usageErrorf("--clients: %v", err)
+	}
+	if clientsFlag != "" {
+		cp.Clients = clients // the coverage findings judge by them too (default noproxy.DefaultClients)
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q: lint takes flags only", fs.Arg(0))
@@ -155,7 +257,8 @@ func noProxyLint(c *cli, args []string) error {
 		}
 		cp.APIServerHost, cp.APIServerPort = host, port
 	}
-	findings := noproxy.Lint(cp)
+	findings := append(noproxy.Lint(cp), noproxy.LintClients(cp, clients)...)
+	noproxy.SortBySeverity(findings)
 	if asJSON {
 		if findings == nil {
 			findings = []noproxy.Finding{}

@@ -15,11 +15,11 @@ func TestNoProxyExplainTable(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := [][]string{
-		{"URL", "GO", "CURL", "PYTHON"},
-		{"https://kubernetes:443", "direct", "direct", "direct"},
-		{"https://172.31.0.1/", "proxy", "proxy", "proxy"},
-		{"https://api.corp.example/", "direct", "proxy", "proxy"},
-		{"http://localhost/", "direct", "proxy", "proxy"},
+		{"URL", "GO", "CURL", "PYTHON", "URLLIB", "WGET", "NODE"},
+		{"https://kubernetes:443", "direct", "direct", "direct", "direct", "direct", "direct"},
+		{"https://172.31.0.1/", "proxy", "proxy", "proxy", "proxy", "proxy", "proxy"},
+		{"https://api.corp.example/", "direct", "proxy", "proxy", "proxy", "proxy", "direct"},
+		{"http://localhost/", "direct", "proxy", "proxy", "proxy", "proxy", "proxy"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("output:\n%s", out)
@@ -46,18 +46,72 @@ func TestNoProxyExplainJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	want := []map[string]any{
+	// The fields of the first version of `explain --json` keep their values.
+	old := []map[string]any{
 		{"url": "http://***@10.1.2.3:8080/", "go": "direct", "curl": "direct", "python": "direct"},
-		{"url": "http://x:99999/", "go": "proxy", "curl": "error", "python": "error", "errors": map[string]any{
-			"curl":   `invalid URL: curl rejects port "99999"`,
-			"python": "invalid URL: Python raises ValueError: port out of range 0-65535",
-		}},
+		{"url": "http://x:99999/", "go": "proxy", "curl": "error", "python": "error"},
 	}
-	if !reflect.DeepEqual(rows, want) {
-		t.Errorf("rows = %v\nwant %v", rows, want)
+	oldErrors := map[string]any{
+		"curl":   `invalid URL: curl rejects port "99999"`,
+		"python": "invalid URL: Python raises ValueError: port out of range 0-65535",
+	}
+	if len(rows) != len(old) {
+		t.Fatalf("rows = %v", rows)
+	}
+	for i, w := range old {
+		for k, v := range w {
+			if rows[i][k] != v {
+				t.Errorf("row %d field %q = %v, want %v", i, k, rows[i][k], v)
+			}
+		}
+	}
+	errs, _ := rows[1]["errors"].(map[string]any)
+	for k, v := range oldErrors {
+		if errs[k] != v {
+			t.Errorf("errors[%q] = %v, want %v", k, errs[k], v)
+		}
+	}
+	// Every family has its field; the new ones follow their own rules.
+	newFields := []map[string]any{
+		{"urllib": "proxy", "wget": "proxy", "node": "proxy"},
+		{"urllib": "proxy", "wget": "error", "node": "error"},
+	}
+	for i, w := range newFields {
+		for k, v := range w {
+			if rows[i][k] != v {
+				t.Errorf("row %d field %q = %v, want %v", i, k, rows[i][k], v)
+			}
+		}
+	}
+	if _, ok := errs["wget"]; !ok {
+		t.Errorf("errors lack wget: %v", errs)
 	}
 	if strings.Contains(out, "s3cret") || strings.Contains(out, "alice") {
 		t.Errorf("output leaks credentials: %s", out)
+	}
+}
+
+func TestNoProxyExplainClients(t *testing.T) {
+	code, out, errOut := run(t, "noproxy", "explain", "--clients", "node,requests,ansible", "--json",
+		"--no-proxy", "example.com", "http://www.example.com/")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := []map[string]any{{"url": "http://www.example.com/", "node": "proxy", "python": "direct", "urllib": "direct"}}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("rows = %v, want %v", rows, want)
+	}
+	code, out, _ = run(t, "noproxy", "explain", "--clients", "wget,go", "--no-proxy", ".example.com", "http://example.com/")
+	if code != 0 || strings.Fields(strings.Split(out, "\n")[0])[1] != "WGET" || len(strings.Fields(strings.Split(out, "\n")[1])) != 3 {
+		t.Errorf("--clients wget,go: code %d, out %q", code, out)
+	}
+	code, _, errOut = run(t, "noproxy", "explain", "--clients", "java", "--no-proxy", "", "http://x/")
+	if code != 2 || !strings.Contains(errOut, `unknown client "java"`) {
+		t.Errorf("--clients java: code %d, stderr %q", code, errOut)
 	}
 }
 
@@ -157,6 +211,80 @@ func TestNoProxyLintSeed000(t *testing.T) {
 		if got[code] != sev {
 			t.Errorf("%s = %q, want %q (all: %v)", code, got[code], sev, got)
 		}
+	}
+}
+
+func TestNoProxyLintClients(t *testing.T) {
+	args := []string{"noproxy", "lint", "--http-proxy", "http://proxy:3128", "--platform", "Konvoy",
+		"--no-proxy", "10.0.0.0/18,example.com,.svc", "--json"}
+	code, out, errOut := run(t, args...)
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	var fs []struct{ Severity, Code, Entry, Reason, Fix string }
+	if err := json.Unmarshal([]byte(out), &fs); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]string{}
+	list := ""
+	for i, f := range fs {
+		if f.Code == "ignored-by-some-clients" {
+			got[f.Entry] = f.Reason
+		}
+		if f.Code == "list-for-all-clients" {
+			list = f.Entry
+		}
+		if i > 0 && f.Severity == "warning" && fs[i-1].Severity == "info" {
+			t.Errorf("findings are not ordered by severity: %v", fs)
+		}
+	}
+	if !strings.HasPrefix(got["10.0.0.0/18"], "`10.0.0.0/18` protects Go, curl, requests; not urllib/Ansible, wget, node") {
+		t.Errorf("10.0.0.0/18: %q", got["10.0.0.0/18"])
+	}
+	if !strings.HasPrefix(got["example.com"], "`example.com` protects Go, curl, requests, urllib/Ansible, wget; not node") {
+		t.Errorf("example.com: %q", got["example.com"])
+	}
+	if _, ok := got[".svc"]; ok || list != "10.0.0.0/18,example.com,.svc,.example.com" {
+		t.Errorf(".svc flagged or list %q", list)
+	}
+	// --clients narrows the families judged.
+	code, out, _ = run(t, append(args, "--clients", "go,curl,requests")...)
+	if code != 0 || strings.Contains(out, "ignored-by-some-clients") {
+		t.Errorf("--clients go,curl,requests: code %d, out %s", code, out)
+	}
+}
+
+func TestNoProxyJava(t *testing.T) {
+	code, out, errOut := run(t, "noproxy", "java", "--no-proxy", "localhost,.svc,10.0.0.0/8,10.0.0.0/18,api.example:6443")
+	if code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{
+		"http.nonProxyHosts=localhost|*.localhost|*.svc|10.*|api.example|*.api.example\n",
+		"export JAVA_TOOL_OPTIONS='-Dhttp.nonProxyHosts=localhost|*.localhost|*.svc|10.*|api.example|*.api.example'",
+		"cannot express 10.0.0.0/18 (dropped): Java has no CIDR matching",
+		"cannot express api.example:6443 (approximated as api.example|*.api.example): Java cannot restrict a port",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = run(t, "noproxy", "java", "--json", "--no-proxy", "fd00::/112,example.com")
+	var tr struct {
+		NonProxyHosts string `json:"nonProxyHosts"`
+		Notes         []struct {
+			Entry   string `json:"entry"`
+			Dropped bool   `json:"dropped"`
+		} `json:"notes"`
+	}
+	if err := json.Unmarshal([]byte(out), &tr); err != nil || code != 0 {
+		t.Fatalf("code %d, %v: %s", code, err, out)
+	}
+	if tr.NonProxyHosts != "example.com|*.example.com" || len(tr.Notes) != 1 || tr.Notes[0].Entry != "fd00::/112" || !tr.Notes[0].Dropped {
+		t.Errorf("--json: %+v", tr)
+	}
+	if code, _, errOut := run(t, "noproxy", "java"); code != 2 || !strings.Contains(errOut, "--no-proxy is required") {
+		t.Errorf("without --no-proxy: code %d, stderr %q", code, errOut)
 	}
 }
 
