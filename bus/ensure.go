@@ -12,10 +12,12 @@ import (
 
 // Bounds of EnsureStream's and EnsureKV's retries. When two bot replicas
 // create the same replicated stream at the same moment, the server creates
-// it but may answer neither request (the meta leader takes the second,
-// equal create as another proposal of the same assignment; the reply
-// subjects do not survive that): a request waits for its whole timeout,
-// however long (TestEnsureConcurrentOnFreshCluster: forever without one).
+// it but may answer neither request (nats-server 2.15: the meta leader
+// proposes the second, equal create as a new assignment of the same raft
+// group, which replaces the first one, reply subject included, before the
+// group has a leader to answer): a request waits for its whole timeout,
+// however long (TestEnsureConcurrentOnFreshCluster: 2 minutes, both
+// replicas, before this).
 // Hence a bounded attempt, then another, which finds the stream and
 // updates it (a no-op). The first attempt is short so that a lost reply
 // costs little; later ones are longer so that a slow server is not cut
