@@ -35,9 +35,14 @@ type StreamSpec struct {
 
 // EnsureStream creates the stream or brings an existing one to spec.
 // Calling it again with the same spec changes nothing, so every process can
-// call it at start-up.
+// call it at start-up, several replicas at once. It retries, each attempt
+// bounded, until it succeeds or ctx ends (retryEnsure says why), logging
+// with zerolog.Ctx(ctx).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, spec.config())
+	cfg := spec.config()
+	s, err := retryEnsure(ctx, "stream", spec.Name, func(ctx context.Context) (jetstream.Stream, error) {
+		return createOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: ensure stream %q: %w", spec.Name, err)
 	}
@@ -141,15 +146,19 @@ type KVSpec struct {
 }
 
 // EnsureKV creates the bucket or brings an existing one to spec; calling it
-// again with the same spec changes nothing.
+// again with the same spec changes nothing. It retries as EnsureStream
+// does.
 func EnsureKV(ctx context.Context, js jetstream.JetStream, spec KVSpec) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:      spec.Bucket,
 		Description: spec.Description,
 		History:     max(spec.History, 1),
 		TTL:         spec.TTL,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(spec.Replicas, 1),
+	}
+	kv, err := retryEnsure(ctx, "bucket", spec.Bucket, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return createOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, cfg) })
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: ensure KV bucket %q: %w", spec.Bucket, err)

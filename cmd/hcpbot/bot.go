@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,11 +95,33 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 			return fmt.Errorf("agent.kubeconfig: %w", err)
 		}
 	}
+	// EnsureStream and EnsureKV log their retries with ctx's logger.
+	ctx = log.WithContext(ctx)
 	conn, err := connectNATS(ctx, botNATSClient(cfg, sec, name), log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	// Health and metrics are served from here on, while the streams and
+	// buckets are ensured: on a fresh NATS cluster that takes retries, and
+	// a process without /healthz meanwhile would be killed by its liveness
+	// probe. /readyz says not ready until botRun has opened everything.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var opened atomic.Bool
+	ops, err := serveOps(ctx, cfg.Bot.OpsListen, reg, func() error {
+		if !opened.Load() {
+			return errors.New("starting: streams and buckets not ensured yet")
+		}
+		if !conn.NC.IsConnected() {
+			return errors.New("NATS not connected")
+		}
+		return nil
+	}, log)
+	if err != nil {
+		return err
+	}
+	defer ops.Close()
 	if err := botStream(ctx, cfg, conn, log); err != nil {
 		return err
 	}
@@ -129,7 +152,7 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 			}
 		})
 	}
-	err = botRun(runCtx, c, cfg, sec, signer, conn, log)
+	err = botRun(runCtx, c, cfg, sec, signer, conn, reg, &opened, log)
 	stop()
 	wg.Wait()
 	if agentErr != nil {
@@ -214,11 +237,10 @@ func joinURLs(urls []string) string {
 	return out
 }
 
-// botRun runs the bot until ctx ends: the pipeline, the notifier, the
-// Slack endpoints (or Socket Mode) and the ops endpoints.
-func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, log zerolog.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+// botRun runs the bot until ctx ends: the pipeline, the notifier and the
+// Slack endpoints (or Socket Mode), with its metrics in reg (served by
+// runConfigured); it sets opened once every stream and bucket is there.
+func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, reg *prometheus.Registry, opened *atomic.Bool, log zerolog.Logger) error {
 	log = log.With().Str("component", "bot").Logger()
 
 	var notifier notify.Notifier = notify.NewConsole(c.stdout)
@@ -310,16 +332,9 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	ops, err := serveOps(ctx, cfg.Bot.OpsListen, reg, func() error {
-		if !conn.NC.IsConnected() {
-			return errors.New("NATS not connected")
-		}
-		return nil
-	}, log)
-	if err != nil {
-		return err
-	}
-	defer ops.Close()
+	// Every stream and bucket is there: ready (runConfigured's /readyz).
+	opened.Store(true)
+	log.Info().Msg("streams and buckets ensured; ready")
 
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = lease.Run(ctx) })
