@@ -1,6 +1,7 @@
 package noproxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,8 +13,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -278,8 +281,8 @@ var wgetVersionRE = regexp.MustCompile(`GNU Wget (\d+)\.(\d+)`)
 // and names /etc/hosts maps to 127.0.0.1 here (nsswitch "files" first).
 // wget has no --resolve/--connect-to, so every direct connection goes to
 // the URL's own host; the generated wget cases are restricted to these
-// hosts and to the recorder's port (or to ports wget rejects before
-// connecting), and the test refuses to run anything else.
+// hosts and to the batch's listener ports (or to ports that fail before
+// leaving the machine), and the test refuses to run anything else.
 func wgetSafeHost(host string) bool {
 	if a, err := netipParseV4(host); err == nil {
 		return a[0] == 127
@@ -299,10 +302,126 @@ func netipParseV4(s string) ([4]byte, error) {
 	return [4]byte(ip.To4()), nil
 }
 
-// realWget returns a function that runs wget once and reports whether it
-// asked the proxy or the origin. Proxy and origin are the same loopback
-// listener; wget's config files are disabled.
-func realWget(t *testing.T) (run func(noProxy, rawURL string) string, port string) {
+// wgetSlots is how many URLs one wget run fetches. wget takes many URLs
+// and, with -t 1, goes on after a failed one; one process per case (~90 ms
+// on a busy box) would allow only a few hundred cases in the time a few
+// thousand take in batches.
+const wgetSlots = 16
+
+// wgetEvent is what one loopback listener saw: the origin listener of
+// slot port was asked directly, or the proxy was asked for a URL naming
+// port. Any other request is kind "error: ...".
+type wgetEvent struct {
+	kind string // "direct", "proxy" or "error: ..."
+	port string // the slot listener's port (direct) or the port the proxy request names
+}
+
+// wgetLog collects the events of one batch. Every event is appended
+// before the listener answers, and wget waits for that answer before it
+// moves on, so once wget has exited the log is complete.
+type wgetLog struct {
+	mu sync.Mutex
+	ev []wgetEvent
+}
+
+func (l *wgetLog) add(e wgetEvent) {
+	l.mu.Lock()
+	l.ev = append(l.ev, e)
+	l.mu.Unlock()
+}
+
+func (l *wgetLog) take() []wgetEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ev := l.ev
+	l.ev = nil
+	return ev
+}
+
+// listenWget starts a loopback listener; proxy says whether it plays the
+// proxy (requests name their target) or a slot's origin.
+func listenWget(t *testing.T, log *wgetLog, proxy bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handleWget(c, log, proxy, port)
+		}
+	}()
+	return port
+}
+
+func handleWget(c net.Conn, log *wgetLog, proxy bool, port string) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	first, err := br.Peek(1)
+	if err != nil {
+		log.add(wgetEvent{"error: " + err.Error(), port})
+		return
+	}
+	if first[0] == 0x16 { // TLS ClientHello: wget talks to the origin
+		if proxy {
+			log.add(wgetEvent{"error: TLS to the proxy", port})
+		} else {
+			log.add(wgetEvent{"direct", port})
+		}
+		return
+	}
+	line, err := br.ReadString('\n')
+	if err != nil {
+		log.add(wgetEvent{"error: " + err.Error(), port})
+		return
+	}
+	fields := strings.Fields(line)
+	var target string // host:port of a proxy request
+	switch {
+	case len(fields) < 2:
+	case fields[0] == "CONNECT":
+		target = fields[1]
+	case strings.Contains(fields[1], "://"):
+		_, rest, _ := strings.Cut(fields[1], "://")
+		target, _, _ = strings.Cut(rest, "/")
+	}
+	switch {
+	case len(fields) < 2:
+		log.add(wgetEvent{"error: bad request line " + strconv.Quote(line), port})
+	case proxy && target != "":
+		_, p, err := net.SplitHostPort(target)
+		if err != nil {
+			log.add(wgetEvent{"error: proxy request without a port " + strconv.Quote(line), port})
+			return
+		}
+		log.add(wgetEvent{"proxy", p})
+		_, _ = c.Write([]byte("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+	case !proxy && target == "":
+		log.add(wgetEvent{"direct", port})
+		_, _ = c.Write([]byte("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"))
+	default:
+		log.add(wgetEvent{"error: unexpected request " + strconv.Quote(line), port})
+	}
+}
+
+// realWget returns a function that runs wget once on a batch of URLs
+// sharing one no_proxy and reports, per URL, whether wget asked the proxy
+// or the origin, and the wget-side error if it did neither; ports are the
+// slots' origin ports (at most one URL per port in a batch). wget's config
+// files are disabled.
+//
+// wget has no --resolve/--connect-to, so every direct connection goes to
+// the URL's own host and port: the caller runs only URLs on wgetSafeHost
+// hosts and slot ports (or 0 and 99999, which fail before leaving the
+// machine). A proxied URL is told apart by the port its request names.
+func realWget(t *testing.T) (run func(noProxy string, urls []string) []string, ports []string) {
 	t.Helper()
 	wget, err := exec.LookPath("wget")
 	if err != nil {
@@ -319,44 +438,71 @@ func realWget(t *testing.T) (run func(noProxy, rawURL string) string, port strin
 	if major, _ := strconv.Atoi(m[1]); major != 1 {
 		missingClient(t, "wget %s.%s: the model is for GNU Wget 1.21+", m[1], m[2])
 	}
-	rec := newLoopbackRecorder(t)
+	log := &wgetLog{}
+	proxy := listenWget(t, log, true)
+	for range wgetSlots {
+		ports = append(ports, listenWget(t, log, false))
+	}
 	home := t.TempDir()
-	return func(noProxy, rawURL string) string {
+	return func(noProxy string, urls []string) []string {
 		t.Helper()
-		for len(rec.seen) > 0 {
-			<-rec.seen
+		byPort := map[string]int{}
+		for i, u := range urls {
+			host, p := wgetURLHostPort(t, u)
+			if !wgetSafeHost(host) || !(slices.Contains(ports, p) || p == "0" || p == "99999") {
+				t.Fatalf("refusing to run wget on %q: not a loopback-only target", u)
+			}
+			if _, dup := byPort[p]; dup {
+				t.Fatalf("batch %q: two URLs on port %s could not be told apart", urls, p)
+			}
+			byPort[p] = i
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		_ = log.take()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, wget, "--no-config", "-q", "-O", os.DevNull, "-t", "1", "-T", "5",
+		args := []string{"--no-config", "-q", "-O", os.DevNull, "-t", "1", "-T", "5",
 			"--no-check-certificate", "-e", "use_proxy=on",
-			"-e", "http_proxy=http://127.0.0.1:"+rec.port(), "-e", "https_proxy=http://127.0.0.1:"+rec.port(), rawURL)
+			"-e", "http_proxy=http://127.0.0.1:" + proxy, "-e", "https_proxy=http://127.0.0.1:" + proxy}
+		cmd := exec.CommandContext(ctx, wget, append(args, urls...)...)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "LC_ALL=C", "no_proxy=" + noProxy}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		runErr := cmd.Run()
-		var exit *exec.ExitError
-		if errors.As(runErr, &exit) && exit.ExitCode() == 1 && len(rec.seen) == 0 {
-			return "error: wget rejected the URL (exit 1)"
+		if ctx.Err() != nil {
+			t.Fatalf("wget on %d URLs did not finish: %v", len(urls), runErr)
 		}
-		select {
-		case s := <-rec.seen:
-			return s
-		case <-time.After(time.Second): // wget has exited; a connection would have been recorded
-			return fmt.Sprintf("error: no connection (%v: %s)", runErr, bytes.TrimSpace(stderr.Bytes()))
+		got := make([]string, len(urls))
+		for _, e := range log.take() {
+			i, ok := byPort[e.port]
+			switch {
+			case strings.HasPrefix(e.kind, "error"):
+				t.Errorf("no_proxy=%q: listener on port %s: %s", noProxy, e.port, e.kind)
+			case !ok:
+				t.Errorf("no_proxy=%q: wget went %s for port %s, which no URL of the batch names", noProxy, e.kind, e.port)
+			case got[i] != "":
+				t.Errorf("no_proxy=%q %s: wget connected twice (%s, then %s)", noProxy, urls[i], got[i], e.kind)
+			default:
+				got[i] = e.kind
+			}
 		}
-	}, rec.port()
+		for i := range got {
+			if got[i] == "" {
+				got[i] = fmt.Sprintf("error: no connection (%v: %s)", runErr, bytes.TrimSpace(stderr.Bytes()))
+			}
+		}
+		return got
+	}, ports
 }
 
-// wgetCase rewrites a generated case for wget: the host becomes a safe
-// loopback host derived from the generated one, the port the recorder's
-// (or one wget refuses before connecting).
-func wgetCase(r *rand.Rand, port string) (noProxy, rawURL string) {
+// wgetBatch generates one no_proxy and a URL per slot for it: each host a
+// safe loopback host, each port its slot's (or, once per batch at most,
+// one wget refuses before connecting). Entries with a port name one of
+// the batch's ports.
+func wgetBatch(r *rand.Rand, ports []string) (noProxy string, urls []string) {
 	hosts := []string{"127.0.0.1", "localhost", "LOCALHOST", "LocalHost"}
-	host := hosts[r.IntN(len(hosts))]
-	entries := []string{"127.0.0.1", "0.0.1", ".0.1", "7.0.0.1", "127.0.0.0/8", "127.0.0.1:" + port, "127.1", "127.0.0.01", "27.0.0.1", "127.0.0.1.",
+	entries := []string{"127.0.0.1", "0.0.1", ".0.1", "7.0.0.1", "127.0.0.0/8", "127.0.0.1:", "127.1", "127.0.0.01", "27.0.0.1", "127.0.0.1.",
 		"localhost", ".localhost", "LOCALHOST", "host", ".host", "*", "*.localhost", "localhost.", "", " ",
-		"127.0.0.", "0.0.0.1", "1", ".1", "2.3", "127.10.0.1", "localhost:" + port, "127.0.0.2/32"}
+		"127.0.0.", "0.0.0.1", "1", ".1", "2.3", "127.10.0.1", "localhost:", "127.0.0.2/32"}
 	seps := []string{",", ", ", " ,", ",  ", ",\t"}
 	var b strings.Builder
 	if r.IntN(6) == 0 {
@@ -366,66 +512,79 @@ func wgetCase(r *rand.Rand, port string) (noProxy, rawURL string) {
 		if i > 0 {
 			b.WriteString(seps[r.IntN(len(seps))])
 		}
+		e := entries[r.IntN(len(entries))]
 		if r.IntN(3) == 0 {
-			b.WriteString(host)
-		} else {
-			b.WriteString(entries[r.IntN(len(entries))])
+			e = hosts[r.IntN(len(hosts))]
 		}
+		if strings.HasSuffix(e, ":") {
+			e += ports[r.IntN(len(ports))]
+		}
+		b.WriteString(e)
 	}
-	p := port
-	switch r.IntN(12) {
-	case 0:
-		p = "0"
-	case 1:
-		p = "99999"
+	special := map[string]bool{}
+	for _, p := range ports {
+		switch r.IntN(12) {
+		case 0:
+			if !special["0"] {
+				p, special["0"] = "0", true
+			}
+		case 1:
+			if !special["99999"] {
+				p, special["99999"] = "99999", true
+			}
+		}
+		scheme := "http"
+		if r.IntN(2) == 0 {
+			scheme = "https"
+		}
+		urls = append(urls, scheme+"://"+hosts[r.IntN(len(hosts))]+":"+p+"/")
 	}
-	scheme := "http"
-	if r.IntN(2) == 0 {
-		scheme = "https"
-	}
-	return b.String(), scheme + "://" + host + ":" + p + "/"
+	return b.String(), urls
 }
 
 func TestWgetModelAgainstRealWget(t *testing.T) {
-	run, port := realWget(t)
-	n := 200
+	run, ports := realWget(t)
+	batches := 250 // × wgetSlots URLs: 4,000 generated cases
 	if testing.Short() {
-		n = 40
+		batches = 3
 	}
 	r := rand.New(rand.NewPCG(121, 3))
 	tally := map[string]int{}
-	defer func() { t.Logf("outcomes: %v", tally) }()
+	cases := 0
+	defer func() { t.Logf("%d cases in %d wget runs; outcomes: %v", cases, batches+3, tally) }()
+	p := ports[0]
 	fixed := [][2]string{
-		{"*", "http://127.0.0.1:" + port + "/"},           // no wildcard in wget
-		{"127.0.0.0/8", "http://127.0.0.1:" + port + "/"}, // no CIDRs
-		{".0.1", "https://127.0.0.1:" + port + "/"},       // textual suffix
+		{"*", "http://127.0.0.1:" + p + "/"},           // no wildcard in wget
+		{"127.0.0.0/8", "http://127.0.0.1:" + p + "/"}, // no CIDRs
+		{".0.1", "https://127.0.0.1:" + p + "/"},       // textual suffix
 	}
-	for i := 0; i < n+len(fixed); i++ {
-		var np, u string
-		if i < len(fixed) {
-			np, u = fixed[i][0], fixed[i][1]
-		} else {
-			np, u = wgetCase(r, port)
-		}
-		host, p := wgetURLHostPort(t, u)
-		if !wgetSafeHost(host) || (p != port && p != "0" && p != "99999") {
-			t.Fatalf("refusing to run wget on %q: not a loopback-only target", u)
-		}
-		want, _ := modelAnswer(Wget, np, u)
-		got := run(np, u)
-		if p == "0" && strings.HasPrefix(got, "error: no connection") {
-			got = "direct" // wget dialled 127.0.0.1:0 itself, which fails locally; the proxy saw nothing
-		}
-		if strings.HasPrefix(got, "error") {
-			if p != "99999" {
-				t.Errorf("no_proxy=%q %s: %s", np, u, got) // only the out-of-range port may fail
+	check := func(np string, urls []string) {
+		got := run(np, urls)
+		for i, u := range urls {
+			cases++
+			_, port := wgetURLHostPort(t, u)
+			want, _ := modelAnswer(Wget, np, u)
+			g := got[i]
+			if port == "0" && strings.HasPrefix(g, "error: no connection") {
+				g = "direct" // wget dialled 127.0.0.1:0 itself, which fails locally; the proxy saw nothing
 			}
-			got = "error"
+			if strings.HasPrefix(g, "error") {
+				if port != "99999" {
+					t.Errorf("no_proxy=%q %s: %s", np, u, g) // only the out-of-range port may fail
+				}
+				g = "error"
+			}
+			tally[g]++
+			if g != want {
+				t.Errorf("no_proxy=%q %s: wget %s, model %s", np, u, g, want)
+			}
 		}
-		tally[got]++
-		if got != want {
-			t.Errorf("no_proxy=%q %s: wget %s, model %s", np, u, got, want)
-		}
+	}
+	for _, f := range fixed {
+		check(f[0], []string{f[1]})
+	}
+	for range batches {
+		check(wgetBatch(r, ports))
 	}
 }
 
