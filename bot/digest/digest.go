@@ -27,6 +27,9 @@ type Cluster struct {
 	// Unwatched says why the agent does not watch the cluster (its admin
 	// kubeconfig is missing, invalid or refused); "" while it does.
 	Unwatched string
+	// Clients are the client families this cluster's workloads use; nil
+	// means Input.Clients.
+	Clients []noproxy.Client
 }
 
 // Exposure is a hosted Service the bot published on NodePorts (an
@@ -215,6 +218,9 @@ func Build(now time.Time, in Input) Digest {
 			Incident: c.Incident, IncidentTitle: c.IncidentTitle, Unwatched: c.Unwatched}
 		cp := ClusterProxy(c.HostedCluster)
 		cp.Clients = in.Clients
+		if len(c.Clients) > 0 {
+			cp.Clients = c.Clients
+		}
 		for _, f := range noproxy.Lint(cp) {
 			id := FindingID(c.Key, f)
 			seen[id] = true
