@@ -171,8 +171,8 @@ type Bot struct {
 	// DefaultChannel gets every incident no route matches. Required.
 	DefaultChannel string
 	// NoProxyClients are the NO_PROXY client families the hosted
-	// clusters' workloads use (see Clients); nil means
-	// noproxy.DefaultClients.
+	// clusters' workloads use (see Clients). Default
+	// noproxy.DefaultClients: go, curl, requests, urllib.
 	NoProxyClients []noproxy.Client
 }
 

@@ -990,6 +990,9 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 			b.Storm.Threshold = DefaultStormThreshold
 		}
 		b.Storm.Window = orDuration(b.Storm.Window, DefaultStormWindow)
+		if len(b.NoProxyClients) == 0 {
+			b.NoProxyClients = noproxy.DefaultClients()
+		}
 	}
 	if s := c.Slack; s != nil {
 		s.APIURL = orString(s.APIURL, DefaultSlackAPIURL)

@@ -221,7 +221,13 @@ func Build(now time.Time, in Input) Digest {
 		if len(c.Clients) > 0 {
 			cp.Clients = c.Clients
 		}
-		for _, f := range noproxy.Lint(cp) {
+		clients := cp.Clients
+		if len(clients) == 0 {
+			clients = noproxy.DefaultClients()
+		}
+		// LintClients adds the entries some of the families ignore (a CIDR
+		// protects nothing for urllib, wget or node).
+		for _, f := range append(noproxy.Lint(cp), noproxy.LintClients(cp, clients)...) {
 			id := FindingID(c.Key, f)
 			seen[id] = true
 			isNew := !d.First && !prev[id]
