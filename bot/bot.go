@@ -31,6 +31,10 @@ type Config struct {
 	// "" means Channel. An incident keeps its channel for its life: its
 	// message is not moved when its main diagnosis changes.
 	Route func(k diagnose.Key, kind string, labels map[string]string) string
+	// Clients returns the NO_PROXY client families a cluster's workloads
+	// use, from its key and labels; the risky-proxy-change rule judges by
+	// them. Nil means noproxy.DefaultClients.
+	Clients diagnose.ClientsFunc
 	// GroupWait is how long a new incident gathers signals before its
 	// first notification (and how long the correlator waits for others
 	// to form a storm with). 0 notifies at once.
@@ -188,8 +192,14 @@ func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus
 		reg.MustRegister(m.consumed, m.deadLetter, m.open, m.storms, m.sent, m.latency)
 	}
 	return &Bot{cfg: cfg, js: js, out: out, log: log.With().Str("component", "bot").Logger(), metrics: m,
-		kick: make(chan struct{}, 1), model: diagnose.NewModel(), incidents: map[diagnose.Key]*Incident{},
+		kick: make(chan struct{}, 1), model: newModel(cfg.Clients), incidents: map[diagnose.Key]*Incident{},
 		storms: map[string]*Storm{}, gone: map[diagnose.Key]time.Time{}, caughtUp: true}
+}
+
+func newModel(clients diagnose.ClientsFunc) *diagnose.Model {
+	m := diagnose.NewModel()
+	m.SetClients(clients)
+	return m
 }
 
 // Run consumes the events stream from its start, and sends notifications

@@ -14,6 +14,8 @@ import (
 	"github.com/robfig/cron/v3"
 	"k8s.io/apimachinery/pkg/labels"
 	yaml "sigs.k8s.io/yaml/goyaml.v3"
+
+	"github.com/hcpbot/hcpbot/noproxy"
 )
 
 // Config is one hcpbot configuration file, validated, with defaults
@@ -168,6 +170,10 @@ type Bot struct {
 	Routes []Route
 	// DefaultChannel gets every incident no route matches. Required.
 	DefaultChannel string
+	// NoProxyClients are the NO_PROXY client families the hosted
+	// clusters' workloads use (see Clients). Default
+	// noproxy.DefaultClients: go, curl, requests, urllib.
+	NoProxyClients []noproxy.Client
 }
 
 // Storm: when more than Threshold incidents open within Window, the bot
@@ -185,7 +191,12 @@ type Route struct {
 	// Selector is a Kubernetes label selector ("env=prod,tier!=dev")
 	// over the hosted cluster's labels.
 	Selector string
-	Channel  string
+	// Channel gets the incidents the route matches; empty only when
+	// NoProxyClients is set (the route then only chooses families).
+	Channel string
+	// NoProxyClients override Bot.NoProxyClients for the clusters the
+	// route matches (see Bot.Clients); nil leaves them alone.
+	NoProxyClients []noproxy.Client
 
 	selector labels.Selector // parsed Selector; nil when empty
 }

@@ -71,6 +71,7 @@ func TestExampleDefaultsMatchCode(t *testing.T) {
 		"bufferEvents": true, "hostedProbeInterval": true, "nodeJoinGrace": true, "groupWait": true, "groupInterval": true,
 		"resolveTimeout": true, "threshold": true, "window": true, "apiURL": true, "socketMode": true,
 		"fourEyes": true, "requireFourEyes": true, "proposalTTL": true, "level": true, "format": true, "kubeconfig": true,
+		"noProxyClients": true,
 	}
 	for _, line := range strings.Split(Example, "\n") {
 		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")

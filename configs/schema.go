@@ -20,6 +20,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/noproxy"
 )
 
 // Slack ID shapes. IDs, not names: names change and are ambiguous, IDs do
@@ -306,7 +307,33 @@ func (d *decoder) bot(n *yaml.Node, path string, b *Bot) bool {
 				b.DefaultChannel = s
 			}
 		}},
+		{"noProxyClients", func(v *yaml.Node, p string) { b.NoProxyClients = d.noProxyClients(v, p) }},
 	}, nil)
+}
+
+// noProxyClients decodes a list of NO_PROXY client family names (go, curl,
+// requests, urllib, wget, node and their aliases); duplicates are dropped,
+// an empty list is refused (it would judge by no client at all).
+func (d *decoder) noProxyClients(n *yaml.Node, path string) []noproxy.Client {
+	var out []noproxy.Client
+	d.sequence(n, path, func(v *yaml.Node, p string) {
+		s, ok := d.str(v, p)
+		if !ok {
+			return
+		}
+		cl, err := noproxy.ParseClient(s)
+		if err != nil {
+			d.problem(v, p, "%q is not a client family (known: go, curl, requests, urllib, wget, node)", s)
+			return
+		}
+		if !slices.Contains(out, cl) {
+			out = append(out, cl)
+		}
+	})
+	if s := resolve(n); s.Kind == yaml.SequenceNode && len(s.Content) == 0 {
+		d.problem(n, path, "is empty: name at least one client family (go, curl, requests, urllib, wget, node), or remove it for the default [go, curl, requests, urllib]")
+	}
+	return out
 }
 
 func (d *decoder) route(n *yaml.Node, path string, r *Route) {
@@ -368,12 +395,19 @@ func (d *decoder) route(n *yaml.Node, path string, r *Route) {
 				r.Channel = s
 			}
 		}},
+		{"noProxyClients", func(v *yaml.Node, p string) { r.NoProxyClients = d.noProxyClients(v, p) }},
 	}, nil)
 	if !ok {
 		return
 	}
-	if _, set := d.lines[path+".channel"]; !set {
-		d.problem(n, path, "channel is required")
+	_, hasClients := d.lines[path+".noProxyClients"]
+	if _, set := d.lines[path+".channel"]; !set && !hasClients {
+		d.problem(n, path, "channel is required (only a route with noProxyClients may leave it out)")
+	}
+	if hasClients && r.Match.Kind != "" {
+		// The families belong to a cluster's workloads, not to one of its
+		// incidents: a kind would make them change with the incident.
+		d.problem(d.at(path+".match.kind"), path+".match.kind", "a route with noProxyClients applies to clusters, not incident kinds: remove kind or move noProxyClients to a route without it")
 	}
 	_, hasMatch := d.lines[path+".match"]
 	_, hasSel := d.lines[path+".selector"]
@@ -956,6 +990,9 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 			b.Storm.Threshold = DefaultStormThreshold
 		}
 		b.Storm.Window = orDuration(b.Storm.Window, DefaultStormWindow)
+		if len(b.NoProxyClients) == 0 {
+			b.NoProxyClients = noproxy.DefaultClients()
+		}
 	}
 	if s := c.Slack; s != nil {
 		s.APIURL = orString(s.APIURL, DefaultSlackAPIURL)
@@ -997,14 +1034,33 @@ type Incident struct {
 }
 
 // Channel returns where an incident goes: the channel of the first route
-// that matches, else DefaultChannel.
+// that matches and has a channel, else DefaultChannel.
 func (b *Bot) Channel(inc Incident) string {
 	for _, r := range b.Routes {
-		if r.Matches(inc) {
+		if r.Channel != "" && r.Matches(inc) {
 			return r.Channel
 		}
 	}
 	return b.DefaultChannel
+}
+
+// Clients returns the NO_PROXY client families a hosted cluster's
+// workloads use, which the digest's noProxy findings and the
+// risky-proxy-change warning judge by: those of the first route that
+// matches the cluster (source, namespace, cluster, selector; such a route
+// has no kind) and sets noProxyClients, else bot.noProxyClients, else
+// noproxy.DefaultClients (Go, curl, Python requests, urllib).
+func (b *Bot) Clients(c Incident) []noproxy.Client {
+	c.Kind = ""
+	for _, r := range b.Routes {
+		if len(r.NoProxyClients) > 0 && r.Matches(c) {
+			return r.NoProxyClients
+		}
+	}
+	if len(b.NoProxyClients) > 0 {
+		return b.NoProxyClients
+	}
+	return noproxy.DefaultClients()
 }
 
 // Matches reports whether the route applies to an incident.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/noproxy"
 )
 
 // Key identifies the scope a Cluster models: one hosted cluster of one
@@ -65,12 +66,32 @@ type Cluster struct {
 	// summary is the agent's count of every node (one entry, key ""):
 	// nodes holds only those that were once a problem.
 	summary table[event.NodeSummary]
+	// clientsOf chooses the workloads' client families (SetClients).
+	clientsOf ClientsFunc
 
 	memo memo
 }
 
 // NewCluster returns an empty Cluster for k.
 func NewCluster(k Key) *Cluster { return &Cluster{key: k} }
+
+// ClientsFunc returns the NO_PROXY client families the workloads of a
+// hosted cluster use, from its key and labels.
+type ClientsFunc func(k Key, labels map[string]string) []noproxy.Client
+
+// SetClients sets how c finds its workloads' client families; nil (the
+// default) means noproxy.DefaultClients.
+func (c *Cluster) SetClients(f ClientsFunc) { c.clientsOf = f }
+
+// clients are the client families c's workloads use.
+func (c *Cluster) clients() []noproxy.Client {
+	if c.clientsOf != nil {
+		if cl := c.clientsOf(c.key, c.hc.p.Labels); len(cl) > 0 {
+			return cl
+		}
+	}
+	return noproxy.DefaultClients()
+}
 
 // Key returns the scope of c.
 func (c *Cluster) Key() Key { return c.key }

@@ -77,7 +77,12 @@
 // when a proxy change turned a bypassing (or proxy-less) spec into a
 // tunnelling one. Both propose the same noProxy fix: kubernetes and the
 // first service and cluster networks, added with noproxy.Missing and
-// noproxy.Merge, shown as a diff.
+// noproxy.Merge, shown as a diff. When the kube-apiserver-proxy is fine,
+// "risky-proxy-change" also fires for a proxy change that made one of the
+// client families the cluster's workloads use (Cluster.SetClients,
+// Model.SetClients; default noproxy.DefaultClients) send requests to the
+// kubernetes Service IP through the proxy — urllib, wget and node ignore
+// CIDR entries — and proposes adding that IP.
 //
 // Proxy URLs arrive redacted from package event; noProxy is shown through
 // redact.RedactText as well, in case someone pasted a URL with credentials

@@ -12,6 +12,17 @@ import (
 // is not safe for concurrent use.
 type Model struct {
 	clusters map[Key]*Cluster
+	clients  ClientsFunc
+}
+
+// SetClients sets how every Cluster of m, present and future, finds its
+// workloads' NO_PROXY client families (the risky-proxy-change rule judges
+// by them); nil means noproxy.DefaultClients.
+func (m *Model) SetClients(f ClientsFunc) {
+	m.clients = f
+	for _, c := range m.clusters {
+		c.SetClients(f)
+	}
 }
 
 // NewModel returns an empty Model.
@@ -38,6 +49,7 @@ func (m *Model) ApplyDecoded(e event.Event, p event.Payload) []Key {
 	c := m.clusters[k]
 	if c == nil {
 		c = NewCluster(k)
+		c.SetClients(m.clients)
 		m.clusters[k] = c
 	}
 	var changed []Key

@@ -257,7 +257,7 @@ func riskyProxyChange(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	}
 	ch, ok := c.riskyChange(hc)
 	if !ok {
-		return Diagnosis{}, false
+		return c.riskyForWorkloads(hc)
 	}
 	spec, since := c.effectiveProxy()
 	v := c.decide(hc, spec)
@@ -285,6 +285,38 @@ func riskyProxyChange(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	d.NextSteps = append(d.NextSteps,
 		"Fix it before the NodePool rollout replaces the workers: each new worker comes up with a tunnelling kube-apiserver-proxy.",
 		"If API traffic must go through the proxy, make sure it allows CONNECT to the API server and watch for nodes going NotReady.")
+	return d, true
+}
+
+// riskyForWorkloads is the other proxy-change warning: the kube-apiserver-
+// proxy is fine, but a proxy edit made some client family the cluster's
+// workloads use (Cluster.SetClients; default Go, curl, Python requests,
+// urllib) send its requests to the kubernetes Service IP through the
+// proxy — urllib, wget and node ignore CIDR entries, for one.
+func (c *Cluster) riskyForWorkloads(hc event.HostedClusterState) (Diagnosis, bool) {
+	ch, ok := c.changeThatMade(func(spec event.ProxySpec) bool { return len(c.proxiedFamilies(hc, spec)) > 0 })
+	if !ok {
+		return Diagnosis{}, false
+	}
+	spec, since := c.effectiveProxy()
+	fams := c.proxiedFamilies(hc, spec)
+	ip := serviceIP(hc)
+	trigger := changeRef(ch)
+	after := noproxy.Merge(spec.NoProxy, []string{ip})
+	d := Diagnosis{
+		Severity: SeverityWarning,
+		Title:    "Proxy change on " + c.label() + " sends in-cluster API traffic of " + strings.Join(fams, ", ") + " workloads through the proxy",
+		RootCause: fmt.Sprintf("At %s the proxy of HostedCluster %s changed: noProxy %q → %q. Workloads using %s dial the kubernetes Service IP %s through the HTTPS proxy: no entry of noProxy exempts it for them (these clients ignore CIDR entries). The kube-apiserver-proxy of the workers is not affected.",
+			ch.st.obs.Format(time.RFC3339), c.key.Cluster, trigger.OldNoProxy, trigger.NewNoProxy, strings.Join(fams, ", "), ip),
+		Evidence:   []Evidence{changeEvidence(ch), c.proxySpecEvidence(spec, since)},
+		Symptoms:   []string{c.proxyKey()},
+		Trigger:    trigger,
+		Confidence: Confidence{ConfidenceMedium, "each client family's NO_PROXY rule is deterministic, but which families the workloads use is configuration (bot.noProxyClients)"},
+	}
+	d.Fix = &Fix{Kind: "noproxy", Target: c.hcTarget(), Before: redact.RedactText(spec.NoProxy), After: redact.RedactText(after), Add: []string{ip},
+		Diff: redact.RedactText(listDiff("spec.configuration.proxy.noProxy", splitList(spec.NoProxy), splitList(after)))}
+	d.NextSteps = append(c.fixSteps(d.Fix, spec),
+		"If these families are not in use here, set bot.noProxyClients (or a route's noProxyClients) to the families the workloads do use.")
 	return d, true
 }
 

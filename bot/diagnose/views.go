@@ -2,12 +2,14 @@ package diagnose
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/noproxy"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
@@ -62,21 +64,62 @@ func (c *Cluster) hcChanges() []proxyChange {
 // back from the newest change while each one leaves a tunnelling spec, the
 // first whose old spec did not tunnel (it bypassed, or had no proxy).
 func (c *Cluster) riskyChange(hc event.HostedClusterState) (proxyChange, bool) {
+	return c.changeThatMade(func(spec event.ProxySpec) bool { return c.decide(hc, spec).tunnel() })
+}
+
+// changeThatMade returns the newest proxy change that turned a spec
+// without the property bad into one with it, while the current spec has
+// it and every later change kept it.
+func (c *Cluster) changeThatMade(bad func(event.ProxySpec) bool) (proxyChange, bool) {
 	spec, _ := c.effectiveProxy()
-	if !c.decide(hc, spec).tunnel() {
+	if !bad(spec) {
 		return proxyChange{}, false
 	}
 	hist := c.hcChanges()
 	for i := len(hist) - 1; i >= 0; i-- {
 		ch := hist[i]
-		if !c.decide(hc, ch.new).tunnel() {
-			return proxyChange{}, false // an edit we did not see made it tunnel
+		if !bad(ch.new) {
+			return proxyChange{}, false // an edit we did not see made it bad
 		}
-		if !c.decide(hc, ch.old).tunnel() {
+		if !bad(ch.old) {
 			return ch, true
 		}
 	}
 	return proxyChange{}, false
+}
+
+// serviceIP is the kubernetes Service IP of hc (the first address of its
+// first service network), "" when unknown.
+func serviceIP(hc event.HostedClusterState) string {
+	if len(hc.ServiceNetwork) == 0 {
+		return ""
+	}
+	p, err := netip.ParsePrefix(strings.TrimSpace(hc.ServiceNetwork[0]))
+	if err != nil {
+		return ""
+	}
+	return p.Masked().Addr().Next().String()
+}
+
+// proxiedFamilies returns those of c's workload client families that send
+// requests to the kubernetes Service IP (what in-cluster clients dial)
+// through the HTTPS proxy of spec; nil without a proxy.
+func (c *Cluster) proxiedFamilies(hc event.HostedClusterState, spec event.ProxySpec) []string {
+	ip := serviceIP(hc)
+	if strings.TrimSpace(spec.HTTPSProxy) == "" || ip == "" {
+		return nil
+	}
+	host := ip
+	if strings.Contains(ip, ":") {
+		host = "[" + ip + "]"
+	}
+	var out []string
+	for _, cl := range c.clients() {
+		if d, err := noproxy.Decide(cl, spec.NoProxy, "https://"+host+"/"); err == nil && d == noproxy.Proxy {
+			out = append(out, cl.String())
+		}
+	}
+	return out
 }
 
 func (c *Cluster) notReadyNodes(x Explained) []*entry[nodeRec] {

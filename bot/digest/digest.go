@@ -27,6 +27,9 @@ type Cluster struct {
 	// Unwatched says why the agent does not watch the cluster (its admin
 	// kubeconfig is missing, invalid or refused); "" while it does.
 	Unwatched string
+	// Clients are the client families this cluster's workloads use; nil
+	// means Input.Clients.
+	Clients []noproxy.Client
 }
 
 // Exposure is a hosted Service the bot published on NodePorts (an
@@ -215,7 +218,16 @@ func Build(now time.Time, in Input) Digest {
 			Incident: c.Incident, IncidentTitle: c.IncidentTitle, Unwatched: c.Unwatched}
 		cp := ClusterProxy(c.HostedCluster)
 		cp.Clients = in.Clients
-		for _, f := range noproxy.Lint(cp) {
+		if len(c.Clients) > 0 {
+			cp.Clients = c.Clients
+		}
+		clients := cp.Clients
+		if len(clients) == 0 {
+			clients = noproxy.DefaultClients()
+		}
+		// LintClients adds the entries some of the families ignore (a CIDR
+		// protects nothing for urllib, wget or node).
+		for _, f := range append(noproxy.Lint(cp), noproxy.LintClients(cp, clients)...) {
 			id := FindingID(c.Key, f)
 			seen[id] = true
 			isNew := !d.First && !prev[id]

@@ -32,6 +32,10 @@ func hc(noProxy string) event.HostedClusterState {
 	}
 }
 
+// goCurlRequests are families that honour CIDR entries, for which
+// compliantNoProxy has no gap (urllib, a default family, ignores CIDRs).
+var goCurlRequests = []noproxy.Client{noproxy.Go, noproxy.Curl, noproxy.Python}
+
 const compliantNoProxy = "kubernetes,.svc,.cluster.local,localhost,127.0.0.1,172.31.0.0/16,10.132.0.0/14"
 
 func codes(r digest.ClusterReport) map[string]bool {
@@ -60,7 +64,7 @@ func report(t *testing.T, d digest.Digest, k diagnose.Key) digest.ClusterReport 
 // findings are not counted as fixed.
 func TestBuildTrend(t *testing.T) {
 	gone := diagnose.Key{Source: "mgmt-1", Cluster: event.ClusterRef{Namespace: "clusters", Name: "gone"}}
-	first := digest.Build(t0, digest.Input{Clusters: []digest.Cluster{
+	first := digest.Build(t0, digest.Input{Clients: goCurlRequests, Clusters: []digest.Cluster{
 		{Key: keyGood, HostedCluster: hc(compliantNoProxy)},
 		{Key: keyBad, HostedCluster: hc(".corp.example,kubernetes,localhost,127.0.0.1")},
 		{Key: gone, HostedCluster: hc(".corp.example")},
@@ -77,7 +81,7 @@ func TestBuildTrend(t *testing.T) {
 	snap := first.Snapshot()
 
 	// bad: service CIDR added (fixed), localhost removed (new).
-	second := digest.Build(t0.Add(24*time.Hour), digest.Input{Previous: &snap, Clusters: []digest.Cluster{
+	second := digest.Build(t0.Add(24*time.Hour), digest.Input{Clients: goCurlRequests, Previous: &snap, Clusters: []digest.Cluster{
 		{Key: keyGood, HostedCluster: hc(compliantNoProxy)},
 		{Key: keyBad, HostedCluster: hc(".corp.example,kubernetes,172.31.0.0/16")},
 	}})
@@ -102,7 +106,7 @@ func TestBuildTrend(t *testing.T) {
 	}
 	// Same state again: no trend.
 	snap2 := second.Snapshot()
-	third := digest.Build(t0.Add(48*time.Hour), digest.Input{Previous: &snap2, Clusters: []digest.Cluster{
+	third := digest.Build(t0.Add(48*time.Hour), digest.Input{Clients: goCurlRequests, Previous: &snap2, Clusters: []digest.Cluster{
 		{Key: keyGood, HostedCluster: hc(compliantNoProxy)},
 		{Key: keyBad, HostedCluster: hc(".corp.example,kubernetes,172.31.0.0/16")},
 	}})

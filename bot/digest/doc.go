@@ -1,7 +1,9 @@
 // Package digest builds and posts the scheduled proxy-compliance digest.
 //
 // [Build] is pure: from the bot's hosted clusters (their HostedCluster
-// proxy spec and networks, run through noproxy.Lint), their diagnoses and
+// proxy spec and networks, run through noproxy.Lint and noproxy.LintClients
+// with the client families each cluster's workloads use: Cluster.Clients,
+// else Input.Clients, else noproxy.DefaultClients), their diagnoses and
 // open incidents and active silences, the NodePort exposures in place
 // (executed expose proposals not rolled back: who asked, who approved,
 // when) and the actions executed since the previous digest, it makes a [Digest] grouped per management cluster,

@@ -136,7 +136,9 @@ func TestDigestThreeClusters(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, err := digest.NewRunner(ctx, conn.JS, digest.Config{Digests: ds, Bot: b, Out: out, Mode: mode, Log: log,
-			Exposures: props, Silences: sils})
+			Exposures: props, Silences: sils,
+			// This fleet runs no urllib: its CIDR-only noProxy is compliant.
+			ClientsOf: func(diagnose.Key, map[string]string) []noproxy.Client { return goCurlRequests }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +258,7 @@ func TestDigestThreeClusters(t *testing.T) {
 	}
 
 	// The findings themselves, from the model every replica built.
-	d := digest.Build(time.Now(), digest.Input{Clusters: inputs(replicas[0].bot)})
+	d := digest.Build(time.Now(), digest.Input{Clients: goCurlRequests, Clusters: inputs(replicas[0].bot)})
 	for _, s := range d.Sources {
 		for _, c := range s.Clusters {
 			if c.Key.Cluster.Namespace != ns {

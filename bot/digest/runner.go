@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/hcpbot/hcpbot/noproxy"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,10 +16,12 @@ import (
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/noproxy"
 )
 
 // KV buckets. Tick keys only have to outlive the longest restart or clock
@@ -97,6 +98,9 @@ type Config struct {
 	// Clients are the NO_PROXY client families the clusters' workloads
 	// use; the noProxy findings judge by them (nil: noproxy.DefaultClients).
 	Clients []noproxy.Client
+	// ClientsOf, when set, chooses each cluster's families (per route
+	// or global, bot.noProxyClients); Clients is the fallback.
+	ClientsOf diagnose.ClientsFunc
 	// Replicas of the KV buckets (0 means 1).
 	Replicas int
 	// TickLease is how long a replica that took a tick has to post it
@@ -336,6 +340,9 @@ func (r *Runner) post(ctx context.Context, d configs.Digest, key string, at time
 	in := Input{Previous: prev, Clients: r.cfg.Clients}
 	for _, s := range r.cfg.Bot.ClusterStates() {
 		c := Cluster{Key: s.Key, HostedCluster: s.HostedCluster, Diagnoses: s.Diagnoses, Unwatched: s.Unwatched}
+		if r.cfg.ClientsOf != nil {
+			c.Clients = r.cfg.ClientsOf(s.Key, s.HostedCluster.Labels)
+		}
 		if s.Incident != nil {
 			c.Incident = s.Incident.Key
 			if len(s.Incident.Diagnoses) > 0 {

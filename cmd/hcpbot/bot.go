@@ -32,6 +32,7 @@ import (
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
+	"github.com/hcpbot/hcpbot/noproxy"
 )
 
 func init() {
@@ -290,7 +291,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		if sec.SlackBotToken != "" {
 			mode = digest.Compact
 		}
-		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, Replicas: cfg.NATS.StreamReplicas, Log: log}
+		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, Replicas: cfg.NATS.StreamReplicas, ClientsOf: clientsOf(cfg.Bot), Log: log}
 		dc.Audit = auditLog
 		dc.Silences = silences
 		if acts != nil && acts.Store != nil {
@@ -459,7 +460,17 @@ func botConfig(c *configs.Bot, leader func() bool) bot.Config {
 		},
 		GroupWait: c.GroupWait, GroupInterval: c.GroupInterval, ResolveTimeout: c.ResolveTimeout,
 		StormThreshold: c.Storm.Threshold, StormWindow: c.Storm.Window,
-		Leader: leader,
+		Clients: clientsOf(c),
+		Leader:  leader,
+	}
+}
+
+// clientsOf chooses a hosted cluster's NO_PROXY client families from the
+// bot section (configs.Bot.Clients: first route with noProxyClients, else
+// bot.noProxyClients, else the default families).
+func clientsOf(c *configs.Bot) diagnose.ClientsFunc {
+	return func(k diagnose.Key, labels map[string]string) []noproxy.Client {
+		return c.Clients(configs.Incident{Source: k.Source, Namespace: k.Cluster.Namespace, Cluster: k.Cluster.Name, Labels: labels})
 	}
 }
 

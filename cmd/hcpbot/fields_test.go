@@ -91,6 +91,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		natsCreds    = p("TestBotConfigNATSCreds", TestBotConfigNATSCreds)
 		natsNkeyCA   = p("TestBotConfigNATSNkeyAndCA", TestBotConfigNATSNkeyAndCA)
 		routes       = p("TestBotRoutesByIncident", TestBotRoutesByIncident)
+		npClients    = p("TestBotNoProxyClients", TestBotNoProxyClients)
 		allCmd       = p("TestAllCommand", TestAllCommand)
 		keys         = p("TestAllAgentEnforcesConfiguredKeys", TestAllAgentEnforcesConfiguredKeys)
 		listeners    = p("TestBotListeners", TestBotListeners)
@@ -155,6 +156,8 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"bot.routes[].match.type":            {proof: matchType},
 		"bot.routes[].selector":              {proof: routes},
 		"bot.routes[].channel":               {proof: routes},
+		"bot.routes[].noProxyClients":        {proof: npClients},
+		"bot.noProxyClients":                 {proof: npClients},
 		"bot.defaultChannel":                 {proof: routes},
 		"slack.apiURL":                       {proof: botSlack},
 		"slack.botTokenEnv":                  {proof: listeners},
