@@ -270,6 +270,36 @@ func ExpectCluster(c actions.ClusterRef) DecideOption {
 	return func(o *decideOptions) { o.cluster = &c }
 }
 
+// open reads proposal id for a decision (Approve, Reject) and checks what
+// every decision checks first: the cluster the caller expects. A proposal
+// it returns with an error is the one read, for the refusal's audit.
+func (s *Store) open(ctx context.Context, id string, opts []DecideOption) (Proposal, error) {
+	var o decideOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	p, err := s.get(ctx, id)
+	if err != nil {
+		return Proposal{}, err
+	}
+	if o.cluster != nil && *o.cluster != p.Request.Cluster {
+		return p, fmt.Errorf("%w: %s is for %s, not %s", ErrWrongCluster, id, p.Request.Cluster, o.cluster)
+	}
+	return p, nil
+}
+
+// undecided refuses a decision on a proposal that is no longer pending;
+// it runs inside the CAS loop, on the proposal as stored.
+func undecided(p *Proposal) error {
+	switch {
+	case p.State == StateExpired:
+		return ErrExpired
+	case p.State.Decided():
+		return fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, p.State, p.DecidedBy)
+	}
+	return nil
+}
+
 // Approve approves proposal id as userID at now. Of concurrent calls for
 // one proposal exactly one returns it approved; the rest fail with
 // ErrAlreadyDecided. Refusals wrap ErrNotFound, ErrWrongCluster,
@@ -285,19 +315,12 @@ func (s *Store) Approve(ctx context.Context, id, userID string, now time.Time, o
 }
 
 func (s *Store) approve(ctx context.Context, id, userID string, now time.Time, opts []DecideOption) (Proposal, error) {
-	var o decideOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	p, err := s.get(ctx, id)
+	p, err := s.open(ctx, id, opts)
 	if err != nil {
-		return Proposal{}, err
+		return p, err
 	}
 	// Checks on what never changes come first, outside the CAS loop: the
 	// group lookup may be a slow API call.
-	if o.cluster != nil && *o.cluster != p.Request.Cluster {
-		return p, fmt.Errorf("%w: %s is for %s, not %s", ErrWrongCluster, id, p.Request.Cluster, o.cluster)
-	}
 	if s.sealer != nil {
 		claims, err := p.Claims()
 		if err != nil {
@@ -328,12 +351,10 @@ func (s *Store) approve(ctx context.Context, id, userID string, now time.Time, o
 	expired := false
 	p, err = s.update(ctx, id, func(p *Proposal) (bool, error) {
 		expired = false
-		switch {
-		case p.State == StateExpired:
-			return false, ErrExpired
-		case p.State.Decided():
-			return false, fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, p.State, p.DecidedBy)
-		case p.Expired(now):
+		if err := undecided(p); err != nil {
+			return false, err
+		}
+		if p.Expired(now) {
 			p.State, p.DecidedAt, p.DecidedBy = StateExpired, now.UTC(), ""
 			expired = true
 			return true, ErrExpired
@@ -367,16 +388,9 @@ func (s *Store) Reject(ctx context.Context, id, userID, reason string, now time.
 }
 
 func (s *Store) reject(ctx context.Context, id, userID, reason string, now time.Time, opts []DecideOption) (Proposal, error) {
-	var o decideOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	p, err := s.get(ctx, id)
+	p, err := s.open(ctx, id, opts)
 	if err != nil {
-		return Proposal{}, err
-	}
-	if o.cluster != nil && *o.cluster != p.Request.Cluster {
-		return p, fmt.Errorf("%w: %s is for %s, not %s", ErrWrongCluster, id, p.Request.Cluster, o.cluster)
+		return p, err
 	}
 	if userID != p.RequestedBy {
 		if err := s.authorize(ctx, userID); err != nil {
@@ -384,11 +398,8 @@ func (s *Store) reject(ctx context.Context, id, userID, reason string, now time.
 		}
 	}
 	p, err = s.update(ctx, id, func(p *Proposal) (bool, error) {
-		switch {
-		case p.State == StateExpired:
-			return false, ErrExpired
-		case p.State.Decided():
-			return false, fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, p.State, p.DecidedBy)
+		if err := undecided(p); err != nil {
+			return false, err
 		}
 		// Rejecting an expired but still pending proposal is allowed: the
 		// outcome (not run) is the same and the reason is worth keeping.
