@@ -197,7 +197,9 @@ func TestWireFallbackKeepsEscaping(t *testing.T) {
 // Fields read "Label: value" on the console, as in the console notifier
 // (one renderer, notify.TextStyle); links in them are resolved.
 func TestPlainTextFields(t *testing.T) {
-	md := func(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.MarkdownType, s, false, false) }
+	md := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.MarkdownType, s, false, false)
+	}
 	r := Reply{Blocks: []slack.Block{
 		slack.NewSectionBlock(md("*inc-0a1b2c*"), []*slack.TextBlockObject{
 			md("*Cluster*\n<https://console.example/c|clusters/example>"), md("*Platform*\nKubeVirt"),
