@@ -83,17 +83,17 @@ type post struct {
 	record func(ctx context.Context, ts string, rev uint64, posted bool) Record
 	// settle takes the item off the queue (q.mu held) and returns the
 	// number of replies dropped with it.
-	settle func(o outcome, rec Record) (orphans int)
+	settle func(o postOutcome, rec Record) (orphans int)
 }
 
-// outcome is how a post ended, for its settle.
-type outcome int
+// postOutcome is how a post ended, for its settle.
+type postOutcome int
 
 const (
-	found   outcome = iota // an earlier attempt's post, now recorded
-	sent                   // posted and recorded
-	skipped                // the store says it was posted already
-	refused                // Slack refused it for good
+	postFound   postOutcome = iota // an earlier attempt's post, now recorded
+	postSent                       // posted and recorded
+	postSkipped                    // the store says it was posted already
+	postRefused                    // Slack refused it for good
 )
 
 // deliver takes a post's steps: claim its record (first writer wins, so
@@ -112,7 +112,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		q.storeFailed(k, now, err)
 		return
 	case c.posted:
-		q.settle(p, skipped, Record{})
+		q.settle(p, postSkipped, Record{})
 		q.s.m.deduplicated.Inc()
 		return
 	case c.wait > 0:
@@ -131,7 +131,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 			return
 		}
 		if ts != "" {
-			q.settle(p, found, p.record(actx, ts, c.rev, false))
+			q.settle(p, postFound, p.record(actx, ts, c.rev, false))
 			q.s.m.recovered.Inc()
 			p.log.Info().Str("ts", ts).Msg("found the post of an earlier attempt; not posting again")
 			return
@@ -149,7 +149,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 	now = time.Now()
 	switch {
 	case err == nil:
-		q.settle(p, sent, p.record(actx, ts, c.rev, true))
+		q.settle(p, postSent, p.record(actx, ts, c.rev, true))
 		q.s.m.latency.WithLabelValues(p.kind).Observe(now.Sub(p.since).Seconds())
 		q.succeeded()
 		p.log.Debug().Str("channel", p.channel).Str("ts", ts).Msg("posted")
@@ -159,7 +159,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		if c.rev != 0 {
 			q.release(actx, p.id, c.rev)
 		}
-		orphans := q.settle(p, refused, Record{})
+		orphans := q.settle(p, postRefused, Record{})
 		q.s.m.dropped.WithLabelValues(p.kind).Inc()
 		q.s.m.dropped.WithLabelValues(kindReply).Add(float64(orphans))
 		p.log.Error().Err(err).Str("channel", p.channel).Int("replies_dropped", orphans).
@@ -171,10 +171,10 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 
 // settle runs p.settle under the lock and counts posts for ReplyShare:
 // a reply sent resets the count of roots posted since the last one.
-func (q *chanQueue) settle(p post, o outcome, rec Record) int {
+func (q *chanQueue) settle(p post, o postOutcome, rec Record) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if o == sent {
+	if o == postSent {
 		if p.kind == kindReply {
 			q.postsSinceReply = 0
 		} else {
@@ -210,10 +210,10 @@ func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 			}
 			return q.save(ctx, k.key, rec, rev, posted)
 		},
-		settle: func(o outcome, rec Record) int {
-			if o == found || o == sent {
+		settle: func(o postOutcome, rec Record) int {
+			if o == postFound || o == postSent {
 				k.state, k.channel, k.ts, k.version, k.claimRev = rootKnown, rec.Channel, rec.TS, rec.Version, 0
-				if o == sent {
+				if o == postSent {
 					q.removeUpsert(k, up)
 				}
 				return 0
@@ -245,7 +245,7 @@ func (q *chanQueue) replyPost(k *keyQ, rep *replyItem) post {
 		},
 		findMethod: methodReplies,
 		record:     func(context.Context, string, uint64, bool) Record { return Record{} },
-		settle: func(outcome, Record) int {
+		settle: func(postOutcome, Record) int {
 			q.popReply(k, rep)
 			return 0
 		},
