@@ -174,3 +174,39 @@ func TestConsoleUsers(t *testing.T) {
 		t.Errorf("as switched users on a console without Users: %q", out.String())
 	}
 }
+
+// The notification fallback of a reply with blocks only is Slack mrkdwn:
+// it keeps the blocks' escaping, so user text escaped with EscapeText
+// stays text, where the console's rendering (which undoes the escaping
+// for a terminal) would have made it a mention again.
+func TestWireFallbackKeepsEscaping(t *testing.T) {
+	user := EscapeText("<!channel> look")
+	r := Reply{Blocks: []slack.Block{
+		slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, "reason: "+user, false, false), nil, nil),
+	}}
+	w := r.wire()
+	if strings.Contains(w.Text, "<!channel>") || !strings.Contains(w.Text, "&lt;!channel&gt; look") {
+		t.Errorf("fallback text %q, want the escaped user text", w.Text)
+	}
+	// The console shows it readable, and as text.
+	if got := PlainText(r); got != "reason: <!channel> look" {
+		t.Errorf("PlainText = %q", got)
+	}
+}
+
+// Fields read "Label: value" on the console, as in the console notifier
+// (one renderer, notify.TextStyle); links in them are resolved.
+func TestPlainTextFields(t *testing.T) {
+	md := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.MarkdownType, s, false, false)
+	}
+	r := Reply{Blocks: []slack.Block{
+		slack.NewSectionBlock(md("*inc-0a1b2c*"), []*slack.TextBlockObject{
+			md("*Cluster*\n<https://console.example/c|clusters/example>"), md("*Platform*\nKubeVirt"),
+		}, slack.NewAccessory(slack.NewButtonBlockElement(ActionApprove, "act-7f3k9q", slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)))),
+	}}
+	want := "*inc-0a1b2c*\n  Cluster: clusters/example (https://console.example/c)\n  Platform: KubeVirt\n[Approve: /hcp approve act-7f3k9q]"
+	if got := PlainText(r); got != want {
+		t.Errorf("PlainText =\n%s\nwant\n%s", got, want)
+	}
+}

@@ -33,5 +33,6 @@
 // redelivered envelope reaching another replica is dropped and late
 // replies are checked alike. Console serves it on a terminal as a fixed
 // local user, or as one of several (Console.Users; "as NAME" switches):
-// the demo's two approvers at one keyboard.
+// the demo's two approvers at one keyboard. It prints replies with
+// PlainText: notify's Block Kit renderer in the console's spelling.
 package chatops

@@ -2,9 +2,9 @@ package chatops
 
 import (
 	"regexp"
-	"strconv"
 	"strings"
 
+	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/slack-go/slack"
 )
 
@@ -48,7 +48,7 @@ type Reply struct {
 func (r Reply) IsZero() bool { return r.Text == "" && len(r.Blocks) == 0 }
 
 // maxBlocks is Slack's limit of blocks in one message.
-const maxBlocks = 50
+const maxBlocks = notify.MaxBlocks
 
 // wireReply is the JSON Slack reads from a command's HTTP answer, a Socket
 // Mode acknowledgement, or a post to a response_url.
@@ -64,18 +64,15 @@ func (r Reply) wire() wireReply {
 	if r.InChannel {
 		w.ResponseType = slack.ResponseTypeInChannel
 	}
-	// Slack refuses the whole message beyond 50 blocks; showing the first
-	// ones and saying so beats showing nothing.
-	if n := len(w.Blocks); n > maxBlocks {
-		w.Blocks = append(w.Blocks[:maxBlocks-1:maxBlocks-1], slack.NewContextBlock("",
-			slack.NewTextBlockObject(slack.PlainTextType, strconv.Itoa(n-maxBlocks+1)+" more blocks not shown", false, false)))
-	}
+	// Slack refuses the whole message beyond its limits (50 blocks, long
+	// texts); showing the first ones and saying so beats showing nothing.
+	w.Blocks = notify.ClampBlocks(w.Blocks)
 	if w.Text == "" && len(w.Blocks) > 0 {
-		// The notification fallback; Slack cuts long text anyway.
-		w.Text = PlainText(Reply{Blocks: w.Blocks})
-		if r := []rune(w.Text); len(r) > 3000 {
-			w.Text = string(r[:3000])
-		}
+		// The notification fallback. Slack reads it as mrkdwn, so it keeps
+		// the blocks' escaping: the console's rendering (PlainText) undoes
+		// it, and user text escaped with EscapeText would turn back into
+		// mentions such as <!channel>.
+		w.Text = notify.Truncate(notify.PlainText(w.Blocks), notify.MaxSectionText)
 	}
 	return w
 }
@@ -122,74 +119,24 @@ var buttonCommands = map[string]string{
 	ActionRollback: "rollback",
 }
 
-// PlainText renders a reply for a terminal: Block Kit flattened to lines,
-// mrkdwn links and mentions to readable text, buttons as the command that
-// does the same (or their action id and value).
+// PlainText renders a reply for a terminal: Block Kit flattened to lines
+// (notify's renderer, in consoleStyle), mrkdwn links and mentions to
+// readable text, buttons as the command that does the same (or their
+// action id and value).
 func PlainText(r Reply) string {
-	if len(r.Blocks) == 0 {
-		return unMrkdwn(r.Text)
+	if s := consoleStyle.PlainText(r.Blocks); s != "" {
+		return s
 	}
-	var lines []string
-	for _, b := range r.Blocks {
-		lines = append(lines, blockText(b)...)
-	}
-	if len(lines) == 0 {
-		return unMrkdwn(r.Text)
-	}
-	return strings.Join(lines, "\n")
+	return unMrkdwn(r.Text)
 }
 
-func blockText(b slack.Block) []string {
-	var out []string
-	add := func(t *slack.TextBlockObject) {
-		if t != nil && t.Text != "" {
-			out = append(out, unMrkdwn(t.Text))
-		}
-	}
-	switch b := b.(type) {
-	case *slack.HeaderBlock:
-		if b.Text != nil {
-			out = append(out, "== "+unMrkdwn(b.Text.Text)+" ==")
-		}
-	case *slack.SectionBlock:
-		add(b.Text)
-		for _, f := range b.Fields {
-			add(f)
-		}
-		if b.Accessory != nil && b.Accessory.ButtonElement != nil {
-			out = append(out, buttonText(b.Accessory.ButtonElement))
-		}
-	case *slack.ContextBlock:
-		var parts []string
-		for _, e := range b.ContextElements.Elements {
-			switch e := e.(type) {
-			case *slack.TextBlockObject:
-				parts = append(parts, unMrkdwn(e.Text))
-			case *slack.ImageBlockElement:
-				parts = append(parts, e.AltText)
-			}
-		}
-		if len(parts) > 0 {
-			out = append(out, strings.Join(parts, " · "))
-		}
-	case *slack.DividerBlock:
-		out = append(out, "----")
-	case *slack.MarkdownBlock:
-		out = append(out, unMrkdwn(b.Text))
-	case *slack.ActionBlock:
-		var parts []string
-		if b.Elements != nil {
-			for _, e := range b.Elements.ElementSet {
-				if btn, ok := e.(*slack.ButtonBlockElement); ok {
-					parts = append(parts, buttonText(btn))
-				}
-			}
-		}
-		if len(parts) > 0 {
-			out = append(out, strings.Join(parts, "  "))
-		}
-	}
-	return out
+// consoleStyle is how the chat console spells Block Kit.
+var consoleStyle = notify.TextStyle{
+	Heading: func(t string) string { return "== " + t + " ==" },
+	Rule:    "----",
+	Context: func(parts []string) string { return strings.Join(parts, " · ") },
+	Inline:  unMrkdwn,
+	Button:  buttonText,
 }
 
 func buttonText(b *slack.ButtonBlockElement) string {

@@ -83,4 +83,15 @@
 //
 // There is no channel label: channel ids are not secret, but their number
 // is not ours to bound.
+//
+// # Code layout, in the order an item meets it
+//
+// notify.go (Message, Reply, Notifier) → slack.go (Slack, Run) →
+// queue.go (queues, pick, the worker) → deliver.go (resolve a Key's root;
+// deliver, the one claim → look up → post → record sequence of roots and
+// replies; updateRoot) → claim.go (claims and records in the Store),
+// recover.go (finding a post whose ts was lost), call.go (one Slack call,
+// retry or not) → store.go (Store, MemoryStore, KVStore). blocks.go keeps
+// messages within Block Kit's limits; text.go renders Block Kit as text,
+// for the console notifier, fallback texts and chatops' console.
 package notify

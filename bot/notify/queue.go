@@ -326,11 +326,11 @@ func (q *chanQueue) run(ctx context.Context) {
 		case opResolve:
 			q.resolve(ctx, t.k)
 		case opRoot:
-			q.postRoot(ctx, t)
+			q.deliver(ctx, t.k, q.rootPost(t.k, t.up))
 		case opUpdate:
 			q.updateRoot(ctx, t)
 		case opReply:
-			q.postReply(ctx, t)
+			q.deliver(ctx, t.k, q.replyPost(t.k, t.rep))
 		}
 	}
 }

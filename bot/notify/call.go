@@ -1,0 +1,190 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// One Slack call: its deadline, whether its failure is worth retrying
+// (retry bool, err, as alertmanager's notifiers say it), and how the
+// channel pauses after it.
+
+// defaultRetryAfter is the pause after a 429 that came without a
+// Retry-After header; Slack always sends one, so this is a safety net.
+const defaultRetryAfter = 10 * time.Second
+
+// transientCodes are Slack error codes (HTTP 200, "ok": false) worth
+// retrying. Every other code is permanent: retrying channel_not_found,
+// not_in_channel, invalid_blocks, is_archived, invalid_auth... forever
+// would block the Key and never succeed.
+var transientCodes = map[string]bool{
+	"internal_error":      true,
+	"fatal_error":         true,
+	"service_unavailable": true,
+	"request_timeout":     true,
+	"ratelimited":         true,
+	"team_added_to_org":   true,
+}
+
+// classify says, like alertmanager's notifiers, whether a failed call is
+// worth retrying: 429s, 5xx, network errors and timeouts are; Slack's
+// application errors and client-side encoding errors are not.
+func classify(err error) (retry bool, outcome string) {
+	if _, limited := retryAfter(err); limited {
+		return true, outcomeRateLimited
+	}
+	var sc slack.StatusCodeError
+	if errors.As(err, &sc) {
+		return sc.Code >= http.StatusInternalServerError, outcomeFor(sc.Code >= http.StatusInternalServerError)
+	}
+	var se slack.SlackErrorResponse
+	if errors.As(err, &se) {
+		return transientCodes[se.Err], outcomeFor(transientCodes[se.Err])
+	}
+	if errorCode(err) == "invalid_blocks" {
+		return false, outcomePermanent
+	}
+	return true, outcomeRetry
+}
+
+func outcomeFor(retry bool) string {
+	if retry {
+		return outcomeRetry
+	}
+	return outcomePermanent
+}
+
+// retryAfter returns how long Slack asked us to wait, if it did.
+func retryAfter(err error) (time.Duration, bool) {
+	var rl *slack.RateLimitedError
+	if errors.As(err, &rl) {
+		return max(rl.RetryAfter, time.Second), true
+	}
+	var sc slack.StatusCodeError
+	if errors.As(err, &sc) && sc.Code == http.StatusTooManyRequests {
+		return defaultRetryAfter, true
+	}
+	return 0, false
+}
+
+// errorCode is Slack's error code; blocks slack-go could not even encode
+// count as invalid_blocks.
+func errorCode(err error) string {
+	var se slack.SlackErrorResponse
+	if errors.As(err, &se) {
+		return se.Err
+	}
+	var me *json.MarshalerError
+	var ue *json.UnsupportedValueError
+	var te *json.UnsupportedTypeError
+	if errors.As(err, &me) || errors.As(err, &ue) || errors.As(err, &te) {
+		return "invalid_blocks"
+	}
+	return ""
+}
+
+// attemptCtx bounds one attempt. It is detached from the worker's context
+// so that stopping never abandons a call halfway: a post whose answer we
+// dropped would leave a root this instance cannot record, and the next
+// instance would post it again.
+func (q *chanQueue) attemptCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), q.s.cfg.AttemptTimeout)
+}
+
+// call makes one Slack call and reports, like alertmanager's notifiers,
+// whether a failure is worth retrying.
+func (q *chanQueue) call(ctx context.Context, method string, fn func(context.Context) (string, error)) (ts string, retry bool, err error) {
+	ts, err = fn(ctx)
+	outcome := outcomeOK
+	if err != nil {
+		retry, outcome = classify(err)
+	}
+	q.s.m.calls.WithLabelValues(method, outcome).Inc()
+	return ts, retry, err
+}
+
+// options renders a message for chat.postMessage or chat.update.
+func options(text string, blocks []slack.Block, textOnly, update bool, threadTS string, extra ...slack.MsgOption) []slack.MsgOption {
+	if text == "" {
+		text = Truncate(PlainText(blocks), MaxSectionText)
+	}
+	if text == "" {
+		text = "(no text)"
+	}
+	opts := []slack.MsgOption{slack.MsgOptionText(text, false)}
+	switch {
+	case !textOnly && len(blocks) > 0:
+		opts = append(opts, slack.MsgOptionBlocks(blocks...))
+	case update:
+		// chat.update keeps what it is not sent: clear the old blocks, or
+		// they would go on showing a stale rendering.
+		opts = append(opts, slack.MsgOptionBlocks())
+	}
+	if threadTS != "" {
+		opts = append(opts, slack.MsgOptionTS(threadTS))
+	}
+	return append(opts, extra...)
+}
+
+// fallback arranges a text-only retry of an item whose blocks Slack
+// rejected; it is tried once.
+func fallback(err error, blocks []slack.Block, textOnly *bool) bool {
+	if errorCode(err) != "invalid_blocks" || len(blocks) == 0 || *textOnly {
+		return false
+	}
+	*textOnly = true
+	return true
+}
+
+// failed pauses the channel after a retryable failure: for a 429 exactly
+// as long as Slack asked, also stopping the method's own budget (chat.update
+// for the whole workspace); otherwise with capped, jittered backoff.
+func (q *chanQueue) failed(now time.Time, method, key string, err error) {
+	var until time.Time
+	ev := q.s.log.Warn().Err(err).Str("method", method).Str("channel", q.channel).Str("key", key)
+	if ra, limited := retryAfter(err); limited {
+		until = now.Add(ra)
+		q.s.m.retryAfter.Add(ra.Seconds())
+		if method == methodUpdate {
+			q.s.update.block(until)
+		} else {
+			q.post.block(until)
+		}
+		ev.Dur("retry_after", ra).Msg("Slack rate limit: pausing")
+	} else {
+		q.mu.Lock()
+		q.failures++
+		n := q.failures
+		q.mu.Unlock()
+		d := backoff(n, q.s.cfg.BackoffBase, q.s.cfg.BackoffMax)
+		until = now.Add(d)
+		ev.Int("failures", n).Dur("backoff", d).Msg("Slack call failed: retrying")
+	}
+	q.mu.Lock()
+	if until.After(q.pausedUntil) {
+		q.pausedUntil = until
+	}
+	q.mu.Unlock()
+}
+
+func (q *chanQueue) succeeded() {
+	q.mu.Lock()
+	q.failures = 0
+	q.mu.Unlock()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
