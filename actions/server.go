@@ -111,6 +111,16 @@ func (r Reply) Err() error {
 	return fmt.Errorf("%w: %s", r.Code.Err(), r.Error)
 }
 
+// Outcome is the reply as the sender uses it: the Result (zero when the
+// agent sent none) and Err.
+func (r Reply) Outcome() (Result, error) {
+	var res Result
+	if r.Result != nil {
+		res = *r.Result
+	}
+	return res, r.Err()
+}
+
 func errorReply(err error) Reply {
 	// Error texts may quote proxy URLs from the cluster; the reply is
 	// shown in chat and stored with the proposal.

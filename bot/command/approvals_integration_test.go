@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"context"
@@ -28,6 +28,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
@@ -163,7 +164,7 @@ type liveEnv struct {
 	hosted  *testenv.Hosted
 	store   *approval.Store
 	log     *audit.Log
-	cmds    *bot.Commands
+	cmds    *command.Handler
 	slack   *slackFront
 	cluster string // as commands name it
 	source  string
@@ -235,9 +236,9 @@ func newLiveEnv(t *testing.T) *liveEnv {
 		Platform: "KubeVirt", InfraID: c.InfraID, Proxy: event.ProxySpec{HTTPProxy: c.HTTPProxy, HTTPSProxy: c.HTTPSProxy, NoProxy: c.NoProxy},
 		ServiceNetwork: []string{"172.31.0.0/16"}, ClusterNetwork: []string{"10.132.0.0/14"},
 	}})
-	cmds := &bot.Commands{
+	cmds := &command.Handler{
 		Bot: b, Audit: log,
-		Actions: &bot.Approvals{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 2 * time.Minute},
+		Changes: &command.Changes{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 2 * time.Minute},
 	}
 	return &liveEnv{ns: ns, c: c, hosted: hosted, store: store, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
 		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS, queue: queue}
@@ -384,7 +385,7 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 func TestNoProxyEditedBeforeApprovalLive(t *testing.T) {
 	e := newLiveEnv(t)
 	ctx := context.Background()
-	acts := e.cmds.Actions.(*bot.Approvals)
+	acts := e.cmds.Changes
 	k := diagnose.Key{Source: "mgmt-" + e.ns, Cluster: event.ClusterRef{Namespace: e.ns, Name: "kv"}}
 	fix := &diagnose.Fix{Kind: "noproxy", Target: "HostedCluster/" + e.ns + "/kv", Before: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16"}}
 	r := acts.ProposeNoProxy(ctx, k, fix, nil, requester)
@@ -455,7 +456,7 @@ func seedSymptoms(t *testing.T, b *bot.Bot, source, ns, name string) {
 func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	e := newLiveEnv(t)
 	ctx := context.Background()
-	seedSymptoms(t, e.cmds.Bot, "mgmt-"+e.ns, e.ns, "kv")
+	seedSymptoms(t, e.cmds.Bot.(*bot.Bot), "mgmt-"+e.ns, e.ns, "kv")
 	var inc bot.Incident
 	for _, i := range e.cmds.Bot.Incidents() {
 		if i.Open() && i.Cluster.Cluster.Name == "kv" && len(i.Diagnoses) > 0 && i.Diagnoses[0].Fix != nil {

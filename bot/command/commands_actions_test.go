@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
@@ -67,7 +68,7 @@ func kubevirt(source, ns, name string) hostedCluster {
 
 // console runs one command line through chatops' console, as user, and
 // returns what it printed: usage errors are answered there, the rest by c.
-func console(t *testing.T, c *bot.Commands, user, line string) string {
+func console(t *testing.T, c *command.Handler, user, line string) string {
 	t.Helper()
 	var out bytes.Buffer
 	if err := (&chatops.Console{In: strings.NewReader(line + "\n"), Out: &out, Handler: c, UserID: user}).Run(context.Background()); err != nil {
@@ -76,11 +77,11 @@ func console(t *testing.T, c *bot.Commands, user, line string) string {
 	return out.String()
 }
 
-func cmd(c *bot.Commands, user string, command chatops.Command) chatops.Reply {
+func cmd(c *command.Handler, user string, command chatops.Command) chatops.Reply {
 	return c.HandleCommand(context.Background(), chatops.Request{Origin: chatops.Origin{UserID: user}, Command: command})
 }
 
-func press(c *bot.Commands, user, action, value string) chatops.Reply {
+func press(c *command.Handler, user, action, value string) chatops.Reply {
 	return c.HandleAction(context.Background(), chatops.ActionRequest{Origin: chatops.Origin{UserID: user}, ActionID: action, Value: value})
 }
 
@@ -135,7 +136,7 @@ func auditKinds(t *testing.T, l *audit.Log) map[audit.Kind]int {
 // Wrong or partial input answers with the command's usage, without
 // reaching the handler.
 func TestNewCommandsUsage(t *testing.T) {
-	c := &bot.Commands{Bot: botKnowing(t)}
+	c := &command.Handler{Bot: botKnowing(t)}
 	for line, want := range map[string]string{
 		"expose":                       "/hcp expose <cluster> <namespace>/<service> [port,...]",
 		"expose clusters/web":          "/hcp expose <cluster> <namespace>/<service> [port,...]",
@@ -177,7 +178,7 @@ func TestExposeCommand(t *testing.T) {
 	exposeAgent(e)
 	aws := kubevirt("mgmt-1", "clusters", "aws")
 	aws.state.Platform = "AWS"
-	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web"), aws), Actions: e.approvals}
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web"), aws), Changes: e.approvals}
 
 	r := cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "petclinic", Service: "petclinic", Ports: []int32{8080, 8443}})
 	id := actionID.FindString(r.Text)
@@ -246,7 +247,7 @@ func TestExposeCommand(t *testing.T) {
 	if r := press(c, approver2, chatops.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
 		t.Errorf("second Approve: %+v", r)
 	}
-	if c := (&bot.Commands{Bot: c.Bot}); !strings.Contains(cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "a", Service: "b"}).Text, "not available") {
+	if c := (&command.Handler{Bot: c.Bot}); !strings.Contains(cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "a", Service: "b"}).Text, "not available") {
 		t.Error("expose without actions is not unavailable")
 	}
 }
@@ -255,7 +256,7 @@ func TestExposeCommand(t *testing.T) {
 // Approve button only tells the presser.
 func TestRejectButton(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
-	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Actions: e.approvals}
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Changes: e.approvals}
 	id, _ := e.propose(t, "mgmt-1")
 	if r := press(c, stranger, chatops.ActionReject, id); !strings.Contains(r.Text, "not allowed") || r.ReplaceOriginal {
 		t.Errorf("stranger's Reject: %+v", r)
@@ -277,7 +278,7 @@ func TestRejectButton(t *testing.T) {
 func TestRollbackCommand(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	exposeAgent(e)
-	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Actions: e.approvals}
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Changes: e.approvals}
 	ref := chatops.ClusterRef{Namespace: "clusters", Name: "web"}
 	id := actionID.FindString(cmd(c, requester, chatops.Expose{Cluster: ref, Namespace: "petclinic", Service: "petclinic"}).Text)
 
@@ -342,7 +343,7 @@ func TestRollbackCommand(t *testing.T) {
 }
 
 type silenceEnv struct {
-	cmds  *bot.Commands
+	cmds  *command.Handler
 	store *silence.Store
 	log   *audit.Log
 	now   time.Time
@@ -368,7 +369,7 @@ func newSilences(t *testing.T) *silenceEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Silences: s, Audit: log, Now: clock}
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Silences: s, Audit: log, Now: clock}
 	return &silenceEnv{cmds: c, store: s, log: log, now: now}
 }
 
@@ -400,7 +401,7 @@ func TestSilenceCommand(t *testing.T) {
 	if got := e.store.Active(e.now); len(got) != 1 {
 		t.Errorf("%d silences stored, want 1", len(got))
 	}
-	if out := console(t, &bot.Commands{Bot: e.cmds.Bot}, requester, "silence clusters/web 2h"); !strings.Contains(out, "not available") {
+	if out := console(t, &command.Handler{Bot: e.cmds.Bot}, requester, "silence clusters/web 2h"); !strings.Contains(out, "not available") {
 		t.Errorf("silence without a store: %s", out)
 	}
 	recs, err := e.log.Recent(context.Background(), 5)
@@ -449,7 +450,7 @@ func TestAuditCommand(t *testing.T) {
 			t.Errorf("audit reply carries %q", bad)
 		}
 	}
-	if r := cmd(&bot.Commands{Bot: e.cmds.Bot}, requester, chatops.Audit{}); !strings.Contains(r.Text, "not available") {
+	if r := cmd(&command.Handler{Bot: e.cmds.Bot}, requester, chatops.Audit{}); !strings.Contains(r.Text, "not available") {
 		t.Errorf("audit without a reader: %q", r.Text)
 	}
 }
@@ -474,7 +475,7 @@ func TestRunExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &bot.Approvals{Store: store, Audit: log}
+	a := &command.Changes{Store: store, Audit: log}
 	id, _ := (&approvalsEnv{approvals: a}).propose(t, "mgmt-1")
 	if _, err := a.Store.Get(ctx, id); err != nil {
 		t.Fatal(err)
