@@ -590,7 +590,7 @@ func TestNATSPermissions(t *testing.T) {
 				}
 			}
 		}},
-		{"bot reads the agents' refusals from their audit subjects (bot.RefusalNotices)", func(t *testing.T, ctx context.Context) {
+		{"bot reads the agents' refusals from their audit subjects (bot/command.RefusalNotices)", func(t *testing.T, ctx context.Context) {
 			var out syncbuf.Buffer
 			console := notify.NewConsole(&out)
 			nctx, stop := context.WithCancel(ctx)
