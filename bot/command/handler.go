@@ -21,13 +21,14 @@ import (
 type Correlator interface {
 	// Clusters lists the hosted clusters the bot knows.
 	Clusters() []diagnose.Key
-	// Diagnose is a cluster's current diagnoses, most severe first.
+	// Diagnose is a hosted cluster's current diagnoses; ok is false for
+	// an unknown cluster.
 	Diagnose(k diagnose.Key) ([]diagnose.Diagnosis, bool)
-	// Unwatched says why the bot cannot see into a cluster, if it cannot.
+	// Unwatched says why the agent does not watch a hosted cluster.
 	Unwatched(k diagnose.Key) (reason string, ok bool)
-	// HostedCluster is the bot's view of a HostedCluster.
+	// HostedCluster is a copy of a hosted cluster's newest state.
 	HostedCluster(k diagnose.Key) (event.HostedClusterState, bool)
-	// Incidents and Storms are the open and recently resolved ones.
+	// Incidents and Storms are every incident and storm, open ones first.
 	Incidents() []bot.Incident
 	Storms() []bot.StormState
 }
