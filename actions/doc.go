@@ -19,17 +19,24 @@
 // Re-running an action is safe: the noProxy patch reports
 // "unchanged" and an exposure finds its own Services by the action id label.
 //
-// Requests and Results are plain JSON-encodable values because they travel
-// over NATS between the bot that approves and the agent that executes. The
-// protocol is here too: the bot's Client queues a sealed request on the
-// JetStream work queue bus.ActionsStream (message id = action id, so a
-// re-send is dropped) and reads the Reply by action id from the bucket
-// bus.ActionResultsBucket; the agent's Serve consumes its own requests
-// through a durable pull consumer, records each Reply, and acknowledges
-// only then, so a request survives the agent leader's death and runs once
-// (queue.go, server.go). A request carries a deadline (its approval +
+// The protocol between the bot that approves and the agent that executes
+// is all here. Requests and Results are plain JSON-encodable values
+// (request.go, result.go); a request travels sealed with its approval
+// (signed.go) on RequestSubject(source) (subject.go). The bot's Client
+// (client.go) seals and queues it on the JetStream work queue
+// bus.ActionsStream (message id = action id, so a re-send is dropped) and
+// reads the Reply by action id from the bucket bus.ActionResultsBucket; the
+// agent's Serve (server.go) consumes its own requests through a durable
+// pull consumer (queue.go), verifies each (Verifier), records each Reply,
+// and acknowledges only then, so a request survives the agent leader's
+// death and runs once. A request carries a deadline (its approval +
 // QueueHorizon, within the signature's freshness bound) after which the
 // agent refuses it.
+//
+// A request is validated once at each boundary: when the bot proposes it
+// (bot/approval; the proposal's seal keeps it unchanged until it is sent)
+// and when the agent opens it (Verifier.Open). The executor's paths past
+// its entry points take the validated value and do not validate again.
 //
 // Privileges: in the management cluster the executor needs only what
 // configs/deploy/agent/rbac.yaml grants. In a hosted cluster it acts with

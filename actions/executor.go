@@ -31,17 +31,26 @@ type Executor struct {
 
 // Execute validates req and runs it.
 func (x *Executor) Execute(ctx context.Context, req Request) (*Result, error) {
-	if err := req.Validate(); err != nil {
+	c, err := check(req)
+	if err != nil {
 		return nil, err
 	}
-	switch req.Type {
+	return x.run(ctx, c)
+}
+
+// run executes a validated request (Execute's, or the one Verifier.Open
+// validated for Serve) without validating it again.
+func (x *Executor) run(ctx context.Context, c checked) (*Result, error) {
+	switch c.req.Type {
 	case TypeNoProxyPatch:
-		return x.PatchNoProxy(ctx, req)
+		return x.patchNoProxy(ctx, c)
 	case TypeExposeNodePort:
-		return x.Expose(ctx, req)
-	default: // TypeRollback; Validate admits nothing else
-		return x.Rollback(ctx, req.Rollback.Undo)
+		return x.expose(ctx, c)
+	case TypeRollback:
+		return x.rollback(ctx, c.req.Rollback.Undo)
 	}
+	// Only the zero checked gets here: nothing that passed Validate.
+	return nil, fmt.Errorf("%w: request %q was not validated", ErrInvalid, c.req.ID)
 }
 
 func (x *Executor) hostedClient(ctx context.Context, hc *hypershift.HostedCluster) (kubernetes.Interface, error) {

@@ -72,9 +72,16 @@ func (x *Executor) Expose(ctx context.Context, req Request) (*Result, error) {
 	if req.Type != TypeExposeNodePort {
 		return nil, fmt.Errorf("%w: Expose got a %q request", ErrInvalid, req.Type)
 	}
-	if err := req.Validate(); err != nil {
+	c, err := check(req)
+	if err != nil {
 		return nil, err
 	}
+	return x.expose(ctx, c)
+}
+
+// expose is Expose of a validated request.
+func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
+	req := c.req
 	p := req.Expose
 	hc, err := x.getHostedCluster(ctx, req.Cluster)
 	if err != nil {

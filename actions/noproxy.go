@@ -101,9 +101,16 @@ func (x *Executor) PatchNoProxy(ctx context.Context, req Request) (*Result, erro
 	if req.Type != TypeNoProxyPatch {
 		return nil, fmt.Errorf("%w: PatchNoProxy got a %q request", ErrInvalid, req.Type)
 	}
-	if err := req.Validate(); err != nil {
+	c, err := check(req)
+	if err != nil {
 		return nil, err
 	}
+	return x.patchNoProxy(ctx, c)
+}
+
+// patchNoProxy is PatchNoProxy of a validated request.
+func (x *Executor) patchNoProxy(ctx context.Context, c checked) (*Result, error) {
+	req := c.req
 	obj := x.noProxyObject(req.NoProxy.Target, req.Cluster)
 	var res *Result
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -6,14 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/hcpbot/hcpbot/bus"
-	"github.com/hcpbot/hcpbot/event"
 )
 
 // QueueHorizon is how long after its approval a request may still start:
@@ -44,7 +39,7 @@ var (
 // sources never clash and a NATS permission on "<key>.>" covers one
 // source's results only.
 func sourceKey(source string) (string, error) {
-	if _, err := event.ActionRequestSubject(source); err != nil {
+	if _, err := RequestSubject(source); err != nil {
 		return "", err
 	}
 	return strings.ReplaceAll(source, ".", "_"), nil
@@ -83,7 +78,7 @@ func ConsumerConfig(source string) (jetstream.ConsumerConfig, error) {
 	if err != nil {
 		return jetstream.ConsumerConfig{}, err
 	}
-	subject, err := event.ActionRequestSubject(source)
+	subject, err := RequestSubject(source)
 	if err != nil {
 		return jetstream.ConsumerConfig{}, err
 	}
@@ -105,93 +100,6 @@ const (
 	// failing (results bucket unwritable): it is not run forever.
 	maxDeliver = 5
 )
-
-// Client is the bot's side of the protocol: it queues sealed requests and
-// reads their results. The bot creates the stream and the bucket
-// (bus.ActionsStreamSpec, bus.ActionResultsSpec) before using it.
-type Client struct {
-	JS jetstream.JetStream
-	// Poll is how often Wait reads the result; 0 means 250ms.
-	Poll time.Duration
-
-	mu sync.Mutex
-	kv jetstream.KeyValue
-}
-
-// Send queues envelope (a sealed request, Signer.SealUntil) for the agent
-// of source, with the action id as message id: the server drops a copy
-// re-sent while the first is queued or after it ran (within
-// bus.ActionsMaxAge), so re-sending is always safe. When Send fails the
-// request may or may not be stored; sending it again is the remedy.
-func (c *Client) Send(ctx context.Context, source, id string, envelope []byte) error {
-	subject, err := event.ActionRequestSubject(source)
-	if err != nil {
-		return err
-	}
-	if !ValidID(id) {
-		return fmt.Errorf("%w: action id %q", ErrInvalid, id)
-	}
-	if _, err := c.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: envelope},
-		jetstream.WithMsgID(id), jetstream.WithExpectStream(bus.ActionsStream)); err != nil {
-		return fmt.Errorf("actions: queue %s for %s: %w", id, source, err)
-	}
-	return nil
-}
-
-// Result returns the agent's answer to action id of source, or
-// ErrNoResult.
-func (c *Client) Result(ctx context.Context, source, id string) (Reply, error) {
-	key, err := ResultKey(source, id)
-	if err != nil {
-		return Reply{}, err
-	}
-	kv, err := c.bucket(ctx)
-	if err != nil {
-		return Reply{}, err
-	}
-	return readResult(ctx, kv, key)
-}
-
-// Wait polls Result until there is one or ctx ends; then it returns an
-// error wrapping ErrQueued.
-func (c *Client) Wait(ctx context.Context, source, id string) (Reply, error) {
-	every := c.Poll
-	if every <= 0 {
-		every = 250 * time.Millisecond
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		r, err := c.Result(ctx, source, id)
-		switch {
-		case err == nil:
-			return r, nil
-		case ctx.Err() != nil:
-			return Reply{}, fmt.Errorf("%w: %s", ErrQueued, id)
-		case !errors.Is(err, ErrNoResult):
-			// NATS briefly unreachable: keep waiting, the result stays.
-		}
-		select {
-		case <-ctx.Done():
-			return Reply{}, fmt.Errorf("%w: %s", ErrQueued, id)
-		case <-t.C:
-		}
-	}
-}
-
-func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.kv != nil {
-		return c.kv, nil
-	}
-	kv, err := c.JS.KeyValue(ctx, bus.ActionResultsBucket)
-	if err != nil {
-		return nil, fmt.Errorf("actions: bind results bucket %s: %w", bus.ActionResultsBucket, err)
-	}
-	c.kv = kv
-	return kv, nil
-}
 
 func readResult(ctx context.Context, kv jetstream.KeyValue, key string) (Reply, error) {
 	e, err := kv.Get(ctx, key)

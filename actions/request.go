@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"unicode"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -138,7 +139,16 @@ func (t Target) orDefault() Target {
 
 // Validate checks the request without contacting any cluster. The error
 // wraps ErrInvalid and lists every problem found.
+//
+// A request is validated once at each boundary: by the bot when it is
+// proposed (bot/approval's Propose; the proposal's seal then keeps it as
+// it was until it is sent), and by the agent when it opens it
+// (Verifier.Open). Inside the agent it travels as a checked value, which
+// the executor's own paths take without validating again.
 func (r *Request) Validate() error {
+	if h := validateHook.Load(); h != nil {
+		(*h)(*r)
+	}
 	var errs field.ErrorList
 	if !idPattern.MatchString(r.ID) {
 		errs = append(errs, field.Invalid(field.NewPath("id"), r.ID, "must match "+idPattern.String()))
@@ -181,6 +191,22 @@ func (r *Request) Validate() error {
 	}
 	errs = append(errs, validateCluster(field.NewPath("cluster"), r.Cluster, target)...)
 	return aggregate(errs)
+}
+
+// validateHook, nil outside tests, observes every Validate (export_test.go
+// counts them per request).
+var validateHook atomic.Pointer[func(Request)]
+
+// checked is a Request that passed Validate; only check makes one. The
+// executor's paths past its entry points take it, so none validates again
+// and none can be handed a request that was not validated.
+type checked struct{ req Request }
+
+func check(req Request) (checked, error) {
+	if err := req.Validate(); err != nil {
+		return checked{}, err
+	}
+	return checked{req: req}, nil
 }
 
 func paramsField(t Type) string {

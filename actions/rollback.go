@@ -21,11 +21,21 @@ func (x *Executor) Rollback(ctx context.Context, undo Undo) (*Result, error) {
 		if err := aggregate(validateCluster(field.NewPath("undo", "cluster"), undo.Cluster, undo.NoProxy.Target.orDefault())); err != nil {
 			return nil, err
 		}
-		return x.rollbackNoProxy(ctx, undo)
 	case TypeExposeNodePort:
 		if err := aggregate(validateCluster(field.NewPath("undo", "cluster"), undo.Cluster, TargetHostedCluster)); err != nil {
 			return nil, err
 		}
+	}
+	return x.rollback(ctx, undo)
+}
+
+// rollback is Rollback of validated undo data (Rollback's, or a rollback
+// request's, which Request.Validate checks the same way).
+func (x *Executor) rollback(ctx context.Context, undo Undo) (*Result, error) {
+	switch undo.Type {
+	case TypeNoProxyPatch:
+		return x.rollbackNoProxy(ctx, undo)
+	case TypeExposeNodePort:
 		return x.rollbackExpose(ctx, undo)
 	}
 	return nil, fmt.Errorf("%w: cannot roll back a %q action", ErrInvalid, undo.Type)

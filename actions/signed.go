@@ -297,6 +297,10 @@ type Verified struct {
 	Key      string
 	// Deadline is when the sender stops waiting; zero if it set none.
 	Deadline time.Time
+
+	// checked is Request as Open validated it (zero from Peek): what
+	// Serve executes.
+	checked checked
 }
 
 // CheckKeys validates a list of trusted public keys.
@@ -321,7 +325,8 @@ func (v *Verifier) Open(ctx context.Context, data []byte) (Verified, error) {
 	if err != nil {
 		return out, err
 	}
-	if err := s.Request.Validate(); err != nil {
+	c, err := check(s.Request)
+	if err != nil {
 		return out, err
 	}
 	if err := v.checkApproval(s); err != nil {
@@ -344,6 +349,7 @@ func (v *Verifier) Open(ctx context.Context, data []byte) (Verified, error) {
 	if err := VerifyProposal(v.Keys, claims, rec.Seal); err != nil {
 		return out, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
+	out.checked = c
 	return out, nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -590,7 +591,7 @@ func b3Reachable(ctx context.Context, b *testing.B, bt *bot.Bot, clusters int) (
 		}
 	}
 	inBot = len(open)
-	cmds := &bot.Commands{Bot: bt}
+	cmds := &command.Handler{Bot: bt}
 	text := cmds.HandleCommand(ctx, chatops.Request{Command: chatops.Incidents{}}).Text
 	counted := map[string]bool{}
 	for _, s := range bt.Storms() {

@@ -5,7 +5,10 @@
 //	   ─▶ correlator (this package: incidents, group wait/interval, silences,
 //	      storms via bot/storm) ─▶ notifier (bot/notify: Slack or console)
 //
-// People answer through bot/chatops; changes go through bot/approval.
+// This package is the correlator only. People talk to the bot through
+// bot/chatops (transport) and bot/command (the /hcp answers, which read the
+// correlator through a narrow interface, and the approval flow); changes go
+// through bot/approval and, approved, to the agents over package actions.
 //
 // # State: the stream is the durable state
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
@@ -178,7 +179,7 @@ func TestStormOneMessage(t *testing.T) {
 	if open != clusters {
 		t.Errorf("%d open incidents in the storm, want %d", open, clusters)
 	}
-	cmds := &bot.Commands{Bot: second.bot}
+	cmds := &command.Handler{Bot: second.bot}
 	if r := cmds.HandleCommand(ctx, chatops.Request{Command: chatops.Incidents{}}); !strings.Contains(r.Text, fmt.Sprintf("storm of %d clusters", clusters)) {
 		t.Errorf("/hcp incidents does not show the storm:\n%s", r.Text)
 	}

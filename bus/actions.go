@@ -17,6 +17,9 @@ const (
 	// hcpbot.actions.<source>.request, until the agent of source has
 	// executed each and recorded its result.
 	ActionsStream = "HCPBOT_ACTIONS"
+	// ActionsStreamSubjects are the subjects of ActionsStream: one per
+	// source (actions.RequestSubject).
+	ActionsStreamSubjects = event.SubjectRoot + ".actions.*.request"
 	// ActionResultsBucket holds each executed (or refused) request's
 	// answer, keyed by source and action id.
 	ActionResultsBucket = "hcpbot-action-results"
@@ -41,7 +44,7 @@ const (
 func ActionsStreamSpec(replicas int) StreamSpec {
 	return StreamSpec{
 		Name:       ActionsStream,
-		Subjects:   []string{event.ActionRequestsFilter},
+		Subjects:   []string{ActionsStreamSubjects},
 		Retention:  jetstream.WorkQueuePolicy,
 		MaxAge:     ActionsMaxAge,
 		Replicas:   replicas,

@@ -70,15 +70,10 @@
 // wildcard or whitespace. [SubjectFilter] builds consumer filters with '*'
 // for the parts left open.
 //
-// Actions and audit records, whose payloads are defined elsewhere, use
-//
-//	hcpbot.actions.<source>.request   bot → agent of source (queued in the
-//	                                  work-queue stream bus.ActionsStream)
-//	hcpbot.audit.<source>
-//
-// The agents' answers are not messages on a subject: they are kept by
-// action id in the KV bucket bus.ActionResultsBucket (package actions).
-// ActionResultSubject names a subject no component uses any more.
+// Audit records, whose payloads are defined elsewhere, use
+// hcpbot.audit.<source> (AuditSubject). Action requests travel on
+// hcpbot.actions.<source>.request: package actions owns that protocol
+// (actions.RequestSubject) and builds the subject from SourceToken.
 //
 // # IDs and deduplication
 //

@@ -22,12 +22,6 @@ const (
 	// EventsStreamSubjects is the subject filter of StreamName.
 	EventsStreamSubjects = EventsSubjectPrefix + ".>"
 
-	// ActionRequestsFilter matches the action requests to every agent;
-	// see ActionRequestSubject.
-	ActionRequestsFilter = SubjectRoot + ".actions.*.request"
-	// ActionResultsFilter matches the action results of every agent; see
-	// ActionResultSubject.
-	ActionResultsFilter = SubjectRoot + ".actions.*.result"
 	// AuditFilter matches the audit records of every source; see
 	// AuditSubject.
 	AuditFilter = SubjectRoot + ".audit.*"
@@ -169,18 +163,6 @@ func ParseSubject(subject string) (SubjectParts, error) {
 	return p, nil
 }
 
-// ActionRequestSubject is where the bot sends action requests for the agent
-// of source: hcpbot.actions.<source>.request.
-func ActionRequestSubject(source string) (string, error) {
-	return sourceSubject(source, "actions", "request")
-}
-
-// ActionResultSubject is where the agent of source reports action results:
-// hcpbot.actions.<source>.result.
-func ActionResultSubject(source string) (string, error) {
-	return sourceSubject(source, "actions", "result")
-}
-
 // AuditSubject carries the audit records about source:
 // hcpbot.audit.<source>.
 func AuditSubject(source string) (string, error) {
@@ -212,11 +194,21 @@ func AgentAuditSubject(source string) (string, error) {
 	return sourceSubject(source, "audit", "agent")
 }
 
-func sourceSubject(source, kind, suffix string) (string, error) {
+// SourceToken is source as one subject token ('.' escaped), for the
+// subjects other packages build per source (package actions' requests).
+func SourceToken(source string) (string, error) {
 	if err := checkSource(source); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	s := joinTokens(SubjectRoot, kind, escape(source))
+	return escape(source), nil
+}
+
+func sourceSubject(source, kind, suffix string) (string, error) {
+	tok, err := SourceToken(source)
+	if err != nil {
+		return "", err
+	}
+	s := joinTokens(SubjectRoot, kind, tok)
 	if suffix != "" {
 		s += "." + suffix
 	}

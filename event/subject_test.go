@@ -141,8 +141,6 @@ func TestSourceSubjects(t *testing.T) {
 		fn   func(string) (string, error)
 		want string
 	}{
-		{event.ActionRequestSubject, "hcpbot.actions.mgmt~corp.request"},
-		{event.ActionResultSubject, "hcpbot.actions.mgmt~corp.result"},
 		{event.AuditSubject, "hcpbot.audit.mgmt~corp"},
 	}
 	for _, tt := range tests {
@@ -154,7 +152,6 @@ func TestSourceSubjects(t *testing.T) {
 		}
 	}
 	if event.StreamName != "HCPBOT_EVENTS" || event.EventsStreamSubjects != "hcpbot.events.>" ||
-		event.ActionRequestsFilter != "hcpbot.actions.*.request" || event.ActionResultsFilter != "hcpbot.actions.*.result" ||
 		event.AuditFilter != "hcpbot.audit.*" {
 		t.Error("stream or filter constants changed")
 	}

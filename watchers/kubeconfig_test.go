@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -67,7 +67,7 @@ func TestFaultKubeconfigRefused(t *testing.T) {
 	s.waitFor(t, "the hosted cluster watched (its start-up snapshot)", 1, snapshotDone(cluster))
 	key := diagnose.Key{Source: "mgmt-" + ns, Cluster: event.ClusterRef{Namespace: ns, Name: spec.Name}}
 	status := func() string {
-		return (&bot.Commands{Bot: cb.bot}).HandleCommand(ctx, chatops.Request{Command: chatops.Status{
+		return (&command.Handler{Bot: cb.bot}).HandleCommand(ctx, chatops.Request{Command: chatops.Status{
 			Cluster: &chatops.ClusterRef{Mgmt: key.Source, Namespace: ns, Name: spec.Name}}}).Text
 	}
 

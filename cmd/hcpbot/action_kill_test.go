@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
+	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
@@ -163,7 +163,7 @@ log: {level: info, format: json}
 		t.Errorf("noProxy = %q, want %q", np, spec.NoProxy+",kubernetes")
 	}
 	// A few more recovery sweeps would re-send it; it still ran once.
-	time.Sleep(bot.DefaultRecoveryInterval + 5*time.Second)
+	time.Sleep(botcmd.DefaultRecoveryInterval + 5*time.Second)
 	b, _ := os.ReadFile(agentLog)
 	executions := 0
 	for line := range strings.SplitSeq(string(b), "\n") {

@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
+	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -120,7 +120,7 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acts := &bot.Approvals{Store: store, Audit: alog, Queue: &actions.Client{JS: conn.JS}, Signer: signer, Timeout: 2 * time.Minute}
+	acts := &botcmd.Changes{Store: store, Audit: alog, Queue: &actions.Client{JS: conn.JS}, Signer: signer, Timeout: 2 * time.Minute}
 
 	// The lease timings are file-only settings (agent.leaderElection).
 	agentConfig := filepath.Join(dir, "agent.yaml")

@@ -23,6 +23,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -276,14 +277,14 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok
 	}
 	b := bot.New(bcfg, conn.JS, notifier, reg, log)
-	commands := &bot.Commands{Bot: b, Audit: auditLog, Silences: silences}
-	var acts *bot.Approvals
+	commands := &botcmd.Handler{Bot: b, Audit: auditLog, Silences: silences}
+	var acts *botcmd.Changes
 	if cfg.Approvals != nil {
 		if acts, err = newApprovals(ctx, cfg, sec, signer, conn, auditLog); err != nil {
 			return err
 		}
 		acts.Log = log
-		commands.Actions = acts
+		commands.Changes = acts
 	}
 	var runner *digest.Runner
 	if len(cfg.Digests) > 0 {
@@ -349,10 +350,10 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		// Every replica: approved actions whose request never got out
 		// (a bot killed right after the approval) are sent, results read
 		// by nobody are recorded. Safe in parallel (RunRecovery).
-		wg.Go(func() { _ = acts.RunRecovery(ctx, bot.DefaultRecoveryInterval) })
+		wg.Go(func() { _ = acts.RunRecovery(ctx, botcmd.DefaultRecoveryInterval) })
 	}
 	wg.Go(func() { _ = notifier.Run(ctx) })
-	refusals := &bot.RefusalNotices{
+	refusals := &botcmd.RefusalNotices{
 		JS: conn.JS, Out: notifier, Leader: lease.Leader, Log: log,
 		Channel: func(source string) string { return cfg.Bot.Channel(configs.Incident{Source: source}) },
 	}
@@ -410,7 +411,7 @@ func slackOptions(ctx context.Context, cfg *configs.Config, conn *bus.Conn, reg 
 // newApprovals opens the proposal store, audited to log, with the
 // configured policy. Without this, commands that change clusters answer
 // that they are unavailable.
-func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, log *audit.Log) (*bot.Approvals, error) {
+func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, log *audit.Log) (*botcmd.Changes, error) {
 	replicas := max(cfg.NATS.StreamReplicas, 1)
 	a := cfg.Approvals
 	opts := []approval.StoreOption{approval.WithReplicas(replicas), approval.WithSealer(signer)}
@@ -419,7 +420,7 @@ func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets
 		if sec.SlackBotToken == "" || cfg.Slack == nil {
 			return nil, errors.New("approvals.approverGroups need the Slack bot token to read group members")
 		}
-		opts = append(opts, approval.WithGroups(bot.SlackGroups{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil)}))
+		opts = append(opts, approval.WithGroups(botcmd.SlackGroups{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil)}))
 	}
 	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{
 		Approvers: a.Approvers, ApproverGroups: a.ApproverGroups, FourEyes: a.FourEyes, TTL: a.ProposalTTL,
@@ -435,7 +436,7 @@ func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets
 	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsSpec(replicas)); err != nil {
 		return nil, err
 	}
-	return &bot.Approvals{Store: store, Audit: log, Queue: &actions.Client{JS: conn.JS}, Signer: signer}, nil
+	return &botcmd.Changes{Store: store, Audit: log, Queue: &actions.Client{JS: conn.JS}, Signer: signer}, nil
 }
 
 // responseURLPrefixes are where the bot may POST delayed replies: Slack's

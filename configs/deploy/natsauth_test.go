@@ -25,10 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hcpbot/hcpbot/actions"
-	botpkg "github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
@@ -590,12 +590,12 @@ func TestNATSPermissions(t *testing.T) {
 				}
 			}
 		}},
-		{"bot reads the agents' refusals from their audit subjects (bot.RefusalNotices)", func(t *testing.T, ctx context.Context) {
+		{"bot reads the agents' refusals from their audit subjects (bot/command.RefusalNotices)", func(t *testing.T, ctx context.Context) {
 			var out syncbuf.Buffer
 			console := notify.NewConsole(&out)
 			nctx, stop := context.WithCancel(ctx)
 			defer stop()
-			notices := &botpkg.RefusalNotices{JS: botC.JS, Out: console, Channel: func(string) string { return "C0NATSAUTH" }, Log: log}
+			notices := &botcmd.RefusalNotices{JS: botC.JS, Out: console, Channel: func(string) string { return "C0NATSAUTH" }, Log: log}
 			go func() { _ = console.Run(nctx) }()
 			go func() { _ = notices.Run(nctx) }()
 			testenv.Eventually(t, natstest.Timeout, "both agents' refusals shown", func() bool {

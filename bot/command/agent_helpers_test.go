@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"context"

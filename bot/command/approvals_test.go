@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
@@ -44,7 +44,7 @@ type fakeAgent struct {
 }
 
 type approvalsEnv struct {
-	approvals *bot.Approvals
+	approvals *command.Changes
 	store     *approval.Store
 	log       *audit.Log
 	agent     *fakeAgent
@@ -91,7 +91,7 @@ func newApprovals(t *testing.T, source string) *approvalsEnv {
 		return answer(req), true
 	})
 	return &approvalsEnv{
-		approvals: &bot.Approvals{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 10 * time.Second},
+		approvals: &command.Changes{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 10 * time.Second},
 		store:     store, log: log, agent: fa, agentJS: agentConn.JS, verifier: verifier,
 	}
 }
@@ -274,7 +274,7 @@ func TestApprovalQueuedUntilAgentComes(t *testing.T) {
 	})
 	id, _ := e.propose(t, "mgmt-late")
 	// The proposal's Approve button.
-	cmds := &bot.Commands{Bot: botKnowing(t), Actions: e.approvals}
+	cmds := &command.Handler{Bot: botKnowing(t), Changes: e.approvals}
 	r := cmds.HandleAction(ctx, chatops.ActionRequest{Origin: chatops.Origin{UserID: approver1}, ActionID: chatops.ActionApprove, Value: id})
 	if !strings.Contains(r.Text, "approved by <@"+approver1+"> and queued: the agent of mgmt-late has not picked it up yet. The result will be posted here.") || !r.ReplaceOriginal {
 		t.Fatalf("queued reply: %+v", r)
@@ -322,7 +322,7 @@ func TestRecoverySendsApprovedRequests(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		// Another replica: its own Approvals on the same store and queue.
-		a := &bot.Approvals{Store: e.store, Audit: e.log, Queue: e.approvals.Queue, Signer: e.approvals.Signer}
+		a := &command.Changes{Store: e.store, Audit: e.log, Queue: e.approvals.Queue, Signer: e.approvals.Signer}
 		wg.Go(func() { _ = a.RunRecovery(ctx, 200*time.Millisecond) })
 	}
 	testenv.Eventually(t, natstest.Timeout, "the approved action executed and recorded", func() bool {

@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"context"
@@ -12,12 +12,13 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/event"
 )
 
 // commandsWith returns Commands over a bot that saw one HostedCluster.
-func commandsWith(t *testing.T, spec event.ProxySpec) *bot.Commands {
+func commandsWith(t *testing.T, spec event.ProxySpec) *command.Handler {
 	t.Helper()
 	b := bot.New(bot.Config{Channel: "C0INCIDENTS"}, nil, notify.NewConsole(io.Discard), nil, zerolog.Nop())
 	ref := event.ClusterRef{Namespace: "clusters", Name: "web"}
@@ -32,7 +33,7 @@ func commandsWith(t *testing.T, spec event.ProxySpec) *bot.Commands {
 		t.Fatal(err)
 	}
 	b.Handle(context.Background(), data)
-	return &bot.Commands{Bot: b}
+	return &command.Handler{Bot: b}
 }
 
 func TestNoProxyCheck(t *testing.T) {

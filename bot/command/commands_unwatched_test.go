@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/event"
@@ -42,7 +43,7 @@ func TestStatusSaysWhyNotWatched(t *testing.T) {
 	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	feed(t, b, &ref, event.HostedClusterState{Platform: "KubeVirt", ServiceNetwork: []string{"172.31.0.0/16"}, KubeconfigSecret: "web-admin-kubeconfig"}, "hc", at)
 	feed(t, b, &ref, event.Reachability{Unwatched: true, Error: refusedReason, Since: at.Add(time.Minute)}, event.TransitionAt("reachable=false:r", at.Add(time.Minute)), at.Add(time.Minute))
-	c := &bot.Commands{Bot: b}
+	c := &command.Handler{Bot: b}
 	status := func(cluster *chatops.ClusterRef) string {
 		return c.HandleCommand(context.Background(), chatops.Request{Command: chatops.Status{Cluster: cluster}}).Text
 	}

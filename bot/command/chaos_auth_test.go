@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
@@ -84,7 +84,7 @@ func TestChaosAuthorisation(t *testing.T) {
 		perIDMu.Unlock()
 		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "applied"}}, true
 	})
-	approvals := &bot.Approvals{Store: store, Audit: alog, Queue: queue, Signer: signer, Timeout: 20 * time.Second}
+	approvals := &command.Changes{Store: store, Audit: alog, Queue: queue, Signer: signer, Timeout: 20 * time.Second}
 	// The same queueing the bot does, for the one refusal the bot's
 	// Approve has no parameter for (the cluster the decision came from).
 	dispatch := approval.DispatcherFunc(func(ctx context.Context, p approval.Proposal) (actions.Result, error) {

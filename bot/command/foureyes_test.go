@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/event"
@@ -66,7 +67,7 @@ func (e *liveEnv) state(t *testing.T) clusterState {
 
 func (e *liveEnv) seedIncident(t *testing.T) bot.Incident {
 	t.Helper()
-	seedSymptoms(t, e.cmds.Bot, e.source, e.ns, "kv")
+	seedSymptoms(t, e.cmds.Bot.(*bot.Bot), e.source, e.ns, "kv")
 	for _, i := range e.cmds.Bot.Incidents() {
 		if i.Open() && i.Cluster.Cluster.Name == "kv" && len(i.Diagnoses) > 0 && i.Diagnoses[0].Fix != nil {
 			return i
@@ -209,8 +210,8 @@ func recentAudit(t *testing.T, l *audit.Log) []audit.Record {
 func TestForgedActionRequestsLive(t *testing.T) {
 	e := newLiveEnv(t)
 	ctx := context.Background()
-	acts := e.cmds.Actions.(*bot.Approvals)
-	subject, err := event.ActionRequestSubject(e.source)
+	acts := e.cmds.Changes
+	subject, err := actions.RequestSubject(e.source)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +270,7 @@ func TestForgedActionRequestsLive(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { stop(); wg.Wait() })
-	notices := &bot.RefusalNotices{JS: e.botJS, Out: notifier, Channel: func(string) string { return opsChannel }, Log: natstest.Logger(t)}
+	notices := &command.RefusalNotices{JS: e.botJS, Out: notifier, Channel: func(string) string { return opsChannel }, Log: natstest.Logger(t)}
 	wg.Go(func() { _ = notifier.Run(runCtx) })
 	wg.Go(func() {
 		if err := notices.Run(runCtx); err != nil {

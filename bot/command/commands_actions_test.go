@@ -1,4 +1,4 @@
-package bot_test
+package command_test
 
 import (
 	"bytes"
@@ -19,12 +19,9 @@ import (
 	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
-	"github.com/hcpbot/hcpbot/bot/silence"
-	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
-	"github.com/hcpbot/hcpbot/internal/testenv"
-	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
 
 var (
@@ -67,7 +64,7 @@ func kubevirt(source, ns, name string) hostedCluster {
 
 // console runs one command line through chatops' console, as user, and
 // returns what it printed: usage errors are answered there, the rest by c.
-func console(t *testing.T, c *bot.Commands, user, line string) string {
+func console(t *testing.T, c *command.Handler, user, line string) string {
 	t.Helper()
 	var out bytes.Buffer
 	if err := (&chatops.Console{In: strings.NewReader(line + "\n"), Out: &out, Handler: c, UserID: user}).Run(context.Background()); err != nil {
@@ -76,11 +73,11 @@ func console(t *testing.T, c *bot.Commands, user, line string) string {
 	return out.String()
 }
 
-func cmd(c *bot.Commands, user string, command chatops.Command) chatops.Reply {
+func cmd(c *command.Handler, user string, command chatops.Command) chatops.Reply {
 	return c.HandleCommand(context.Background(), chatops.Request{Origin: chatops.Origin{UserID: user}, Command: command})
 }
 
-func press(c *bot.Commands, user, action, value string) chatops.Reply {
+func press(c *command.Handler, user, action, value string) chatops.Reply {
 	return c.HandleAction(context.Background(), chatops.ActionRequest{Origin: chatops.Origin{UserID: user}, ActionID: action, Value: value})
 }
 
@@ -135,7 +132,7 @@ func auditKinds(t *testing.T, l *audit.Log) map[audit.Kind]int {
 // Wrong or partial input answers with the command's usage, without
 // reaching the handler.
 func TestNewCommandsUsage(t *testing.T) {
-	c := &bot.Commands{Bot: botKnowing(t)}
+	c := &command.Handler{Bot: botKnowing(t)}
 	for line, want := range map[string]string{
 		"expose":                       "/hcp expose <cluster> <namespace>/<service> [port,...]",
 		"expose clusters/web":          "/hcp expose <cluster> <namespace>/<service> [port,...]",
@@ -177,7 +174,7 @@ func TestExposeCommand(t *testing.T) {
 	exposeAgent(e)
 	aws := kubevirt("mgmt-1", "clusters", "aws")
 	aws.state.Platform = "AWS"
-	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web"), aws), Actions: e.approvals}
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web"), aws), Changes: e.approvals}
 
 	r := cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "petclinic", Service: "petclinic", Ports: []int32{8080, 8443}})
 	id := actionID.FindString(r.Text)
@@ -246,7 +243,7 @@ func TestExposeCommand(t *testing.T) {
 	if r := press(c, approver2, chatops.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
 		t.Errorf("second Approve: %+v", r)
 	}
-	if c := (&bot.Commands{Bot: c.Bot}); !strings.Contains(cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "a", Service: "b"}).Text, "not available") {
+	if c := (&command.Handler{Bot: c.Bot}); !strings.Contains(cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "a", Service: "b"}).Text, "not available") {
 		t.Error("expose without actions is not unavailable")
 	}
 }
@@ -255,7 +252,7 @@ func TestExposeCommand(t *testing.T) {
 // Approve button only tells the presser.
 func TestRejectButton(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
-	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Actions: e.approvals}
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Changes: e.approvals}
 	id, _ := e.propose(t, "mgmt-1")
 	if r := press(c, stranger, chatops.ActionReject, id); !strings.Contains(r.Text, "not allowed") || r.ReplaceOriginal {
 		t.Errorf("stranger's Reject: %+v", r)
@@ -277,7 +274,7 @@ func TestRejectButton(t *testing.T) {
 func TestRollbackCommand(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	exposeAgent(e)
-	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Actions: e.approvals}
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Changes: e.approvals}
 	ref := chatops.ClusterRef{Namespace: "clusters", Name: "web"}
 	id := actionID.FindString(cmd(c, requester, chatops.Expose{Cluster: ref, Namespace: "petclinic", Service: "petclinic"}).Text)
 
@@ -338,165 +335,6 @@ func TestRollbackCommand(t *testing.T) {
 	kinds := auditKinds(t, e.log)
 	if kinds[audit.KindProposed] != 2 || kinds[audit.KindApproved] != 2 || kinds[audit.KindExecuted] != 2 || kinds[audit.KindRolledBack] != 1 || kinds[audit.KindRefused] < 2 {
 		t.Errorf("audit kinds: %v", kinds)
-	}
-}
-
-type silenceEnv struct {
-	cmds  *bot.Commands
-	store *silence.Store
-	log   *audit.Log
-	now   time.Time
-}
-
-func newSilences(t *testing.T) *silenceEnv {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
-	defer cancel()
-	srv := natstest.RunServer(t)
-	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	log, err := audit.Open(ctx, conn.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	s, err := silence.NewStore(ctx, conn.JS, log, silence.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &bot.Commands{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Silences: s, Audit: log, Now: clock}
-	return &silenceEnv{cmds: c, store: s, log: log, now: now}
-}
-
-func TestSilenceCommand(t *testing.T) {
-	e := newSilences(t)
-	web := chatops.ClusterRef{Namespace: "clusters", Name: "web"}
-	r := cmd(e.cmds, requester, chatops.Silence{Cluster: &web, Duration: 2 * time.Hour, Reason: "upgrade, proxy http://u:hunter2@proxy:3128"})
-	if !strings.Contains(r.Text, "silenced cluster mgmt-1/clusters/web for 2h") || !strings.Contains(r.Text, "sil-") || strings.Contains(r.Text, "hunter2") || !r.InChannel {
-		t.Errorf("silence: %+v", r)
-	}
-	sil, ok := e.store.Match("mgmt-1/clusters/web", "", e.now)
-	if !ok || sil.CreatedBy != requester || !sil.ExpiresAt.Equal(e.now.Add(2*time.Hour)) || strings.Contains(sil.Reason, "hunter2") {
-		t.Errorf("stored silence %+v, %v", sil, ok)
-	}
-	if r := cmd(e.cmds, requester, chatops.Silence{Cluster: &chatops.ClusterRef{Namespace: "clusters", Name: "nope"}, Duration: time.Hour}); !strings.Contains(r.Text, "Unknown cluster") {
-		t.Errorf("unknown cluster: %q", r.Text)
-	}
-	if r := cmd(e.cmds, requester, chatops.Silence{IncidentID: "inc-0123456789ab", Duration: time.Hour}); !strings.Contains(r.Text, "Unknown incident") {
-		t.Errorf("unknown incident: %q", r.Text)
-	}
-	if r := press(e.cmds, requester, chatops.ActionSilence, "inc-0123456789ab"); !strings.Contains(r.Text, "Unknown incident") {
-		t.Errorf("Silence button on an unknown incident: %q", r.Text)
-	}
-	// Within the grammar's 30 days but over the store's maximum.
-	r = cmd(e.cmds, requester, chatops.Silence{Cluster: &web, Duration: 8 * 24 * time.Hour})
-	if !strings.Contains(r.Text, "at most 7d") || !strings.Contains(r.Text, "Usage: `/hcp silence") {
-		t.Errorf("too long: %q", r.Text)
-	}
-	if got := e.store.Active(e.now); len(got) != 1 {
-		t.Errorf("%d silences stored, want 1", len(got))
-	}
-	if out := console(t, &bot.Commands{Bot: e.cmds.Bot}, requester, "silence clusters/web 2h"); !strings.Contains(out, "not available") {
-		t.Errorf("silence without a store: %s", out)
-	}
-	recs, err := e.log.Recent(context.Background(), 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(recs) != 1 || recs[0].Kind != audit.KindSilenced || recs[0].Actor != requester {
-		t.Errorf("audit: %+v", recs)
-	}
-}
-
-// audit shows the newest entries, redacted, escaped and within one
-// message.
-func TestAuditCommand(t *testing.T) {
-	e := newSilences(t)
-	ctx := context.Background()
-	if r := cmd(e.cmds, requester, chatops.Audit{}); r.Text != "The audit trail is empty." {
-		t.Errorf("empty trail: %q", r.Text)
-	}
-	for i := range 30 {
-		if err := e.log.Append(ctx, audit.Record{
-			Kind: audit.KindRefused, Actor: stranger, ActionID: "act-aaaaaaaaaaaaaaaa", Cluster: "clusters/web",
-			Summary: "approve refused <!channel> `x`", Reason: strings.Repeat("long reason ", 20) + "http://u:hunter2@proxy:3128 #" + string(rune('a'+i%26)),
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.log.Append(ctx, audit.Record{Kind: audit.KindProposed, Actor: requester, ActionID: "act-bbbbbbbbbbbbbbbb", Summary: "the newest"}); err != nil {
-		t.Fatal(err)
-	}
-	r := cmd(e.cmds, requester, chatops.Audit{N: 3})
-	lines := strings.Split(strings.TrimSpace(r.Text), "\n")
-	if len(lines) != 6 || !strings.Contains(lines[2], "the newest") || !strings.HasPrefix(lines[0], "Last 3 audit entries") || r.InChannel {
-		t.Errorf("audit 3:\n%s", r.Text)
-	}
-	r = cmd(e.cmds, requester, chatops.Audit{N: 1000})
-	t.Logf("audit 1000: %d characters", len([]rune(r.Text)))
-	if n := len([]rune(r.Text)); n > notify.MaxSectionText {
-		t.Errorf("audit reply of %d characters exceeds a section's %d", n, notify.MaxSectionText)
-	}
-	if !strings.Contains(r.Text, "more did not fit") {
-		t.Errorf("cut reply does not say so:\n%s", r.Text)
-	}
-	for _, bad := range []string{"hunter2", "<!channel>", "`x`"} {
-		if strings.Contains(r.Text, bad) {
-			t.Errorf("audit reply carries %q", bad)
-		}
-	}
-	if r := cmd(&bot.Commands{Bot: e.cmds.Bot}, requester, chatops.Audit{}); !strings.Contains(r.Text, "not available") {
-		t.Errorf("audit without a reader: %q", r.Text)
-	}
-}
-
-// The expiry sweep expires stale proposals, once, and stops with ctx.
-func TestRunExpiry(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
-	defer cancel()
-	srv := natstest.RunServer(t)
-	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	log, err := audit.Open(ctx, conn.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Proposed two hours ago with a one-hour TTL.
-	past := func() time.Time { return time.Now().Add(-2 * time.Hour) }
-	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{approver1}}, approval.WithClock(past))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &bot.Approvals{Store: store, Audit: log}
-	id, _ := (&approvalsEnv{approvals: a}).propose(t, "mgmt-1")
-	if _, err := a.Store.Get(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.RunExpiry(ctx, 0); err == nil {
-		t.Error("RunExpiry with a zero interval")
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.RunExpiry(runCtx, 20*time.Millisecond) }()
-	// The state is written before its audit record: wait for both, or
-	// stop may cancel the append in between (a busy machine).
-	testenv.Eventually(t, 10*time.Second, "the stale proposal expired and audited", func() bool {
-		p, err := store.Get(ctx, id)
-		return err == nil && p.State == approval.StateExpired && auditKinds(t, log)[audit.KindExpired] > 0
-	})
-	stop()
-	if err := <-done; err != nil {
-		t.Errorf("RunExpiry: %v", err)
-	}
-	if n := auditKinds(t, log)[audit.KindExpired]; n != 1 {
-		t.Errorf("%d expiry records, want 1", n)
 	}
 }
 

@@ -1,0 +1,200 @@
+package command
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/noproxy"
+	"github.com/hcpbot/hcpbot/redact"
+)
+
+// incidents lists storms (one line each: their members are listed in the
+// storm's thread) and then every other incident, within one Slack reply.
+func (c *Handler) incidents() chatops.Reply {
+	var b strings.Builder
+	for _, s := range c.Bot.Storms() {
+		state := "OPEN"
+		if !s.Resolved.IsZero() {
+			state = "resolved"
+		}
+		fmt.Fprintf(&b, "%s  %-8s storm of %d clusters: all %s (each listed in its thread; `/hcp diagnose <cluster>` for one)\n",
+			s.Key, state, len(s.Members), s.Cause.Text)
+	}
+	left := 0
+	for _, inc := range c.Bot.Incidents() {
+		if inc.Storm != "" {
+			continue
+		}
+		if b.Len() > maxReply {
+			left++
+			continue
+		}
+		state := "OPEN"
+		if !inc.Open() {
+			state = "resolved"
+		}
+		title := ""
+		if len(inc.Diagnoses) > 0 {
+			title = inc.Diagnoses[0].Title
+		}
+		fmt.Fprintf(&b, "%s  %-8s %s — %s\n", inc.Key, state, inc.Cluster, chatops.EscapeText(title))
+	}
+	if left > 0 {
+		fmt.Fprintf(&b, "… and %d more incidents; `/hcp status <cluster>` shows one\n", left)
+	}
+	if b.Len() == 0 {
+		return chatops.Reply{Text: "No incidents."}
+	}
+	return chatops.Reply{Text: b.String()}
+}
+
+// maxReply keeps a listing inside one readable Slack message.
+const maxReply = 3500
+
+func (c *Handler) status(ref *chatops.ClusterRef) chatops.Reply {
+	var b strings.Builder
+	for _, k := range c.Bot.Clusters() {
+		if ref != nil && (k.Cluster != event.ClusterRef{Namespace: ref.Namespace, Name: ref.Name} || (ref.Mgmt != "" && ref.Mgmt != k.Source)) {
+			continue
+		}
+		diags, _ := c.Bot.Diagnose(k)
+		state := "healthy"
+		if why, ok := c.Bot.Unwatched(k); ok {
+			// Why the bot is blind there comes first, in full.
+			state = "not watched: " + why
+			diags = slices.DeleteFunc(diags, func(d diagnose.Diagnosis) bool { return d.Rule == diagnose.RuleHostedNotWatched })
+			if len(diags) > 0 {
+				state += "; also " + string(diags[0].Severity) + ": " + diags[0].Title
+			}
+		} else if len(diags) > 0 {
+			state = string(diags[0].Severity) + ": " + diags[0].Title
+		}
+		fmt.Fprintf(&b, "%s: %s\n", k, chatops.EscapeText(state))
+	}
+	if b.Len() == 0 {
+		return chatops.Reply{Text: "No hosted clusters known yet."}
+	}
+	return chatops.Reply{Text: b.String()}
+}
+
+func (c *Handler) diagnose(k diagnose.Key) chatops.Reply {
+	diags, ok := c.Bot.Diagnose(k)
+	if !ok {
+		return chatops.Reply{Text: "Unknown cluster " + k.String()}
+	}
+	if len(diags) == 0 {
+		return chatops.Reply{Text: k.String() + ": no problem found."}
+	}
+	d := diags[0]
+	text := fmt.Sprintf("*%s*\n%s\nConfidence: %s — %s", d.Title, d.RootCause, d.Confidence.Level, d.Confidence.Why)
+	if d.Fix != nil {
+		text += "\nProposed fix:\n```" + d.Fix.Diff + "```"
+	}
+	return chatops.Reply{Text: chatops.EscapeText(text)}
+}
+
+// noProxyCheck answers, from the cluster's live noProxy, whether each client
+// family sends https:// and http:// requests to host:port through the
+// proxy. Proxy URLs are shown as event stored them (credentials masked).
+func (c *Handler) noProxyCheck(k diagnose.Key, host string, port int32) chatops.Reply {
+	hc, ok := c.Bot.HostedCluster(k)
+	if !ok {
+		return chatops.Reply{Text: fmt.Sprintf("No HostedCluster state for %s yet.", k)}
+	}
+	p := hc.Proxy
+	var b strings.Builder
+	target := host
+	if port != 0 {
+		target = net.JoinHostPort(host, portOr(port, 0))
+	}
+	fmt.Fprintf(&b, "*%s* → `%s`, noProxy `%s`\n", k, target, redact.RedactText(p.NoProxy))
+	for _, s := range []struct {
+		scheme, proxy string
+		port          int32
+	}{{"https", p.HTTPSProxy, 443}, {"http", p.HTTPProxy, 80}} {
+		u := s.scheme + "://" + net.JoinHostPort(host, portOr(port, s.port))
+		if s.proxy == "" {
+			fmt.Fprintf(&b, "• `%s`: no %s proxy configured, every client goes direct\n", u, s.scheme)
+			continue
+		}
+		fmt.Fprintf(&b, "• `%s` (proxy `%s`):\n", u, redact.RedactURL(s.proxy))
+		for _, cl := range noproxy.AllClients() {
+			v, err := noproxy.Explain(cl, p.NoProxy, u)
+			if err != nil {
+				fmt.Fprintf(&b, "    %s: cannot tell (%v)\n", cl, err)
+				continue
+			}
+			line := fmt.Sprintf("    %s: *%s*", cl, v.Decision)
+			if v.Entry != "" {
+				line += fmt.Sprintf(" (entry `%s`)", v.Entry)
+			}
+			if v.Why != "" {
+				line += " — " + v.Why
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	return chatops.Reply{Text: chatops.EscapeText(redact.RedactText(b.String()))}
+}
+
+func portOr(port, def int32) string {
+	if port == 0 {
+		port = def
+	}
+	return strconv.Itoa(int(port))
+}
+
+// auditLineRunes and auditTextRunes keep `audit` within what one Slack
+// message shows: each entry on one line of at most auditLineRunes, all in
+// one code block of at most auditTextRunes (a section block's limit).
+const (
+	auditLineRunes = 400
+	auditTextRunes = 2900
+)
+
+// audit shows the newest n entries of the audit trail, newest first,
+// redacted, as many as fit one message.
+func (c *Handler) audit(ctx context.Context, n int) chatops.Reply {
+	if c.Audit == nil {
+		return unavailable(chatops.Audit{N: n})
+	}
+	if n <= 0 {
+		n = DefaultAuditEntries
+	}
+	recs, err := c.Audit.Recent(ctx, n)
+	if err != nil {
+		return chatops.Reply{Text: "Could not read the audit trail: " + errText(err)}
+	}
+	if len(recs) == 0 {
+		return chatops.Reply{Text: "The audit trail is empty."}
+	}
+	var b strings.Builder
+	shown := 0
+	for _, r := range recs {
+		line := strings.Join(strings.Fields(audit.Redact(r).String()), " ")
+		if rs := []rune(line); len(rs) > auditLineRunes {
+			line = string(rs[:auditLineRunes-1]) + "…"
+		}
+		// Escaped for mrkdwn; backticks would end the code block.
+		line = esc(strings.ReplaceAll(line, "`", "'"))
+		if utf8.RuneCountInString(b.String())+utf8.RuneCountInString(line)+1 > auditTextRunes {
+			break
+		}
+		b.WriteString(line + "\n")
+		shown++
+	}
+	head := fmt.Sprintf("Last %d audit entries, newest first:", shown)
+	if shown < len(recs) {
+		head = fmt.Sprintf("Last %d audit entries, newest first (%d more did not fit; ask for fewer):", shown, len(recs)-shown)
+	}
+	return chatops.Reply{Text: head + "\n```\n" + b.String() + "```"}
+}

@@ -1,0 +1,298 @@
+package command_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/slack-go/slack"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+)
+
+const (
+	slackSecret = "test-signing-secret"
+	opsChannel  = "C0OPSCHAN1"
+	appNS       = "petclinic"
+)
+
+// slackFront is the bot's Slack side in a test: Commands behind chatops'
+// signed HTTP server, replies recorded by a Slack recorder.
+type slackFront struct {
+	t   *testing.T
+	url string
+	rec *slackrec.Recorder
+	n   int
+	mu  sync.Mutex
+}
+
+func newSlackFront(t *testing.T, h chatops.Handler) *slackFront {
+	t.Helper()
+	rec := slackrec.New(t)
+	u, err := url.Parse(rec.APIURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	responder, err := chatops.NewResponder(u.Scheme+"://"+u.Host+"/", &http.Client{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := chatops.NewServer(slackSecret, h, chatops.WithResponder(responder), chatops.WithLogger(natstest.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		hs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return &slackFront{t: t, url: hs.URL, rec: rec}
+}
+
+// responseChannel returns a fresh pseudo channel whose response_url posts
+// are told apart from the others'.
+func (f *slackFront) responseChannel() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	return fmt.Sprintf("R%s%d", opsChannel, f.n)
+}
+
+// posted waits for a post to rch's response_url that done accepts.
+func (f *slackFront) posted(rch string, done func(string) bool) slackrec.Call {
+	f.t.Helper()
+	var got slackrec.Call
+	f.rec.WaitFor(f.t, 2*time.Minute, func(r *slackrec.Recorder) bool {
+		for _, c := range r.CallsTo(slackrec.MethodResponseURL) {
+			if c.Channel == rch && done(c.Form.Get("text")) {
+				got = c
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// command sends a signed /hcp command as user and returns the reply that
+// done accepts: the HTTP answer, or the later post to its response_url.
+func (f *slackFront) command(text, user string, done func(string) bool) string {
+	f.t.Helper()
+	rch := f.responseChannel()
+	req, err := slackrec.CommandRequest(context.Background(), f.url+chatops.CommandsPath, slackSecret,
+		slack.SlashCommand{Command: "/hcp", Text: text, UserID: user, ChannelID: opsChannel, ResponseURL: f.rec.ResponseURL(rch)}, time.Now())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct{ Text string }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+		f.t.Fatalf("/hcp %s: status %d, decode: %v", text, resp.StatusCode, err)
+	}
+	if done(body.Text) {
+		return body.Text
+	}
+	return f.posted(rch, done).Form.Get("text")
+}
+
+// press sends a signed button press on a message and returns the reply
+// posted to its response_url.
+func (f *slackFront) press(user, action, value string, done func(string) bool) slackrec.Call {
+	f.t.Helper()
+	rch := f.responseChannel()
+	payload := slackrec.ButtonPress(slackrec.Press{
+		UserID: user, UserName: strings.ToLower(user), ChannelID: opsChannel, MessageTS: "1733140000.000100",
+		ActionID: action, BlockID: "decide-" + value, Value: value, ResponseURL: f.rec.ResponseURL(rch),
+	})
+	req, err := slackrec.InteractionRequest(context.Background(), f.url+chatops.ActionsPath, slackSecret, payload, time.Now())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		f.t.Fatalf("press %s %s: status %d", action, value, resp.StatusCode)
+	}
+	return f.posted(rch, done)
+}
+
+// liveEnv runs the whole action path against the test control plane: a
+// KubeVirt hosted cluster with the seed 004 app, embedded NATS, the agent
+// serving actions with the real executor, and the bot's Commands behind
+// signed Slack HTTP.
+type liveEnv struct {
+	ns      string
+	c       scenario.Cluster
+	hosted  *testenv.Hosted
+	store   *approval.Store
+	log     *audit.Log
+	cmds    *command.Handler
+	slack   *slackFront
+	cluster string // as commands name it
+	source  string
+	signer  *actions.Signer // the bot's key, trusted by the agent
+	botNC   *nats.Conn
+	queue   *actions.Client
+	botJS   jetstream.JetStream
+}
+
+func newLiveEnv(t *testing.T) *liveEnv {
+	t.Helper()
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	c := scenario.BehindProxy(ns, "kv")
+	hosted := env.HostedCluster(t, c)
+	petclinic(t, hosted)
+	nodes, err := scenario.Nodes(ctx, hosted.Kube, "kv-np", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.VirtLaunchers(ctx, env.Kube, c, "kv-np", nodes); err != nil {
+		t.Fatal(err)
+	}
+
+	source := "mgmt-" + ns
+	srv := natstest.RunServer(t)
+	connect := func(name string) *bus.Conn {
+		cctx, cancel := context.WithTimeout(ctx, natstest.Timeout)
+		defer cancel()
+		conn, err := bus.Connect(cctx, bus.Config{URLs: []string{srv.ClientURL()}, Name: name}, natstest.Logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Close)
+		return conn
+	}
+	botConn, agentConn := connect("bot"), connect("agent")
+	queue := ensureQueue(t, botConn.JS)
+
+	// The agent: actions.Serve with the executor on the real API servers.
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	x := &actions.Executor{Dynamic: env.Dynamic, Kube: env.Kube}
+	signer, verifier := agentKeys(t, agentConn.JS, source)
+	refusals, err := audit.ForAgent(agentConn.JS, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		if err := actions.Serve(runCtx, agentConn.JS, actions.ServeConfig{
+			Source: source, Executor: x, Verifier: verifier, Audit: audit.Refusals{Log: refusals}, Log: natstest.Logger(t),
+		}); err != nil {
+			t.Errorf("actions.Serve: %v", err)
+		}
+	})
+
+	log, err := audit.Open(ctx, botConn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := approval.NewStore(ctx, botConn.JS, log, approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true}, approval.WithSealer(signer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the agent's watchers would have reported about the cluster.
+	b := botKnowing(t, hostedCluster{source: source, namespace: ns, name: "kv", state: event.HostedClusterState{
+		Platform: "KubeVirt", InfraID: c.InfraID, Proxy: event.ProxySpec{HTTPProxy: c.HTTPProxy, HTTPSProxy: c.HTTPSProxy, NoProxy: c.NoProxy},
+		ServiceNetwork: []string{"172.31.0.0/16"}, ClusterNetwork: []string{"10.132.0.0/14"},
+	}})
+	cmds := &command.Handler{
+		Bot: b, Audit: log,
+		Changes: &command.Changes{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 2 * time.Minute},
+	}
+	return &liveEnv{ns: ns, c: c, hosted: hosted, store: store, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
+		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS, queue: queue}
+}
+
+// petclinic is the seed 004 app in the hosted cluster.
+func petclinic(t *testing.T, hosted *testenv.Hosted) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := hosted.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: "petclinic"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "petclinic", "deployment": "petclinic"},
+			Ports: []corev1.ServicePort{
+				{Name: "8080-tcp", Port: 8080, TargetPort: intstr.FromInt32(8080)},
+				{Name: "8443-tcp", Port: 8443, TargetPort: intstr.FromInt32(8443)},
+				{Name: "8778-tcp", Port: 8778, TargetPort: intstr.FromInt32(8778)},
+			},
+		},
+	}
+	if _, err := hosted.Kube.CoreV1().Services(appNS).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hasID(s string) bool { return anyActionID.MatchString(s) }
+
+// seedSymptoms feeds b what the agent reports when seed 000 strikes the
+// cluster: nodes NotReady and the service-ca-operator crashlooping.
+func seedSymptoms(t *testing.T, b *bot.Bot, source, ns, name string) {
+	t.Helper()
+	ref := event.ClusterRef{Namespace: ns, Name: name}
+	now := time.Now().Add(-time.Minute)
+	var events []event.Event
+	for i := range 2 {
+		node := fmt.Sprintf("%s-np-%d", name, i)
+		e, err := event.New(source, &ref, event.ObjectRef{Kind: "Node", Name: node, UID: "uid-" + node, Hosted: true},
+			event.NodeReadiness{Node: node, Ready: event.ConditionUnknown, Reason: "NodeStatusUnknown", LastTransitionTime: now},
+			event.TransitionAt("Ready=Unknown", now), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+	}
+	pod := "service-ca-operator-6d5f7b9c4-x2x9z"
+	e, err := event.New(source, &ref, event.ObjectRef{Kind: "Pod", Namespace: "openshift-service-ca-operator", Name: pod, UID: "uid-sca", Hosted: true},
+		event.PodCrashLoop{Namespace: "openshift-service-ca-operator", Pod: pod, Container: "service-ca-operator", RestartCount: 7,
+			WaitingReason: "CrashLoopBackOff", LastTerminationMessage: scenario.SeedConnectivityMessage, ExitCode: 255, FinishedAt: now},
+		"crashloop:service-ca-operator:7", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range append(events, e) {
+		data, err := event.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Handle(context.Background(), data)
+	}
+}

@@ -1,0 +1,237 @@
+package command
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/noproxy"
+)
+
+// ProposeNoProxy proposes the diagnosis' noProxy
+// fix, plus the entries the user added, computed from the value the
+// diagnosis saw (fix.Before) so that the agent refuses it if the cluster
+// has changed since.
+func (a *Changes) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, add []string, user string) chatops.Reply {
+	req := noProxyRequest(k, fix, add)
+	p, warning, refused, ok := a.propose(ctx, k, req, user)
+	if !ok {
+		return refused
+	}
+	_, diff := noProxyDiff(req.NoProxy)
+	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\n%s%s",
+		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), howToDecide(p), warning)
+	return proposalReply(p.ID, text)
+}
+
+// DiagnosisRequester is who requested a fix approved straight from its
+// incident message without four-eyes: the diagnosis, not a person.
+const DiagnosisRequester = actions.SystemRequesterPrefix + "diagnosis"
+
+// fixPrefix names the proposals made by an incident's Approve button.
+const fixPrefix = "fix-"
+
+// ApproveFix answers the Approve button of an incident
+// message, whose diff the approver is looking at. A non-approver is
+// refused before anything is proposed (and audited).
+//
+// Without four-eyes the presser's approval is enough: the fix is proposed
+// on the diagnosis' behalf and approved as user in one step.
+//
+// With four-eyes two people must approve, and the diagnosis is not one of
+// them: the first press proposes the fix with the presser as requester (their
+// approval) and says that one more approver is needed; a press by another
+// approver, on this button or the proposal's, approves it and runs it. The
+// proposal of a fix has an id derived from its content, so that every
+// press on the incident meets the same pending proposal.
+func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, user string) chatops.Reply {
+	if err := a.Store.Authorize(ctx, user); err != nil {
+		a.auditRefusal(ctx, k, user, fmt.Errorf("approve the diagnosed fix: %w", err))
+		text, _ := refusal("approve", "the fix of "+esc(k.String()), approval.Proposal{}, err)
+		return chatops.Reply{Text: text}
+	}
+	req := noProxyRequest(k, fix, nil)
+	if !a.Store.FourEyes() {
+		p, warning, refused, ok := a.propose(ctx, k, req, DiagnosisRequester)
+		if !ok {
+			return refused
+		}
+		r := a.Approve(ctx, p.ID, user)
+		r.Text += warning
+		return r
+	}
+	// The proposal of this fix is the first of its ids (fixID, by
+	// generation) that is not decided yet: every press meets the same
+	// pending one, and a fix needed again after a rejection or expiry
+	// gets the next id. Two attempts per id: a concurrent first press by
+	// someone else may create it between our read and our write.
+	for gen, attempt := 0, 0; gen < maxFixGenerations; {
+		req.ID = fixID(k, req, gen)
+		p, err := a.Store.Get(ctx, req.ID)
+		switch {
+		case err == nil && p.State == approval.StatePending && !p.Expired(time.Now()):
+			if p.RequestedBy == user {
+				return chatops.Reply{Text: fmt.Sprintf("You already approved the fix of %s (`%s`). Four-eyes rule: another approver has to approve it too.", esc(k.String()), esc(p.ID))}
+			}
+			return a.Approve(ctx, p.ID, user)
+		case err == nil:
+			gen, attempt = gen+1, 0
+			continue
+		case !errors.Is(err, approval.ErrNotFound):
+			return chatops.Reply{Text: "Could not read the proposal: " + errText(err)}
+		}
+		p, err = a.Store.Propose(ctx, req, user, approval.ForSource(k.Source))
+		if errors.Is(err, approval.ErrExists) && attempt == 0 {
+			attempt++
+			continue
+		}
+		return a.firstApproval(ctx, k, req, p, user, err)
+	}
+	return chatops.Reply{Text: fmt.Sprintf("The fix of %s was proposed %d times already; propose it with `/hcp fix noproxy %s`.", esc(k.String()), maxFixGenerations, esc(k.Cluster.String()))}
+}
+
+// maxFixGenerations bounds how often one diagnosed fix is proposed from
+// its incident's button (each rejection or expiry moves to the next id).
+const maxFixGenerations = 16
+
+// firstApproval answers the first press under four-eyes: the proposal
+// Propose stored (or why not).
+func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, req actions.Request, p approval.Proposal, user string, err error) chatops.Reply {
+	warning, refused, ok := a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
+	if !ok {
+		return refused
+	}
+	_, diff := noProxyDiff(req.NoProxy)
+	text := fmt.Sprintf("%s approved the fix of %s as `%s` (1 of 2 approvals): add %s to the noProxy.\n```%s```\n"+
+		"Four-eyes rule: one more approver is needed — press Approve (here or on the incident) or `/hcp approve %s`; reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s",
+		mention(user), esc(k.String()), p.ID, esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), p.ID, p.ID,
+		p.ExpiresAt.UTC().Format("15:04 UTC"), warning)
+	return proposalReply(p.ID, text)
+}
+
+// fixID is the id of generation gen of the proposal of a diagnosed fix:
+// the same cluster, starting value and entries give the same ids.
+func fixID(k diagnose.Key, req actions.Request, gen int) string {
+	h := sha256.New()
+	for _, s := range []string{k.Source, req.Cluster.String(), string(req.NoProxy.Target), req.NoProxy.Expected, strings.Join(req.NoProxy.Add, ","), strconv.Itoa(gen)} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return fixPrefix + fixIDEncoding.EncodeToString(h.Sum(nil)[:10])
+}
+
+var fixIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// noProxyRequest is the action that applies fix, plus the entries the user
+// added, computed from the value the diagnosis saw (fix.Before) so that the
+// agent refuses it if the cluster has changed since.
+func noProxyRequest(k diagnose.Key, fix *diagnose.Fix, add []string) actions.Request {
+	req := actions.Request{
+		Type:    actions.TypeNoProxyPatch,
+		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},
+		NoProxy: &actions.NoProxyParams{Expected: fix.Before, Add: mergeEntries(fix.Before, fix.Add, add)},
+	}
+	if strings.HasPrefix(fix.Target, "Proxy/") {
+		req.Cluster = actions.ClusterRef{Name: hypershift.ProxyName}
+		req.NoProxy.Target = actions.TargetProxy
+	}
+	return req
+}
+
+// mergeEntries returns fix's entries followed by the user's extra ones,
+// without duplicates or entries the value already holds.
+func mergeEntries(before string, fix, extra []string) []string {
+	have := map[string]bool{}
+	for _, e := range noproxy.Parse(before) {
+		have[e.Text] = true
+	}
+	out := make([]string, 0, len(fix)+len(extra))
+	for _, e := range slices.Concat(fix, extra) {
+		if e = strings.TrimSpace(e); e == "" || have[e] {
+			continue
+		}
+		have[e] = true
+		out = append(out, e)
+	}
+	return out
+}
+
+// noProxyDiff shows the proposed value change the way approval's audit
+// records do.
+func noProxyDiff(n *actions.NoProxyParams) (after, diff string) {
+	after = strings.Join(n.Add, ",")
+	if n.Expected != "" {
+		after = n.Expected + "," + after
+	}
+	return after, fmt.Sprintf("- noProxy: %s\n+ noProxy: %s", n.Expected, after)
+}
+
+// ProposeExpose proposes publishing the hosted
+// Service p names through NodePorts (seed 004) and shows exactly which two
+// Services the agent will create. hc is the bot's view of the
+// HostedCluster (nil if it has none yet): a cluster known not to run on
+// KubeVirt is refused here rather than after the approval.
+func (a *Changes) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.HostedClusterState, params actions.ExposeParams, user string) chatops.Reply {
+	if hc != nil && hc.Platform != "" && hc.Platform != hypershift.PlatformKubeVirt {
+		err := fmt.Errorf("%w: %s runs on platform %s; NodePort exposure forwards to KubeVirt virt-launcher pods, which only the KubeVirt platform has", actions.ErrNotKubeVirt, k, hc.Platform)
+		a.auditRefusal(ctx, k, user, err)
+		return chatops.Reply{Text: "Cannot propose that change: " + errText(err)}
+	}
+	// The id is chosen here because the management Service is named
+	// after it, and the proposal shows that name.
+	req := actions.Request{
+		ID:      approval.NewID(),
+		Type:    actions.TypeExposeNodePort,
+		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},
+		Expose:  &params,
+	}
+	p, warning, refused, ok := a.propose(ctx, k, req, user)
+	if !ok {
+		return refused
+	}
+	infraID := "&lt;spec.infraID&gt;"
+	if hc != nil && hc.InfraID != "" {
+		infraID = esc(hc.InfraID)
+	}
+	text := fmt.Sprintf("%s proposes `%s` for %s: expose Service `%s/%s` of the hosted cluster through NodePorts.\n%s\n%s%s",
+		mention(user), p.ID, esc(k.String()), esc(params.Namespace), esc(params.Service),
+		exposePlan(p.ID, k, params, infraID), howToDecide(p), warning)
+	return proposalReply(p.ID, text)
+}
+
+// exposePlan lists the Services actions.Expose will create for request id.
+// infraID must be escaped already.
+func exposePlan(id string, k diagnose.Key, params actions.ExposeParams, infraID string) string {
+	ports := "all ports of the Service"
+	if len(params.Ports) > 0 {
+		ps := make([]string, len(params.Ports))
+		for i, p := range params.Ports {
+			ps[i] = fmt.Sprint(p.Port)
+		}
+		ports = "port " + strings.Join(ps, ", ")
+		if len(ps) > 1 {
+			ports = "ports " + strings.Join(ps, ", ")
+		}
+	}
+	cpNS := hypershift.ControlPlaneNamespace(k.Cluster.Namespace, k.Cluster.Name)
+	return fmt.Sprintf("Will create, labelled `%s=%s`:\n"+
+		"• hosted cluster: Service `%s/%s`, type NodePort, selecting the pods of `%s/%s` (its selector), %s; the hosted API server allocates a node port for each\n"+
+		"• management cluster: Service `%s/%s`, type NodePort, selecting `%s=%s,%s=%s` (the cluster's virt-launcher pods), one port per hosted node port N with port = targetPort = nodePort = N\n"+
+		"Reachable afterwards on any management node at those node ports. Refused at execution if a node port is already taken in the management cluster.",
+		actions.LabelActionID, id,
+		esc(params.Namespace), esc(actions.HostedServiceName(params.Service)), esc(params.Namespace), esc(params.Service), ports,
+		esc(cpNS), esc(actions.ManagementServiceName(id)),
+		hypershift.LabelClusterName, infraID, hypershift.LabelKubeVirt, hypershift.VirtLauncher)
+}
