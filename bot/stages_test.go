@@ -1,0 +1,672 @@
+package bot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/event"
+)
+
+// Each flush stage alone, on constructed incidents: what it lets on, what
+// it holds and for which reason (hcpbot_bot_notifications_suppressed_total).
+
+var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+// recorder is a notifier that keeps what it is handed.
+type recorder struct {
+	msgs    []notify.Message
+	replies []notify.Reply
+	err     error
+}
+
+func (r *recorder) Upsert(_ context.Context, m notify.Message) error {
+	if r.err != nil {
+		return r.err
+	}
+	r.msgs = append(r.msgs, m)
+	return nil
+}
+
+func (r *recorder) Reply(_ context.Context, rp notify.Reply) error {
+	if r.err != nil {
+		return r.err
+	}
+	r.replies = append(r.replies, rp)
+	return nil
+}
+
+func (r *recorder) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+
+func stageBot(t *testing.T, cfg Config) (*Bot, *recorder) {
+	t.Helper()
+	if cfg.Channel == "" {
+		cfg.Channel = "C1"
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return t0 }
+	}
+	rec := &recorder{}
+	return New(cfg, nil, rec, nil, zerolog.Nop()), rec
+}
+
+// incident is an open incident of cluster name, opened (and seen) at
+// opened, with something new to show.
+func incident(name string, opened time.Time, opts ...func(*Incident)) *Incident {
+	k := diagnose.Key{Source: "mgmt-1", Cluster: event.ClusterRef{Namespace: "clusters", Name: name}}
+	inc := &Incident{Key: incidentKey(k, opened), Cluster: k, Opened: opened, Channel: "C1",
+		Diagnoses: []diagnose.Diagnosis{{Rule: "node-not-ready", Severity: diagnose.SeverityWarning, Title: name + ": nodes NotReady",
+			Evidence: []diagnose.Evidence{{At: opened, Kind: "node", Object: "node/" + name + "-0", Text: "Ready=False"}}}}}
+	inc.n.seen, inc.n.changed, inc.n.dirty = opened, opened, true
+	inc.n.state = fingerprint(inc)
+	for _, o := range opts {
+		o(inc)
+	}
+	return inc
+}
+
+// Options of incident.
+var (
+	handled   = func(inc *Incident) { inc.n.first, inc.n.checked = inc.Opened, true }
+	rooted    = func(inc *Incident) { inc.n.rooted, inc.n.checked = true, true }
+	unchanged = func(inc *Incident) { inc.n.dirty = false }
+	resolved  = func(inc *Incident) { inc.Resolved = inc.Opened.Add(time.Minute) }
+	clearing  = func(inc *Incident) {
+		inc.clearAt, inc.n.clearSeen = inc.Opened.Add(time.Minute), inc.Opened.Add(time.Minute)
+	}
+	silenced = func(inc *Incident) { inc.Silence = &SilenceInfo{ID: "sil-1", By: "U1", Until: t0.Add(time.Hour)} }
+	told     = func(inc *Incident) { inc.n.held = reasonSilenced }
+)
+
+func sentAt(at time.Time) func(*Incident) {
+	return func(inc *Incident) { inc.n.sent = at }
+}
+
+func names(incs []*Incident) []string {
+	out := []string{}
+	for _, inc := range incs {
+		out = append(out, inc.Cluster.Cluster.Name)
+	}
+	return out
+}
+
+// counts returns the suppression counter by reason, without zeros.
+func counts(b *Bot) map[reason]float64 {
+	out := map[reason]float64{}
+	for _, r := range reasons {
+		if v := testutil.ToFloat64(b.metrics.suppressed.WithLabelValues(string(r))); v != 0 {
+			out[r] = v
+		}
+	}
+	return out
+}
+
+// stageCase is one row of a stage's table: the incidents going in, those
+// expected out (by cluster name, in order unless unordered) and the
+// suppressions counted.
+type stageCase struct {
+	name      string
+	cfg       Config
+	in        []*Incident
+	out       []string
+	unordered bool
+	held      map[reason]float64
+	next      time.Time // zero: the flush need not look sooner than maxFlush
+	check     func(t *testing.T, b *Bot, in []*Incident, rec *recorder)
+}
+
+// runStage runs the stage of a fresh Bot that pick returns on each case.
+func runStage(t *testing.T, pick func(*Bot) func(*flushRun, []*Incident) []*Incident, cases []stageCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, rec := stageBot(t, c.cfg)
+			for _, inc := range c.in {
+				b.incidents[inc.Cluster] = inc
+			}
+			f := &flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}
+			got := names(pick(b)(f, slices.Clone(c.in)))
+			if c.unordered {
+				slices.Sort(got)
+			}
+			if want := append([]string{}, c.out...); !slices.Equal(got, want) {
+				t.Errorf("let on %v, want %v", got, want)
+			}
+			held := c.held
+			if held == nil {
+				held = map[reason]float64{}
+			}
+			if got := counts(b); fmt.Sprint(got) != fmt.Sprint(held) {
+				t.Errorf("suppressed %v, want %v", got, held)
+			}
+			next := c.next
+			if next.IsZero() {
+				next = t0.Add(maxFlush)
+			}
+			if !f.next.Equal(next) {
+				t.Errorf("looks again at %v, want %v", f.next, next)
+			}
+			if c.check != nil {
+				c.check(t, b, c.in, rec)
+			}
+		})
+	}
+}
+
+func TestIncidentStagesOrder(t *testing.T) {
+	b, _ := stageBot(t, Config{})
+	var got []string
+	for _, s := range b.incidentStages() {
+		got = append(got, s.name)
+	}
+	want := []string{"resolve", "silence", "group-wait", "storm", "unchanged", "storm-member", "resolved-unposted",
+		"silenced", "clearing", "group-interval", "send"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("incident stages %v, want %v", got, want)
+	}
+	got = nil
+	for _, s := range b.stormStages() {
+		got = append(got, s.name)
+	}
+	want = []string{"settle", "unchanged", "clearing", "group-interval", "resolved-unposted", "send"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("storm stages %v, want %v", got, want)
+	}
+}
+
+func TestHoldCountsOnce(t *testing.T) {
+	b, _ := stageBot(t, Config{})
+	var held reason
+	b.hold(&held, "incident", "inc-1", reasonGroupWait)
+	b.hold(&held, "incident", "inc-1", reasonGroupWait)
+	b.hold(&held, "incident", "inc-1", reasonGroupInterval)
+	if want := map[reason]float64{reasonGroupWait: 1, reasonGroupInterval: 1}; fmt.Sprint(counts(b)) != fmt.Sprint(want) {
+		t.Fatalf("suppressed %v, want %v", counts(b), want)
+	}
+	if held != reasonGroupInterval {
+		t.Fatalf("held %q", held)
+	}
+}
+
+func TestResolveStage(t *testing.T) {
+	cfg := Config{ResolveTimeout: 5 * time.Minute}
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.resolveStage }, []stageCase{
+		{name: "clear for the timeout: resolved at the clearing", cfg: cfg,
+			in: []*Incident{incident("a", t0.Add(-time.Hour), clearing, unchanged)}, out: []string{"a"},
+			check: func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+				if inc := in[0]; inc.Open() || !inc.Resolved.Equal(inc.clearAt) || !inc.n.dirty {
+					t.Errorf("resolved %v (clear at %v), dirty %v", inc.Resolved, inc.clearAt, inc.n.dirty)
+				}
+			}},
+		{name: "clear for less: open, looks again when due", cfg: cfg,
+			in: []*Incident{incident("a", t0.Add(-time.Hour), clearing, func(inc *Incident) {
+				inc.n.clearSeen = t0.Add(-5*time.Minute + 500*time.Millisecond)
+			})},
+			out:  []string{"a"},
+			next: t0.Add(500 * time.Millisecond),
+			check: func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+				if !in[0].Open() {
+					t.Error("resolved before its timeout")
+				}
+			}},
+		{name: "signals present: untouched", cfg: cfg, in: []*Incident{incident("a", t0.Add(-time.Hour))}, out: []string{"a"}},
+	})
+}
+
+func TestSilenceStage(t *testing.T) {
+	silencer := func(cluster, key string, _ time.Time) (SilenceInfo, bool) {
+		if strings.HasSuffix(cluster, "/quiet") || key == "storm-1" {
+			return SilenceInfo{ID: "sil-1", By: "U1", Until: t0.Add(time.Hour)}, true
+		}
+		return SilenceInfo{}, false
+	}
+	cfg := Config{Silenced: silencer}
+	isSilenced := func(want ...bool) func(*testing.T, *Bot, []*Incident, *recorder) {
+		return func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+			for i, inc := range in {
+				if got := inc.Silence != nil; got != want[i] {
+					t.Errorf("%s silenced %v, want %v", inc.Cluster, got, want[i])
+				}
+			}
+		}
+	}
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.silenceStage }, []stageCase{
+		{name: "its cluster silenced: marked, holds nothing", cfg: cfg,
+			in: []*Incident{incident("quiet", t0, handled, unchanged), incident("loud", t0)}, out: []string{"quiet", "loud"},
+			check: func(t *testing.T, b *Bot, in []*Incident, r *recorder) {
+				isSilenced(true, false)(t, b, in, r)
+				if !in[0].n.dirty {
+					t.Error("a silence that starts is not due to be said")
+				}
+			}},
+		{name: "its storm silenced", cfg: cfg,
+			in: []*Incident{incident("a", t0, func(inc *Incident) { inc.Storm = "storm-1" })}, out: []string{"a"},
+			check: isSilenced(true)},
+		{name: "resolved: no silence", cfg: cfg,
+			in: []*Incident{incident("quiet", t0, resolved, silenced)}, out: []string{"quiet"}, check: isSilenced(false)},
+		{name: "silence ended", cfg: cfg,
+			in: []*Incident{incident("loud", t0, silenced, unchanged)}, out: []string{"loud"},
+			check: func(t *testing.T, b *Bot, in []*Incident, r *recorder) {
+				isSilenced(false)(t, b, in, r)
+				if !in[0].n.dirty {
+					t.Error("a silence that ends is not due to be said")
+				}
+			}},
+	})
+}
+
+func TestGroupWaitStage(t *testing.T) {
+	cfg := Config{GroupWait: 10 * time.Second}
+	first := func(want ...bool) func(*testing.T, *Bot, []*Incident, *recorder) {
+		return func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+			for i, inc := range in {
+				if got := !inc.n.first.IsZero(); got != want[i] {
+					t.Errorf("%s handled %v, want %v", inc.Cluster, got, want[i])
+				}
+			}
+		}
+	}
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.groupWaitStage }, []stageCase{
+		{name: "within its wait: held, looks again when over", cfg: cfg,
+			in: []*Incident{incident("a", t0.Add(-9500*time.Millisecond))}, held: map[reason]float64{reasonGroupWait: 1},
+			next: t0.Add(500 * time.Millisecond)},
+		{name: "wait over: due, oldest first, not yet handled (the storm stage does)", cfg: cfg,
+			in:  []*Incident{incident("b", t0.Add(-10*time.Second)), incident("a", t0.Add(-time.Minute))},
+			out: []string{"a", "b"}, check: first(false, false)},
+		{name: "handled before: let on", cfg: cfg, in: []*Incident{incident("a", t0, handled)}, out: []string{"a"}},
+		{name: "silenced: held", cfg: cfg, in: []*Incident{incident("a", t0.Add(-time.Minute), silenced)},
+			held: map[reason]float64{reasonSilenced: 1}},
+		{name: "clearing: held", cfg: cfg, in: []*Incident{incident("a", t0.Add(-time.Minute), clearing)},
+			held: map[reason]float64{reasonClearing: 1}},
+		{name: "resolved, root not looked up: held", cfg: cfg, in: []*Incident{incident("a", t0, resolved)},
+			held: map[reason]float64{reasonRootLookup: 1}, check: first(false)},
+		{name: "resolved, no message: dropped", cfg: cfg,
+			in:   []*Incident{incident("a", t0, resolved, func(inc *Incident) { inc.n.checked = true })},
+			held: map[reason]float64{reasonResolvedUnposted: 1},
+			check: func(t *testing.T, b *Bot, in []*Incident, r *recorder) {
+				first(true)(t, b, in, r)
+				if in[0].n.dirty {
+					t.Error("nothing to say, still dirty")
+				}
+			}},
+		{name: "resolved with a message (previous run): handled at once", cfg: cfg,
+			in: []*Incident{incident("a", t0, resolved, rooted)}, out: []string{"a"}, check: first(true)},
+	})
+}
+
+// members are n incidents of one management cluster opened a second apart.
+func members(n int, opened time.Time, opts ...func(*Incident)) []*Incident {
+	var out []*Incident
+	for i := range n {
+		out = append(out, incident(fmt.Sprintf("m%02d", i), opened.Add(time.Duration(i)*time.Second), opts...))
+	}
+	return out
+}
+
+func TestStormStage(t *testing.T) {
+	inStorm := func(want int) func(*testing.T, *Bot, []*Incident, *recorder) {
+		return func(t *testing.T, b *Bot, in []*Incident, _ *recorder) {
+			n := 0
+			for _, inc := range in {
+				if inc.Storm != "" {
+					n++
+					if b.storms[inc.Storm] == nil {
+						t.Errorf("%s in an unknown storm", inc.Cluster)
+					}
+				}
+			}
+			if n != want || len(b.storms) != min(want, 1) {
+				t.Errorf("%d in a storm (%d storms), want %d", n, len(b.storms), want)
+			}
+		}
+	}
+	m3 := members(3, t0.Add(-time.Minute))
+	m2 := members(2, t0.Add(-5*time.Second))
+	old2 := members(2, t0.Add(-time.Minute))
+	off := members(3, t0.Add(-time.Minute))
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.stormStage }, []stageCase{
+		{name: "threshold reached: one storm, all let on (as members) and handled", cfg: Config{StormThreshold: 3},
+			in: m3, out: []string{"m00", "m01", "m02"},
+			check: func(t *testing.T, b *Bot, in []*Incident, r *recorder) {
+				inStorm(3)(t, b, in, r)
+				for _, inc := range in {
+					if inc.n.first.IsZero() {
+						t.Errorf("%s not handled", inc.Cluster)
+					}
+				}
+			}},
+		{name: "a storm brewing: held for up to the storm window", cfg: Config{StormThreshold: 8},
+			in: m2, held: map[reason]float64{reasonStormBrewing: 2}, next: t0.Add(maxFlush), check: inStorm(0)},
+		{name: "storm window over: each on its own", cfg: Config{StormThreshold: 8},
+			in: old2, out: []string{"m00", "m01"}, check: inStorm(0)},
+		{name: "storms off", cfg: Config{StormThreshold: -1}, in: off, out: []string{"m00", "m01", "m02"}, check: inStorm(0)},
+	})
+	t.Run("joins an open storm", func(t *testing.T) {
+		b, _ := stageBot(t, Config{StormThreshold: 3})
+		f := &flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}
+		three := members(3, t0.Add(-time.Minute))
+		for _, inc := range three {
+			b.incidents[inc.Cluster] = inc
+		}
+		b.stormStage(f, slices.Clone(three))
+		late := incident("late", t0.Add(-50*time.Second))
+		b.incidents[late.Cluster] = late
+		if got := names(b.stormStage(f, []*Incident{late})); !slices.Equal(got, []string{"late"}) {
+			t.Fatalf("let on %v", got)
+		}
+		if late.Storm != three[0].Storm || len(b.storms[late.Storm].Members) != 4 {
+			t.Fatalf("late in storm %q, want %q with 4 members", late.Storm, three[0].Storm)
+		}
+	})
+}
+
+func TestUnchangedStage(t *testing.T) {
+	runStage(t, func(*Bot) func(*flushRun, []*Incident) []*Incident { return unchangedStage }, []stageCase{
+		{name: "nothing new: dropped, uncounted",
+			in:  []*Incident{incident("a", t0, handled, unchanged), incident("b", t0, handled), incident("c", t0)},
+			out: []string{"b"}},
+	})
+}
+
+func TestStormMemberStage(t *testing.T) {
+	member := func(inc *Incident) { inc.Storm = "storm-1" }
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident {
+		b.storms["storm-1"] = &Storm{Key: "storm-1"}
+		return b.stormMemberStage
+	}, []stageCase{
+		{name: "member without a message: its storm speaks",
+			in:   []*Incident{incident("a", t0, handled, member), incident("b", t0, handled)},
+			out:  []string{"b"},
+			held: map[reason]float64{reasonStormMember: 1},
+			check: func(t *testing.T, b *Bot, in []*Incident, _ *recorder) {
+				if in[0].n.dirty || !b.storms["storm-1"].dirty {
+					t.Errorf("member dirty %v, storm dirty %v", in[0].n.dirty, b.storms["storm-1"].dirty)
+				}
+			}},
+		{name: "member posted before its storm: keeps its message", in: []*Incident{incident("a", t0, handled, member, rooted)},
+			out: []string{"a"}},
+	})
+}
+
+func TestResolvedUnpostedStage(t *testing.T) {
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.resolvedUnpostedStage }, []stageCase{
+		{name: "resolved, never posted: dropped",
+			in:   []*Incident{incident("a", t0, handled, resolved), incident("b", t0, handled, resolved, rooted), incident("c", t0, handled)},
+			out:  []string{"b", "c"},
+			held: map[reason]float64{reasonResolvedUnposted: 1},
+			check: func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+				if in[0].n.dirty {
+					t.Error("still dirty")
+				}
+			}},
+	})
+}
+
+func TestSilencedStage(t *testing.T) {
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.silencedStage }, []stageCase{
+		{name: "not silenced: let on", in: []*Incident{incident("a", t0, handled, rooted)}, out: []string{"a"}},
+		{name: "silenced with a message: let on once, to say so",
+			in: []*Incident{incident("a", t0, handled, rooted, silenced)}, out: []string{"a"}},
+		{name: "said so: held, nothing left to show",
+			in: []*Incident{incident("a", t0, handled, rooted, silenced, told)},
+			check: func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+				if in[0].n.dirty {
+					t.Error("still dirty")
+				}
+			}},
+		{name: "silenced, never posted: held, waits",
+			in: []*Incident{incident("a", t0, handled, silenced)}, held: map[reason]float64{reasonSilenced: 1},
+			check: func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+				if !in[0].n.dirty {
+					t.Error("what it waits to show was dropped")
+				}
+			}},
+		{name: "silence over: let on, no longer held for it",
+			in: []*Incident{incident("a", t0, handled, rooted, told)}, out: []string{"a"},
+			check: func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+				if in[0].n.held != "" {
+					t.Errorf("held %q", in[0].n.held)
+				}
+			}},
+	})
+}
+
+func TestClearingStage(t *testing.T) {
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.clearingStage }, []stageCase{
+		{name: "signals cleared: held until resolved or back",
+			in:   []*Incident{incident("a", t0, handled, rooted, clearing), incident("b", t0, handled, rooted), incident("c", t0, handled, rooted, clearing, resolved)},
+			out:  []string{"b", "c"},
+			held: map[reason]float64{reasonClearing: 1},
+			check: func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+				if !in[0].n.dirty {
+					t.Error("what it waits to show was dropped")
+				}
+			}},
+	})
+}
+
+func TestGroupIntervalStage(t *testing.T) {
+	cfg := Config{GroupInterval: time.Minute}
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.groupIntervalStage }, []stageCase{
+		{name: "sent within the interval: held, looks again when over", cfg: cfg,
+			in:   []*Incident{incident("a", t0, handled, rooted, sentAt(t0.Add(-59*time.Second)))},
+			held: map[reason]float64{reasonGroupInterval: 1}, next: t0.Add(time.Second)},
+		{name: "held for less than a second: looks again then", cfg: cfg,
+			in:   []*Incident{incident("a", t0, handled, rooted, sentAt(t0.Add(-59500*time.Millisecond)))},
+			held: map[reason]float64{reasonGroupInterval: 1}, next: t0.Add(500 * time.Millisecond)},
+		{name: "interval over, never sent, or saying it is silenced: let on", cfg: cfg,
+			in: []*Incident{incident("a", t0, handled, rooted, sentAt(t0.Add(-time.Minute))), incident("b", t0, handled),
+				incident("c", t0, handled, rooted, silenced, sentAt(t0.Add(-time.Second)))},
+			out: []string{"a", "b", "c"}},
+	})
+}
+
+func TestSendStage(t *testing.T) {
+	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.sendStage }, []stageCase{
+		{name: "a new incident: its message, no reply for few evidence lines",
+			in: []*Incident{incident("a", t0, handled)}, out: []string{"a"},
+			check: func(t *testing.T, _ *Bot, in []*Incident, r *recorder) {
+				n := in[0].n
+				if len(r.msgs) != 1 || r.msgs[0].Key != in[0].Key || r.msgs[0].Digest == "" || len(r.replies) != 0 {
+					t.Fatalf("messages %+v, replies %+v", r.msgs, r.replies)
+				}
+				if !n.rooted || n.dirty || !n.sent.Equal(t0) || n.held != "" {
+					t.Errorf("after send: %+v", n)
+				}
+			}},
+		{name: "an update: what changed goes to the thread",
+			in: []*Incident{incident("a", t0, handled, rooted, resolved, func(inc *Incident) {
+				inc.n.top = topOf(&Incident{Diagnoses: inc.Diagnoses})
+				inc.n.held = reasonGroupInterval
+			})},
+			out: []string{"a"},
+			check: func(t *testing.T, _ *Bot, in []*Incident, r *recorder) {
+				if len(r.replies) != 1 || !strings.HasPrefix(r.replies[0].ID, "upd-0-") || !strings.Contains(r.replies[0].Text, "Resolved at") {
+					t.Fatalf("replies %+v", r.replies)
+				}
+				if in[0].n.held != "" {
+					t.Errorf("held %q after its rendering went out", in[0].n.held)
+				}
+			}},
+		{name: "saying it is silenced: then held for the silence",
+			in: []*Incident{incident("a", t0, handled, rooted, silenced)}, out: []string{"a"},
+			held: map[reason]float64{reasonSilenced: 1},
+			check: func(t *testing.T, _ *Bot, in []*Incident, r *recorder) {
+				if len(r.msgs) != 1 || !strings.Contains(blocksJSON(t, r.msgs[0]), "Silenced by") || in[0].n.dirty {
+					t.Fatalf("messages %+v, dirty %v", r.msgs, in[0].n.dirty)
+				}
+			}},
+	})
+	t.Run("not queued: still due", func(t *testing.T) {
+		b, rec := stageBot(t, Config{})
+		rec.err = errors.New("queue full")
+		inc := incident("a", t0, handled)
+		b.sendStage(&flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}, []*Incident{inc})
+		if !inc.n.dirty || inc.n.rooted || !inc.n.sent.IsZero() {
+			t.Fatalf("after a failed send: %+v", inc.n)
+		}
+	})
+}
+
+func blocksJSON(t *testing.T, m notify.Message) string {
+	t.Helper()
+	b, err := json.Marshal(m.Blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestReplayHeldCounted(t *testing.T) {
+	b, _ := stageBot(t, Config{})
+	b.caughtUp = false
+	for _, inc := range []*Incident{incident("a", t0), incident("b", t0), incident("c", t0, handled, rooted, unchanged)} {
+		b.incidents[inc.Cluster] = inc
+	}
+	b.markCaughtUp()
+	if want := map[reason]float64{reasonReplaying: 2}; fmt.Sprint(counts(b)) != fmt.Sprint(want) {
+		t.Fatalf("suppressed %v, want %v", counts(b), want)
+	}
+}
+
+// stormOf returns a storm of members, posted (sent) at sent unless zero.
+func stormOf(sent time.Time, ms []*Incident, opts ...func(*Storm)) *Storm {
+	s := &Storm{Key: "storm-" + ms[0].Cluster.Cluster.Name, Channel: "C1", Opened: ms[0].Opened, sent: sent}
+	for _, m := range ms {
+		s.join(m)
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func TestStormStagesEach(t *testing.T) {
+	cfg := Config{GroupInterval: time.Minute}
+	listed := func(s *Storm) { s.listed = len(s.Members) }
+	clean := func(s *Storm) { s.dirty = false }
+	cases := []struct {
+		stage string
+		name  string
+		in    func() []*Storm
+		out   int
+		held  map[reason]float64
+		check func(t *testing.T, in []*Storm, r *recorder)
+	}{
+		{stage: "settle", name: "no member open: resolved at the last resolution; new members listed",
+			in: func() []*Storm {
+				return []*Storm{stormOf(t0.Add(-time.Hour), members(3, t0.Add(-2*time.Hour), resolved), clean)}
+			}, out: 1,
+			check: func(t *testing.T, in []*Storm, r *recorder) {
+				s := in[0]
+				if s.Open() || !s.Resolved.Equal(s.Members[2].Resolved) || !s.dirty {
+					t.Errorf("resolved %v, dirty %v", s.Resolved, s.dirty)
+				}
+				if len(r.replies) != 1 || r.replies[0].ID != "members-0-3" || s.listed != 3 {
+					t.Errorf("replies %+v, listed %d", r.replies, s.listed)
+				}
+			}},
+		{stage: "settle", name: "not posted yet: members wait for the message",
+			in:  func() []*Storm { return []*Storm{stormOf(time.Time{}, members(3, t0))} },
+			out: 1,
+			check: func(t *testing.T, in []*Storm, r *recorder) {
+				if len(r.replies) != 0 || !in[0].Open() {
+					t.Errorf("replies %+v, open %v", r.replies, in[0].Open())
+				}
+			}},
+		{stage: "unchanged", name: "nothing new: dropped, uncounted",
+			in: func() []*Storm {
+				return []*Storm{stormOf(t0, members(3, t0), clean, listed), stormOf(t0, members(3, t0.Add(time.Hour)))}
+			}, out: 1},
+		{stage: "clearing", name: "every open member clearing: held",
+			in: func() []*Storm {
+				return []*Storm{stormOf(t0, members(3, t0.Add(-time.Hour), clearing)), stormOf(t0, members(3, t0))}
+			}, out: 1, held: map[reason]float64{reasonClearing: 1}},
+		{stage: "group-interval", name: "posted within the interval: held; resolved: let on",
+			in: func() []*Storm {
+				return []*Storm{stormOf(t0.Add(-30*time.Second), members(3, t0)),
+					stormOf(t0.Add(-30*time.Second), members(3, t0.Add(time.Hour)), func(s *Storm) { s.Resolved = t0 })}
+			}, out: 1, held: map[reason]float64{reasonGroupInterval: 1}},
+		{stage: "resolved-unposted", name: "resolved before its message: dropped",
+			in: func() []*Storm {
+				return []*Storm{stormOf(time.Time{}, members(3, t0), func(s *Storm) { s.Resolved = t0 }),
+					stormOf(time.Time{}, members(3, t0.Add(time.Hour)), func(s *Storm) { s.Resolved, s.rooted = t0, true })}
+			}, out: 1, held: map[reason]float64{reasonResolvedUnposted: 1},
+			check: func(t *testing.T, in []*Storm, _ *recorder) {
+				if in[0].dirty {
+					t.Error("still dirty")
+				}
+			}},
+		{stage: "send", name: "its message, then its members in the thread",
+			in: func() []*Storm {
+				return []*Storm{stormOf(time.Time{}, members(3, t0), func(s *Storm) { s.held = reasonGroupInterval })}
+			},
+			out: 1,
+			check: func(t *testing.T, in []*Storm, r *recorder) {
+				s := in[0]
+				if len(r.msgs) != 1 || r.msgs[0].Key != s.Key || len(r.replies) != 1 || s.dirty || s.listed != 3 || s.held != "" {
+					t.Errorf("messages %d, replies %+v, after: dirty %v listed %d held %q", len(r.msgs), r.replies, s.dirty, s.listed, s.held)
+				}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.stage+"/"+c.name, func(t *testing.T) {
+			b, rec := stageBot(t, cfg)
+			var run func(*flushRun, []*Storm) []*Storm
+			for _, s := range b.stormStages() {
+				if s.name == c.stage {
+					run = s.run
+				}
+			}
+			in := c.in()
+			f := &flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}
+			if got := run(f, slices.Clone(in)); len(got) != c.out {
+				t.Errorf("let on %d, want %d", len(got), c.out)
+			}
+			held := c.held
+			if held == nil {
+				held = map[reason]float64{}
+			}
+			if got := counts(b); fmt.Sprint(got) != fmt.Sprint(held) {
+				t.Errorf("suppressed %v, want %v", got, held)
+			}
+			if c.check != nil {
+				c.check(t, in, rec)
+			}
+		})
+	}
+}
+
+// The whole flush: only what is due goes out, and what a stage holds is
+// counted under its reason once, not at every flush.
+func TestFlushCountsSuppressedByReason(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	rec := &recorder{}
+	b := New(Config{Channel: "C1", GroupWait: 10 * time.Second, StormThreshold: -1, Now: func() time.Time { return t0 }},
+		nil, rec, reg, zerolog.Nop())
+	waiting, due := incident("waiting", t0.Add(-time.Second)), incident("due", t0.Add(-time.Minute))
+	b.incidents[waiting.Cluster], b.incidents[due.Cluster] = waiting, due
+	for range 3 {
+		b.flush(t.Context())
+	}
+	if len(rec.msgs) != 1 || rec.msgs[0].Key != due.Key {
+		t.Fatalf("sent %+v, want only %s", rec.msgs, due.Key)
+	}
+	if n := testutil.CollectAndCount(reg, "hcpbot_bot_notifications_suppressed_total"); n != len(reasons) {
+		t.Errorf("%d reasons exported, want all %d", n, len(reasons))
+	}
+	if want := map[reason]float64{reasonGroupWait: 1}; fmt.Sprint(counts(b)) != fmt.Sprint(want) {
+		t.Errorf("suppressed %v, want %v", counts(b), want)
+	}
+}
