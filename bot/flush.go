@@ -172,7 +172,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 			b.revive(s)
 		}
 	}
-	b.rooted(unchecked, roots)
+	b.learnRoots(unchecked, roots)
 	b.incidentStages().run(f, b.candidates())
 	b.pending = slices.DeleteFunc(b.pending, func(inc *Incident) bool { return !inc.n.dirty })
 	storms := make([]*Storm, 0, len(b.storms))

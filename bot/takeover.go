@@ -64,8 +64,8 @@ func (b *Bot) lookupRoots(ctx context.Context, keys []string, onError bool) map[
 	return out
 }
 
-// rooted records the answers of lookupRoots for the incidents looked up.
-func (b *Bot) rooted(looked []*Incident, roots map[string]bool) {
+// learnRoots records the answers of lookupRoots for the incidents looked up.
+func (b *Bot) learnRoots(looked []*Incident, roots map[string]bool) {
 	for _, inc := range looked {
 		inc.n.checked = true
 		if r, ok := roots[inc.Key]; ok && r {
