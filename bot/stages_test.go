@@ -476,3 +476,34 @@ func TestFlushCountsSuppressedByReason(t *testing.T) {
 		t.Errorf("suppressed %v, want %v", counts(b), want)
 	}
 }
+
+// Why silenced comes before clearing: an incident whose message said it
+// is silenced stays quiet while its signals clear and come back.
+func TestSilencedStaysQuietThroughClearing(t *testing.T) {
+	silence := SilenceInfo{ID: "sil-1", By: "U1", Until: t0.Add(time.Hour)}
+	b, rec := stageBot(t, Config{ResolveTimeout: time.Hour, StormThreshold: -1,
+		Silenced: func(string, string, time.Time) (SilenceInfo, bool) { return silence, true }})
+	inc := incident("a", t0.Add(-time.Hour), handled, rooted, func(inc *Incident) {
+		inc.n.evidence, inc.n.top = evidenceSet(inc), topOf(inc) // its message shows it
+	})
+	b.incidents[inc.Cluster] = inc
+	flush := func() {
+		f := &flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}
+		b.incidentStages().run(f, b.candidates())
+	}
+	flush() // says it is silenced
+	if len(rec.msgs) != 1 {
+		t.Fatalf("%d renderings, want the silenced one", len(rec.msgs))
+	}
+	clearing(inc)
+	inc.n.dirty = true // new evidence while its signals clear
+	flush()
+	inc.clearAt, inc.n.dirty = time.Time{}, true // and back
+	flush()
+	if len(rec.msgs) != 1 || len(rec.replies) != 0 {
+		t.Fatalf("%d renderings and %d replies while silenced, want 1 and 0", len(rec.msgs), len(rec.replies))
+	}
+	if want := map[reason]float64{reasonSilenced: 1}; fmt.Sprint(counts(b)) != fmt.Sprint(want) {
+		t.Errorf("suppressed %v, want %v", counts(b), want)
+	}
+}
