@@ -68,6 +68,7 @@ type Bot struct {
 	// stormsChecked is set once the storms of the previous run (or
 	// leader) were looked for after a takeover.
 	stormsChecked bool
+	buf           []*Incident // candidates
 }
 
 // New returns a Bot. reg may be nil.

@@ -82,10 +82,10 @@ func (b *Bot) resolveStage(f *flushRun, due []*Incident) []*Incident {
 // one once its group wait is over (and it is neither silenced nor
 // clearing), a resolved one at once after its root was looked up (the
 // previous run may have posted it). It lets on the incidents handled
-// before, the resolved ones it handles, and the open ones now due, oldest
-// first, for the storm stage to handle.
+// before, the resolved ones it handles, and the open ones now due, for the
+// storm stage to handle.
 func (b *Bot) groupWaitStage(f *flushRun, due []*Incident) []*Incident {
-	out := slices.DeleteFunc(due, func(inc *Incident) bool {
+	return slices.DeleteFunc(due, func(inc *Incident) bool {
 		n := &inc.n
 		var r reason
 		switch {
@@ -118,8 +118,6 @@ func (b *Bot) groupWaitStage(f *flushRun, due []*Incident) []*Incident {
 		b.hold(&n.held, "incident", inc.Key, r)
 		return true
 	})
-	slices.SortStableFunc(out, compareOpened)
-	return out
 }
 
 // compareOpened orders incidents oldest first, then by key.

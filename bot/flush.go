@@ -186,13 +186,16 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 }
 
 // candidates are the incidents a flush looks at: every current one and
-// the resolutions still to send of those replaced by a newer one.
+// the resolutions still to send of those replaced by a newer one. The
+// slice is reused by the next call (the flush runs often, on every
+// incident).
 func (b *Bot) candidates() []*Incident {
-	out := make([]*Incident, 0, len(b.incidents)+len(b.pending))
+	b.buf = b.buf[:0]
 	for _, inc := range b.incidents {
-		out = append(out, inc)
+		b.buf = append(b.buf, inc)
 	}
-	return append(out, b.pending...)
+	b.buf = append(b.buf, b.pending...)
+	return b.buf
 }
 
 // silenceStage refreshes which incidents are silenced; it holds nothing
