@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -20,73 +18,6 @@ import (
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/event"
 )
-
-// Config of a Bot.
-type Config struct {
-	// Channel receives the incidents Route sends nowhere else.
-	Channel string
-	// Route returns the channel of a new incident from its cluster's key,
-	// its kind (the rule ID of its main diagnosis, Diagnoses[0].Rule, when
-	// it opens) and its HostedCluster's labels (nil while unknown); nil or
-	// "" means Channel. An incident keeps its channel for its life: its
-	// message is not moved when its main diagnosis changes.
-	Route func(k diagnose.Key, kind string, labels map[string]string) string
-	// Clients returns the NO_PROXY client families a cluster's workloads
-	// use, from its key and labels; the risky-proxy-change rule judges by
-	// them. Nil means noproxy.DefaultClients.
-	Clients diagnose.ClientsFunc
-	// GroupWait is how long a new incident gathers signals before its
-	// first notification (and how long the correlator waits for others
-	// to form a storm with). 0 notifies at once.
-	GroupWait time.Duration
-	// GroupInterval is the least time between two notifications of one
-	// incident or storm: updates in between are folded into the next.
-	GroupInterval time.Duration
-	// ResolveTimeout is how long an incident's signals must stay clear
-	// before it is resolved; signals back within it continue the same
-	// incident. 0 resolves at once.
-	ResolveTimeout time.Duration
-	// StormThreshold incidents sharing a cause within StormWindow make a
-	// storm: one message for all of them. 0 means DefaultStormThreshold;
-	// a negative value disables storms.
-	StormThreshold int
-	StormWindow    time.Duration
-	// StormPage is how many clusters one thread reply of a storm lists.
-	StormPage int
-	// Silenced tells whether an incident is silenced; nil silences nothing.
-	Silenced Silencer
-	// Leader reports whether this replica sends notifications; nil means
-	// always. Every replica keeps the full state so that any of them can
-	// answer commands and take over at once.
-	Leader func() bool
-	// ForgetAfter is how long the bot keeps a deleted hosted cluster
-	// (its tombstones drop stale facts about it still under way, e.g. from
-	// an agent's publish buffer) before it forgets it: its state, its
-	// incident and its place in a storm. 0 means DefaultForgetAfter.
-	ForgetAfter time.Duration
-	// Now is the clock; default time.Now.
-	Now func() time.Time
-}
-
-// Defaults of Config.
-const (
-	DefaultGroupWait      = 5 * time.Second
-	DefaultGroupInterval  = time.Minute
-	DefaultStormThreshold = 20
-	DefaultStormWindow    = 30 * time.Second
-	DefaultStormPage      = 200
-	DefaultForgetAfter    = 10 * time.Minute
-)
-
-// Silencer reports the silence covering a hosted cluster or an incident;
-// package bot/silence provides one.
-type Silencer func(cluster, incident string, now time.Time) (SilenceInfo, bool)
-
-// SilenceInfo is what an incident message says about its silence.
-type SilenceInfo struct {
-	ID, By, Reason string
-	Until          time.Time
-}
 
 // Incident is the bot's view of one hosted cluster's current problem.
 type Incident struct {
@@ -137,15 +68,7 @@ type Bot struct {
 	// stormsChecked is set once the storms of the previous run (or
 	// leader) were looked for after a takeover.
 	stormsChecked bool
-}
-
-type metrics struct {
-	consumed   *prometheus.CounterVec
-	deadLetter *prometheus.CounterVec
-	open       *prometheus.GaugeVec
-	storms     prometheus.Gauge
-	sent       *prometheus.CounterVec
-	latency    prometheus.Histogram
+	buf           []*Incident // candidates
 }
 
 // New returns a Bot. reg may be nil.
@@ -167,30 +90,7 @@ func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus
 	}
 	cfg.GroupWait = max(cfg.GroupWait, 0)
 	cfg.GroupInterval = max(cfg.GroupInterval, 0)
-	m := &metrics{
-		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hcpbot_bot_events_consumed_total", Help: "Events applied to the state model, by type.",
-		}, []string{"type"}),
-		deadLetter: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hcpbot_bot_events_dead_lettered_total", Help: "Events that could not be used (acknowledged and skipped), by reason.",
-		}, []string{"reason"}),
-		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "hcpbot_bot_incidents_open", Help: "Open incidents, by the rule of their main diagnosis.",
-		}, []string{"diagnosis"}),
-		storms: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "hcpbot_bot_storms_open", Help: "Open storms (incidents of many clusters with one shared cause).",
-		}),
-		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hcpbot_bot_notifications_total", Help: "Renderings and thread replies handed to the notifier, by kind.",
-		}, []string{"kind"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "hcpbot_bot_event_to_notify_seconds", Help: "From the agent observing a fact to the notification being queued.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
-		}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.consumed, m.deadLetter, m.open, m.storms, m.sent, m.latency)
-	}
+	m := newMetrics(reg)
 	return &Bot{cfg: cfg, js: js, out: out, log: log.With().Str("component", "bot").Logger(), metrics: m,
 		kick: make(chan struct{}, 1), model: newModel(cfg.Clients), incidents: map[diagnose.Key]*Incident{},
 		storms: map[string]*Storm{}, gone: map[diagnose.Key]time.Time{}, caughtUp: true}
@@ -293,9 +193,17 @@ func (b *Bot) markCaughtUp() {
 		return
 	}
 	b.caughtUp = true
-	n := len(b.incidents)
+	n, held := len(b.incidents), 0
+	for _, inc := range b.incidents {
+		if inc.n.dirty {
+			// What the replay kept from going out: counted once, here,
+			// as the flush does not look at incidents while replaying.
+			b.hold(&inc.n.held, "incident", inc.Key, reasonReplaying)
+			held++
+		}
+	}
 	b.mu.Unlock()
-	b.log.Info().Int("incidents", n).Msg("events replayed: notifying")
+	b.log.Info().Int("incidents", n).Int("held", held).Msg("events replayed: notifying")
 	b.wake()
 }
 
@@ -440,38 +348,6 @@ func (b *Bot) clusterDeleted(k diagnose.Key, inc *Incident, observed, now time.T
 	b.wake()
 }
 
-// forgetGone drops what the bot holds for hosted clusters deleted at least
-// ForgetAfter ago: the model's Cluster, the incident and its storm
-// membership. A leader keeps an incident whose resolution is still to be
-// sent. Every replica runs it, so followers do not grow either.
-func (b *Bot) forgetGone(now time.Time, leader bool) {
-	for k, since := range b.gone {
-		if c := b.model.Cluster(k); c == nil || !c.Gone() {
-			delete(b.gone, k) // created again
-			continue
-		}
-		if now.Sub(since) < b.cfg.ForgetAfter {
-			continue
-		}
-		if inc := b.incidents[k]; inc != nil {
-			if leader && b.caughtUp && inc.n.dirty && inc.n.rooted {
-				continue
-			}
-			delete(b.incidents, k)
-			if s := b.storms[inc.Storm]; s != nil {
-				s.Members = slices.DeleteFunc(s.Members, func(m *Incident) bool { return m == inc })
-				s.listed = min(s.listed, len(s.Members))
-				if len(s.Members) == 0 {
-					delete(b.storms, s.Key)
-				}
-			}
-		}
-		b.pending = slices.DeleteFunc(b.pending, func(p *Incident) bool { return p.Cluster == k })
-		b.model.Forget(k)
-		delete(b.gone, k)
-	}
-}
-
 func (b *Bot) channel(k diagnose.Key, kind string) string {
 	if b.cfg.Route != nil {
 		var labels map[string]string
@@ -518,130 +394,4 @@ func fingerprint(inc *Incident) string {
 	}
 	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// Incidents returns every incident, open ones first, newest first.
-func (b *Bot) Incidents() []Incident {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := make([]Incident, 0, len(b.incidents))
-	for _, inc := range b.incidents {
-		out = append(out, *inc.copy())
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Open() != out[j].Open() {
-			return out[i].Open()
-		}
-		return out[i].Opened.After(out[j].Opened)
-	})
-	return out
-}
-
-// Diagnose returns the current diagnoses of a hosted cluster.
-func (b *Bot) Diagnose(k diagnose.Key) ([]diagnose.Diagnosis, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c := b.model.Cluster(k)
-	if c == nil {
-		return nil, false
-	}
-	return diagnose.Diagnose(c, b.cfg.Now()), true
-}
-
-// Unwatched says why the agent does not watch a hosted cluster; ok is
-// false while it does (or the cluster is unknown).
-func (b *Bot) Unwatched(k diagnose.Key) (reason string, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c := b.model.Cluster(k)
-	if c == nil {
-		return "", false
-	}
-	reason, _, ok = c.Unwatched()
-	return reason, ok
-}
-
-// Clusters returns the keys of every hosted cluster the bot knows.
-func (b *Bot) Clusters() []diagnose.Key {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []diagnose.Key
-	for _, k := range b.model.Keys() {
-		if !k.Management() {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-// ClusterState is a copy of what the bot knows of one hosted cluster, for
-// readers outside the event loop (digests, noproxy checks).
-type ClusterState struct {
-	Key diagnose.Key
-	// HostedCluster is the newest HostedClusterState; Known is false until
-	// one was seen. Proxy URLs are redacted by package event.
-	HostedCluster event.HostedClusterState
-	Known         bool
-	Diagnoses     []diagnose.Diagnosis
-	// Incident is the open incident of the cluster, nil when none.
-	Incident *Incident
-	// Unwatched says why the agent does not watch the cluster (its admin
-	// kubeconfig is missing, invalid or refused); "" while it does.
-	Unwatched string
-}
-
-// ClusterStates returns every live hosted cluster the bot knows, sorted by
-// key. The states are copies: slices are cloned so the event loop may go on.
-func (b *Bot) ClusterStates() []ClusterState {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []ClusterState
-	for _, k := range b.model.Keys() {
-		c := b.model.Cluster(k)
-		if k.Management() || c == nil || c.Gone() {
-			continue
-		}
-		s := ClusterState{Key: k, Diagnoses: diagnose.Diagnose(c, b.cfg.Now())}
-		if hc, ok := c.HostedCluster(); ok {
-			s.HostedCluster, s.Known = cloneHC(hc), true
-		}
-		if inc := b.incidents[k]; inc != nil && inc.Open() {
-			s.Incident = inc.copy()
-		}
-		if why, _, ok := c.Unwatched(); ok {
-			s.Unwatched = why
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// HostedCluster returns a copy of a hosted cluster's newest state.
-func (b *Bot) HostedCluster(k diagnose.Key) (event.HostedClusterState, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c := b.model.Cluster(k)
-	if c == nil {
-		return event.HostedClusterState{}, false
-	}
-	hc, ok := c.HostedCluster()
-	return cloneHC(hc), ok
-}
-
-// cloneHC copies the slices the model shares with its readers.
-func cloneHC(hc event.HostedClusterState) event.HostedClusterState {
-	hc.ClusterNetwork = slices.Clone(hc.ClusterNetwork)
-	hc.ServiceNetwork = slices.Clone(hc.ServiceNetwork)
-	hc.MachineNetwork = slices.Clone(hc.MachineNetwork)
-	hc.Conditions = slices.Clone(hc.Conditions)
-	hc.Proxy.ReadinessEndpoints = slices.Clone(hc.Proxy.ReadinessEndpoints)
-	if hc.ControlPlaneEndpoint != nil {
-		ep := *hc.ControlPlaneEndpoint
-		hc.ControlPlaneEndpoint = &ep
-	}
-	if hc.APIServer != nil {
-		ep := *hc.APIServer
-		hc.APIServer = &ep
-	}
-	return hc
 }

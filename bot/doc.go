@@ -74,6 +74,36 @@
 // What a restart may repeat: a storm's member page cut short by the crash
 // can be listed again in the thread (never a root message).
 //
+// # The flush: named stages
+//
+// Events only record (evaluate); the flush decides what goes out, on the
+// leader once the replay caught up, as Alertmanager's notify pipeline
+// does: an ordered list of named stages, each taking the incidents still
+// due and returning those it lets on (flush.go has the order and why):
+//
+//	resolve ─▶ silence ─▶ group-wait ─▶ storm ─▶ unchanged ─▶ storm-member
+//	   ─▶ resolved-unposted ─▶ silenced ─▶ clearing ─▶ group-interval ─▶ send
+//
+// and for storms settle ─▶ unchanged ─▶ clearing ─▶ group-interval ─▶
+// resolved-unposted ─▶ send. A stage that holds a notification back names
+// a reason, logged (debug) and counted once per incident or storm and
+// reason in hcpbot_bot_notifications_suppressed_total: replaying,
+// root-lookup, group-wait, storm-brewing, storm-member, resolved-unposted,
+// silenced, clearing, group-interval. Nothing new to show is not counted.
+//
+// # Files
+//
+//	bot.go       Bot, Incident, consuming the stream, evaluate (events only record)
+//	config.go    Config and its defaults
+//	flush.go     the flush: its gate, the incident pipeline, reasons, send
+//	clock.go     the flush loop and the stages that decide by time
+//	storms.go    storms: forming, revived after a restart, their pipeline
+//	takeover.go  a new leader asks which messages exist
+//	forget.go    what is forgotten, and when
+//	render.go    the wording: messages, thread replies, storm pages
+//	views.go     the read views (copies) the /hcp answers and digests use
+//	metrics.go   the metrics below
+//
 // # Metrics
 //
 //	hcpbot_bot_events_consumed_total{type}
@@ -81,5 +111,6 @@
 //	hcpbot_bot_incidents_open{diagnosis}
 //	hcpbot_bot_storms_open
 //	hcpbot_bot_notifications_total{kind}      incident, storm, reply
+//	hcpbot_bot_notifications_suppressed_total{reason}  held back by a flush stage (above)
 //	hcpbot_bot_event_to_notify_seconds        fact observed → notification queued
 package bot

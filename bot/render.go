@@ -1,6 +1,9 @@
 package bot
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -93,6 +96,99 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 		slack.NewButtonBlockElement(chatops.ActionDetails, inc.Key, slack.NewTextBlockObject(slack.PlainTextType, "Details", false, false)))
 	blocks = append(blocks, slack.NewActionBlock("incident", buttons...))
 	return text, notify.ClampBlocks(blocks)
+}
+
+// incidentReplies are the thread replies of a rendering: the full evidence
+// under a new message (first), and afterwards what changed state since the
+// main diagnosis shownTop and the evidence lines shown. Their IDs
+// de-duplicate them (notify.Reply): a page's place, and for updates the
+// hash of its text, so a restart that says the same again is not repeated.
+func incidentReplies(inc *Incident, first bool, shownTop string, shown map[string]bool) []notify.Reply {
+	lines := evidenceLines(inc)
+	top := topOf(inc)
+	reply := func(id, text string) notify.Reply {
+		return notify.Reply{Key: inc.Key, Channel: inc.Channel, ID: id, Text: text}
+	}
+	var out []notify.Reply
+	if first {
+		if len(lines) > maxEvidence {
+			for i, page := range notify.SplitText("*All evidence*\n"+strings.Join(lines, "\n"), notify.MaxSectionText) {
+				out = append(out, reply(fmt.Sprintf("evidence-%d", i), page))
+			}
+		}
+		return out
+	}
+	var fresh []string
+	for _, l := range lines {
+		if !shown[l] {
+			fresh = append(fresh, l)
+		}
+	}
+	var b strings.Builder
+	if top != shownTop {
+		switch {
+		case !inc.Open():
+			fmt.Fprintf(&b, "✅ Resolved at %s, after %s.\n", inc.Resolved.UTC().Format(time.RFC3339), inc.Resolved.Sub(inc.Opened).Round(time.Second))
+		case shownTop == "resolved" || shownTop == "":
+			fmt.Fprintf(&b, "Now: %s\n", top)
+		default:
+			fmt.Fprintf(&b, "Changed: %s → %s\n", shownTop, top)
+		}
+	}
+	if len(fresh) > 0 && inc.Open() {
+		b.WriteString("*New evidence*\n" + strings.Join(fresh, "\n"))
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	for i, page := range notify.SplitText(b.String(), notify.MaxSectionText) {
+		sum := sha256.Sum256([]byte(page))
+		out = append(out, reply(fmt.Sprintf("upd-%d-%s", i, hex.EncodeToString(sum[:6])), page))
+	}
+	return out
+}
+
+// topOf is the main diagnosis as the thread names it: "resolved" once
+// resolved.
+func topOf(inc *Incident) string {
+	if !inc.Open() {
+		return "resolved"
+	}
+	if len(inc.Diagnoses) == 0 {
+		return ""
+	}
+	d := inc.Diagnoses[0]
+	return fmt.Sprintf("%s %s — %s", severityIcon[d.Severity], strings.ToUpper(string(d.Severity)), d.Title)
+}
+
+func evidenceLines(inc *Incident) []string {
+	var out []string
+	for _, d := range inc.Diagnoses {
+		for _, e := range d.Evidence {
+			out = append(out, evidenceLine(e))
+		}
+	}
+	return out
+}
+
+func evidenceSet(inc *Incident) map[string]bool {
+	m := map[string]bool{}
+	for _, l := range evidenceLines(inc) {
+		m[l] = true
+	}
+	return m
+}
+
+// digest identifies what a rendering shows. Rendered at a fixed time (the
+// opening), durations stay out of it: a restarted bot that re-renders an
+// incident nobody changed leaves its message alone (notify.Message.Digest).
+func digest(text string, blocks []slack.Block) string {
+	h := sha256.New()
+	h.Write([]byte(text))
+	if b, err := json.Marshal(blocks); err == nil {
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // evidenceLine is one evidence item as shown in messages and threads.
@@ -197,6 +293,27 @@ func StormPage(s *Storm, from, to int) string {
 		b.WriteString(stormLine(m, main))
 	}
 	return b.String()
+}
+
+// stormPageBytes bounds the text of one storm page: far below Slack's
+// message limit, and few pages, since each is a post (one per second).
+const stormPageBytes = 12000
+
+// stormPageEnd is where the thread page of a storm's members starting at
+// from ends: at most `most` members and stormPageBytes of text (at least one
+// member).
+func stormPageEnd(s *Storm, from, most int) int {
+	main := mainRule(s)
+	to, size := from, 0
+	for to < len(s.Members) && to-from < most {
+		n := len(stormLine(s.Members[to], main))
+		if to > from && size+n > stormPageBytes {
+			break
+		}
+		size += n
+		to++
+	}
+	return to
 }
 
 // stormLine is one member's line of a StormPage.

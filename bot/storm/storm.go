@@ -155,13 +155,32 @@ func Joins(c Cause, last time.Time, causes []Cause, opened time.Time, window tim
 	if opened.Sub(last) > window {
 		return false
 	}
-	for _, x := range causes {
-		if x.Kind == c.Kind && x.Value == c.Value {
-			return true
+	return slices.ContainsFunc(causes, c.same)
+}
+
+// Brewing reports whether a storm may be forming around an incident with
+// causes, opened at opened: at least n of members (the incident among
+// them) share one of its causes and opened within window of it, either
+// side.
+func Brewing(causes []Cause, opened time.Time, members []Member, n int, window time.Duration) bool {
+	for _, c := range causes {
+		count := 0
+		for _, m := range members {
+			if d := m.Opened.Sub(opened); d > window || -d > window {
+				continue
+			}
+			if slices.ContainsFunc(m.Causes, c.same) {
+				if count++; count >= n {
+					return true
+				}
+			}
 		}
 	}
 	return false
 }
+
+// same reports whether x is the same cause as c.
+func (c Cause) same(x Cause) bool { return x.Kind == c.Kind && x.Value == c.Value }
 
 // CausesOf lists the causes an incident of cluster k could share with
 // others: the proxy change that triggered its top diagnosis, the proxy it

@@ -122,3 +122,25 @@ func TestCausesOf(t *testing.T) {
 		t.Errorf("unknown HC: %+v", c)
 	}
 }
+
+func TestBrewing(t *testing.T) {
+	window := 30 * time.Second
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		n       int
+		want    bool
+	}{
+		{"enough share a cause", members(3, time.Second, proxyA, mgmt), 3, true},
+		{"too few", members(2, time.Second, proxyA, mgmt), 3, false},
+		{"another cause", members(3, time.Second, proxyB), 3, false},
+		{"beyond the window", members(3, 20*time.Second, proxyA), 3, false},
+		{"either side of the incident", rename(members(3, -10*time.Second, proxyA), "b"), 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Brewing([]Cause{proxyA, mgmt}, t0, tc.members, tc.n, window); got != tc.want {
+				t.Errorf("Brewing = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
