@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/redact"
 )
 
 var eventsSpec = StreamSpec{
@@ -350,7 +352,7 @@ func TestCredentialsNeverLogged(t *testing.T) {
 	c.Close()
 	out := buf.String()
 	t.Logf("log:\n%s", out)
-	if !strings.Contains(out, "connected to NATS") || !strings.Contains(out, "REDACTED@") {
+	if !strings.Contains(out, "connected to NATS") || !strings.Contains(out, redact.Mask+"@") {
 		t.Fatalf("expected connect logs with redacted URLs, got:\n%s", out)
 	}
 	for _, secret := range []string{"hunter2", "s3cr3t-token", "correct-horse", "tok-xyzzy"} {
@@ -360,25 +362,9 @@ func TestCredentialsNeverLogged(t *testing.T) {
 	}
 }
 
-func TestRedactURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"nats://user:pass@nats.corp:4222": "nats://REDACTED@nats.corp:4222",
-		"nats://TOKEN@nats.corp:4222":     "nats://REDACTED@nats.corp:4222",
-		"tls://nats.corp:4222":            "tls://nats.corp:4222",
-		"u:p@10.0.0.1:4222":               "nats://REDACTED@10.0.0.1:4222",
-		"10.0.0.1:4222":                   "10.0.0.1:4222",
-		"nats://a b:%zz@h":                "[unparseable URL]",
-		"":                                "",
-	} {
-		if got := redactURL(in); got != want {
-			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestBackoff(t *testing.T) {
 	base, limit := 100*time.Millisecond, 2*time.Second
-	delay := backoff(base, limit)
+	delay := reconnectDelay(base, limit)
 	for attempt, ceil := range map[int]time.Duration{
 		0: base, 1: base, 2: 2 * base, 3: 4 * base, 5: 16 * base, 6: limit, 100: limit,
 	} {

@@ -32,6 +32,39 @@ func RedactURL(s string) string {
 	return s[:start] + Mask + s[end:]
 }
 
+// URLs redacts a list of server URLs whose entries may themselves be
+// comma-separated lists, as NATS clients accept them
+// ("nats://a:4222,nats://u:p@b:4222"); every part comes out redacted, in
+// order. A raw password may contain a comma, so a part that has an '@' but
+// no scheme is taken as the rest of the URL before it and redacted with it
+// ("nats://u:pa,ss@h" → "nats://***@h"): hiding a neighbouring host is the
+// lesser evil. A password holding a comma followed by "://" cannot be told
+// from two URLs.
+func URLs(list []string) []string {
+	out := make([]string, 0, len(list))
+	for _, s := range list {
+		var cur []string // the entry's URLs so far
+		for p := range strings.SplitSeq(s, ",") {
+			p = strings.TrimSpace(p)
+			if len(cur) > 0 && !strings.Contains(p, "://") && strings.Contains(p, "@") {
+				// The rest of an earlier URL's userinfo: back to the
+				// nearest part with a scheme (or the entry's start).
+				back := len(cur) - 1
+				for back > 0 && !strings.Contains(cur[back], "://") {
+					back--
+				}
+				cur = append(cur[:back], strings.Join(cur[back:], ",")+","+p)
+				continue
+			}
+			cur = append(cur, p)
+		}
+		for _, p := range cur {
+			out = append(out, RedactURL(p))
+		}
+	}
+	return out
+}
+
 // RedactText redacts every URL userinfo found in free text: log lines,
 // noProxy values, environment dumps ("HTTPS_PROXY=http://u:p@h:3128"), and
 // the scheme-less "user:pass@host" form. A URL is taken to end at
