@@ -22,7 +22,7 @@
 // Requests and Results are plain JSON-encodable values because they travel
 // over NATS between the bot that approves and the agent that executes. The
 // protocol is here too: the bot's Client queues a sealed request on the
-// JetStream work queue bus.ActionsStream (message id = action id, so a
+// JetStream work queue bus.ActionsStreamName (message id = action id, so a
 // re-send is dropped) and reads the Reply by action id from the bucket
 // bus.ActionResultsBucket; the agent's Serve consumes its own requests
 // through a durable pull consumer, records each Reply, and acknowledges

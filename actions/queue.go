@@ -132,7 +132,7 @@ func (c *Client) Send(ctx context.Context, source, id string, envelope []byte) e
 		return fmt.Errorf("%w: action id %q", ErrInvalid, id)
 	}
 	if _, err := c.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: envelope},
-		jetstream.WithMsgID(id), jetstream.WithExpectStream(bus.ActionsStream)); err != nil {
+		jetstream.WithMsgID(id), jetstream.WithExpectStream(bus.ActionsStreamName)); err != nil {
 		return fmt.Errorf("actions: queue %s for %s: %w", id, source, err)
 	}
 	return nil

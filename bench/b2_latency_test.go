@@ -107,7 +107,7 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 	// observer reads stored events, the reference has two more.
 	agentConn, botConn, obsConn := dial("b2-agent"), dial("b2-bot"), dial("b2-observer")
 	refPubConn, refSubConn := dial("b2-ref-pub"), dial("b2-ref-sub")
-	events, err := bus.EnsureStream(ctx, obsConn.JS, bus.EventsStream(1, 0, 0))
+	events, err := bus.EnsureStream(ctx, obsConn.JS, bus.EventsStream(0, 0))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func startPipeline(t *testing.T, source string, opts ...any) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	rec := slackrec.New(t)

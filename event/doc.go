@@ -73,7 +73,7 @@
 // Actions and audit records, whose payloads are defined elsewhere, use
 //
 //	hcpbot.actions.<source>.request   bot → agent of source (queued in the
-//	                                  work-queue stream bus.ActionsStream)
+//	                                  work-queue stream bus.ActionsStreamName)
 //	hcpbot.audit.<source>
 //
 // The agents' answers are not messages on a subject: they are kept by

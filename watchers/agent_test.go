@@ -40,7 +40,7 @@ func newStream(t *testing.T) *stream {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if _, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(1, time.Hour, 15*time.Minute)); err != nil {
+	if _, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(time.Hour, 15*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	s := &stream{js: conn.JS}

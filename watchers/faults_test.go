@@ -108,7 +108,7 @@ func (n *faultNATS) connect(t *testing.T, name string) *bus.Conn {
 // after the server restarts.
 func pollStream(t *testing.T, js jetstream.JetStream) *stream {
 	t.Helper()
-	if _, err := bus.EnsureStream(context.Background(), js, bus.EventsStream(1, time.Hour, 15*time.Minute)); err != nil {
+	if _, err := bus.EnsureStream(context.Background(), js, bus.EventsStream(time.Hour, 15*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	s := &stream{js: js}

@@ -106,7 +106,7 @@ func TestDigestThreeClusters(t *testing.T) {
 		return conn
 	}
 	agentConn := connect()
-	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	m := watchers.NewMetrics(nil)

@@ -255,7 +255,7 @@ func agentNATSClient(f agentFlags, inbox string) natsClient {
 // and never rewrites the settings a bot connected to that server set.
 func agentStream(ctx context.Context, conn *bus.Conn, replicas int, log zerolog.Logger) (jetstream.Stream, error) {
 	if conn.Embedded() {
-		return bus.CreateStream(ctx, conn.JS, bus.EventsStream(replicas, 0, 0))
+		return bus.CreateStream(ctx, conn.JS, bus.EventsStream(0, 0, bus.WithReplicas(replicas)))
 	}
 	return bus.WaitForStream(ctx, conn.JS, event.StreamName, log)
 }

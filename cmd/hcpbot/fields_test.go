@@ -483,7 +483,7 @@ func proveStoreDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "jetstream")); !conn.Embedded() || err != nil {

@@ -706,10 +706,10 @@ func newBotSide(t *testing.T, conn *bus.Conn) *botSide {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStreamSpec(1)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStream()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsSpec(1)); err != nil {
+	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsKV()); err != nil {
 		t.Fatal(err)
 	}
 	return &botSide{queue: &actions.Client{JS: conn.JS}, store: store, signer: signer}
@@ -833,7 +833,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 		return conn
 	}
 	agentConn, botConn := connect("agent"), connect("bot")
-	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	started := time.Now()
