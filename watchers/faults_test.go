@@ -191,17 +191,14 @@ func startFaultReplica(t *testing.T, c faultReplicaConfig) *faultReplica {
 	pub := watchers.NewJetStreamPublisher(c.js, c.buffer, r.metrics, log)
 	// SnapshotWait is short: HostedClusters of earlier tests, whose API
 	// servers are gone, hold up every snapshot for that long.
-	agent, err := watchers.New(watchers.Config{Source: c.source, Identity: "faults", SnapshotWait: 2 * time.Second,
+	ctx, cancel := context.WithCancel(context.Background())
+	agent := newAgent(t, ctx, watchers.Config{Source: c.source, Identity: "faults", SnapshotWait: 2 * time.Second,
 		ProbeInterval: 300 * time.Millisecond}, c.kube, c.dyn, pub, r.metrics, log)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r.agent = agent
 	pub.OnResync(agent.Resync)
 	if c.conn != nil {
 		c.conn.OnReconnect(agent.Resync)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })

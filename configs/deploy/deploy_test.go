@@ -30,6 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
@@ -638,7 +640,8 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 	t.Helper()
 	metrics := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, metrics, log)
-	agent, err := watchers.New(watchers.Config{Source: source, Identity: "hcpbot-agent-0", ProbeInterval: time.Second}, kc, dc, pub, metrics, log)
+	kf, df := informers.NewSharedInformerFactory(kc, 0), dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
+	agent, err := watchers.New(watchers.Config{Source: source, Identity: "hcpbot-agent-0", ProbeInterval: time.Second}, kc, kf, df, pub, metrics, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,6 +651,8 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 		Verifier: &actions.Verifier{Keys: []string{trusted.PublicKey()}, Store: approval.NewLookup(conn.JS), Source: source, FourEyes: true},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	kf.Start(ctx.Done())
+	df.Start(ctx.Done())
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
 	wg.Go(func() {
