@@ -1,9 +1,9 @@
-// Package redact hides credentials in proxy URLs before they reach chat,
-// logs or events.
+// Package redact hides credentials in URLs (proxies, NATS servers) before
+// they reach chat, logs or events: the one redactor of hcpbot.
 //
 // Proxy settings travel through many hands (HostedCluster specs, env dumps,
 // kube-apiserver-proxy logs) and corporate proxies often carry basic-auth
-// credentials in the URL. Both functions err on the side of hiding too much:
+// credentials in the URL. Its functions err on the side of hiding too much:
 // a mangled host name in a chat message is a nuisance, a leaked password is
 // an incident. They never fail and never return the input's password.
 package redact
