@@ -1,19 +1,18 @@
 package bus
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
@@ -335,7 +334,7 @@ func TestConnectWaitsForServerUntilContextEnds(t *testing.T) {
 
 func TestCredentialsNeverLogged(t *testing.T) {
 	e := startEmbedded(t, EmbeddedConfig{})
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	log := zerolog.New(&buf).Level(zerolog.DebugLevel)
 
 	// The embedded server has no auth and accepts any credentials.
@@ -374,22 +373,4 @@ func TestBackoff(t *testing.T) {
 			}
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the client's callback goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
