@@ -10,9 +10,8 @@ import (
 
 // Every stream and KV bucket of hcpbot is specified here (and named in
 // names.go), so that one place says what each holds and what bounds its
-// growth. The bot
-// owns them all: it creates them and brings them to its configured
-// settings (EnsureStream, EnsureKV). The agent never changes one: against
+// growth. The bot owns them all: it creates them and brings them to its
+// configured settings (EnsureStream, EnsureKV). The agent never changes one: against
 // an external NATS it waits for the events stream (WaitForStream), on its
 // own embedded server it creates it only while absent (CreateStream), so
 // whichever process starts first, the bot's settings are the ones kept.
