@@ -20,7 +20,7 @@ var ErrNotSent = errors.New("the request is not confirmed as queued yet")
 
 // Client is the bot's side of the protocol: it queues sealed requests and
 // reads their results. The bot creates the stream and the bucket
-// (bus.ActionsStreamSpec, bus.ActionResultsSpec) before using it.
+// (bus.ActionsStream, bus.ActionResultsKV) before using it.
 //
 // One approved request takes Submit (seal and queue) and then Wait or
 // Result (read its Reply by action id); Reply.Outcome maps the reply onto
@@ -74,7 +74,7 @@ func (c *Client) Send(ctx context.Context, source, id string, envelope []byte) e
 		return fmt.Errorf("%w: action id %q", ErrInvalid, id)
 	}
 	if _, err := c.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: envelope},
-		jetstream.WithMsgID(id), jetstream.WithExpectStream(bus.ActionsStream)); err != nil {
+		jetstream.WithMsgID(id), jetstream.WithExpectStream(bus.ActionsStreamName)); err != nil {
 		return fmt.Errorf("actions: queue %s for %s: %w", id, source, err)
 	}
 	return nil

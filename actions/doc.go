@@ -24,7 +24,7 @@
 // (request.go, result.go); a request travels sealed with its approval
 // (signed.go) on RequestSubject(source) (subject.go). The bot's Client
 // (client.go) seals and queues it on the JetStream work queue
-// bus.ActionsStream (message id = action id, so a re-send is dropped) and
+// bus.ActionsStreamName (message id = action id, so a re-send is dropped) and
 // reads the Reply by action id from the bucket bus.ActionResultsBucket; the
 // agent's Serve (server.go) consumes its own requests through a durable
 // pull consumer (queue.go), verifies each (Verifier), records each Reply,

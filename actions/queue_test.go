@@ -25,7 +25,7 @@ func (a *agentSide) drained(t *testing.T) *jetstream.ConsumerInfo {
 	}
 	var info *jetstream.ConsumerInfo
 	testenv.Eventually(t, natstest.Timeout, "the agent's consumer drained", func() bool {
-		c, err := a.js.Consumer(context.Background(), bus.ActionsStream, name)
+		c, err := a.js.Consumer(context.Background(), bus.ActionsStreamName, name)
 		if err != nil {
 			return false
 		}
@@ -38,14 +38,14 @@ func (a *agentSide) drained(t *testing.T) *jetstream.ConsumerInfo {
 // The stream's settings: a work queue bounded in age whose duplicate
 // window covers it, outliving the requests' deadline; results expire.
 func TestQueueSettings(t *testing.T) {
-	spec := bus.ActionsStreamSpec(3)
+	spec := bus.ActionsStream(bus.WithReplicas(3))
 	if spec.Retention != jetstream.WorkQueuePolicy || spec.Duplicates < spec.MaxAge || spec.MaxAge <= actions.QueueHorizon+actions.ResultGrace || spec.Replicas != 3 {
 		t.Errorf("actions stream %+v: want a work queue, duplicates ≥ max age > horizon %s + grace", spec, actions.QueueHorizon)
 	}
 	if actions.QueueHorizon > actions.DefaultMaxAge {
 		t.Errorf("a queued request (%s) would outlive its seal's freshness (%s)", actions.QueueHorizon, actions.DefaultMaxAge)
 	}
-	if kv := bus.ActionResultsSpec(1); kv.TTL <= 0 || kv.TTL < spec.MaxAge {
+	if kv := bus.ActionResultsKV(); kv.TTL <= 0 || kv.TTL < spec.MaxAge {
 		t.Errorf("results bucket TTL %s: want bounded and ≥ the stream's max age %s", kv.TTL, spec.MaxAge)
 	}
 	cfg, err := actions.ConsumerConfig("mgmt.corp")
@@ -81,7 +81,7 @@ func TestQueueDedupeAndResultExists(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stream, err := a.js.Stream(ctx, bus.ActionsStream)
+	stream, err := a.js.Stream(ctx, bus.ActionsStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestQueueRedelivery(t *testing.T) {
 	}
 	cfg.AckWait = ackWait
 	dying := connect(t, a.url, "dying-agent")
-	cons, err := dying.JS.CreateOrUpdateConsumer(ctx, bus.ActionsStream, cfg)
+	cons, err := dying.JS.CreateOrUpdateConsumer(ctx, bus.ActionsStreamName, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestQueueRedelivery(t *testing.T) {
 	mgmt.expect(t, "executed once", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters")
 	name, _ := actions.ConsumerName(a.source)
 	testenv.Eventually(t, natstest.Timeout, "nothing left", func() bool {
-		c, err := a.js.Consumer(ctx, bus.ActionsStream, name)
+		c, err := a.js.Consumer(ctx, bus.ActionsStreamName, name)
 		return err == nil && c.CachedInfo().NumPending == 0 && c.CachedInfo().NumAckPending == 0
 	})
 	if got, _ := readHC(t, c.Namespace, c.Name); got != fixedNoProxy {

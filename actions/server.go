@@ -73,7 +73,7 @@ const (
 )
 
 // Serve executes the action requests queued for cfg.Source until ctx
-// ends: it reads them from the actions stream (bus.ActionsStream) through
+// ends: it reads them from the actions stream (bus.ActionsStreamName) through
 // the agent's durable pull consumer (ConsumerConfig), verifies each
 // (cfg.Verifier), runs it with cfg.Executor, records the Reply in the
 // results bucket under the action id (ResultKey), and only then
@@ -115,7 +115,7 @@ func Serve(ctx context.Context, js jetstream.JetStream, cfg ServeConfig) error {
 			return fmt.Errorf("actions: serve: %w", err)
 		}
 	}
-	log := cfg.Log.With().Str("stream", bus.ActionsStream).Str("consumer", ccfg.Durable).Logger()
+	log := cfg.Log.With().Str("stream", bus.ActionsStreamName).Str("consumer", ccfg.Durable).Logger()
 	if len(cfg.Verifier.Keys) == 0 {
 		log.Warn().Msg("no trusted signing keys configured: every action request will be refused")
 	}
@@ -198,9 +198,9 @@ func (s *server) bind(ctx context.Context, js jetstream.JetStream, cfg jetstream
 		}
 		s.kv = kv
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, bus.ActionsStream, cfg)
+	cons, err := js.CreateOrUpdateConsumer(ctx, bus.ActionsStreamName, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s on %s (stream created by the bot): %w", cfg.Durable, bus.ActionsStream, err)
+		return nil, fmt.Errorf("consumer %s on %s (stream created by the bot): %w", cfg.Durable, bus.ActionsStreamName, err)
 	}
 	return cons, nil
 }

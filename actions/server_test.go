@@ -167,10 +167,10 @@ func ensureQueue(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 	defer cancel()
-	if _, err := bus.EnsureStream(ctx, js, bus.ActionsStreamSpec(1)); err != nil {
+	if _, err := bus.EnsureStream(ctx, js, bus.ActionsStream()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureKV(ctx, js, bus.ActionResultsSpec(1)); err != nil {
+	if _, err := bus.EnsureKV(ctx, js, bus.ActionResultsKV()); err != nil {
 		t.Fatal(err)
 	}
 }

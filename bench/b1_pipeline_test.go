@@ -137,7 +137,7 @@ func pipeline(b *testing.B, ctx context.Context, js jetstream.JetStream, events 
 	r.Add("reference_min_events_per_s", refs[0], "events/s")
 	r.Add("reference_max_events_per_s", refs[2], "events/s")
 
-	if _, err := bus.EnsureStream(ctx, js, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, js, bus.EventsStream(0, 0)); err != nil {
 		b.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()

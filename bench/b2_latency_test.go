@@ -23,6 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hcpbot/hcpbot/bot"
@@ -107,7 +109,7 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 	// observer reads stored events, the reference has two more.
 	agentConn, botConn, obsConn := dial("b2-agent"), dial("b2-bot"), dial("b2-observer")
 	refPubConn, refSubConn := dial("b2-ref-pub"), dial("b2-ref-sub")
-	events, err := bus.EnsureStream(ctx, obsConn.JS, bus.EventsStream(1, 0, 0))
+	events, err := bus.EnsureStream(ctx, obsConn.JS, bus.EventsStream(0, 0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -135,10 +137,13 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 
 	m := watchers.NewMetrics(nil)
 	pub := watchers.NewJetStreamPublisher(agentConn.JS, 10000, m, log)
-	agent, err := watchers.New(watchers.Config{Source: source, Identity: "b2"}, env.Kube, env.Dynamic, pub, m, log)
+	kf, df := informers.NewSharedInformerFactory(env.Kube, 0), dynamicinformer.NewDynamicSharedInformerFactory(env.Dynamic, 0)
+	agent, err := watchers.New(watchers.Config{Source: source, Identity: "b2"}, env.Kube, kf, df, pub, m, log)
 	if err != nil {
 		b.Fatal(err)
 	}
+	kf.Start(ctx.Done())
+	df.Start(ctx.Done())
 	pub.OnResync(agent.Resync)
 	wg.Go(func() { pub.Run(ctx) })
 	wg.Go(func() { _ = agent.Run(ctx) })

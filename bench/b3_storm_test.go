@@ -119,7 +119,7 @@ func b3Storm(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(conn.Close)
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		b.Fatal(err)
 	}
 	rec := slackrec.New(b, slackrec.WithRate(b3PostRate, b3PostBurst), slackrec.WithUpdateRate(b3UpdateRate, b3UpdateBurst))
@@ -392,7 +392,7 @@ func b3JetStreamAlone(b *testing.B, evs []event.Event) (publish, all time.Durati
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		b.Fatal(err)
 	}
 	cons, err := conn.JS.OrderedConsumer(ctx, event.StreamName, jetstream.OrderedConsumerConfig{

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -272,12 +273,15 @@ func b4StartAgent(ctx context.Context, ref event.ClusterRef) (stop func(), err e
 	reg := prometheus.NewRegistry()
 	m := watchers.NewMetrics(reg)
 	logs := &b4Log{}
+	kf, df := informers.NewSharedInformerFactory(env.Kube, 0), dynamicinformer.NewDynamicSharedInformerFactory(env.Dynamic, 0)
 	a, err := watchers.New(watchers.Config{Source: "bench-b4", Identity: "b4", SnapshotWait: 10 * time.Minute},
-		env.Kube, env.Dynamic, b4Discard{}, m, zerolog.New(logs))
+		env.Kube, kf, df, b4Discard{}, m, zerolog.New(logs))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	kf.Start(ctx.Done())
+	df.Start(ctx.Done())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	stop = func() {

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -54,7 +56,7 @@ func startPipeline(t *testing.T, source string, opts ...any) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	rec := slackrec.New(t)
@@ -100,10 +102,13 @@ func startAgent(t *testing.T, js jetstream.JetStream, source string, opts ...fun
 	for _, o := range opts {
 		o(&acfg)
 	}
-	agent, err := watchers.New(acfg, env.Kube, env.Dynamic, pub, m, log)
+	kf, df := informers.NewSharedInformerFactory(env.Kube, 0), dynamicinformer.NewDynamicSharedInformerFactory(env.Dynamic, 0)
+	agent, err := watchers.New(acfg, env.Kube, kf, df, pub, m, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	kf.Start(ctx.Done())
+	df.Start(ctx.Done())
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
 	wg.Go(func() { _ = agent.Run(ctx) })

@@ -64,7 +64,7 @@ func natsJS(t *testing.T) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if _, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	return conn.JS
@@ -294,7 +294,7 @@ func TestChaosTwoBotReplicas(t *testing.T) {
 	js := natsJS(t)
 	rec := slackrec.New(t)
 	replica := func(id string) (*botRun, *bus.Lease) {
-		lease, err := bus.NewLease(ctx, js, "bot", id, 1, natstest.Logger(t), bus.WithLeaseTTL(3*time.Second))
+		lease, err := bus.NewLease(ctx, js, "bot", id, natstest.Logger(t), bus.WithLeaseTTL(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

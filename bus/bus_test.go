@@ -1,18 +1,19 @@
 package bus
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
+	"github.com/hcpbot/hcpbot/redact"
 )
 
 var eventsSpec = StreamSpec{
@@ -333,7 +334,7 @@ func TestConnectWaitsForServerUntilContextEnds(t *testing.T) {
 
 func TestCredentialsNeverLogged(t *testing.T) {
 	e := startEmbedded(t, EmbeddedConfig{})
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	log := zerolog.New(&buf).Level(zerolog.DebugLevel)
 
 	// The embedded server has no auth and accepts any credentials.
@@ -350,7 +351,7 @@ func TestCredentialsNeverLogged(t *testing.T) {
 	c.Close()
 	out := buf.String()
 	t.Logf("log:\n%s", out)
-	if !strings.Contains(out, "connected to NATS") || !strings.Contains(out, "REDACTED@") {
+	if !strings.Contains(out, "connected to NATS") || !strings.Contains(out, redact.Mask+"@") {
 		t.Fatalf("expected connect logs with redacted URLs, got:\n%s", out)
 	}
 	for _, secret := range []string{"hunter2", "s3cr3t-token", "correct-horse", "tok-xyzzy"} {
@@ -360,25 +361,9 @@ func TestCredentialsNeverLogged(t *testing.T) {
 	}
 }
 
-func TestRedactURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"nats://user:pass@nats.corp:4222": "nats://REDACTED@nats.corp:4222",
-		"nats://TOKEN@nats.corp:4222":     "nats://REDACTED@nats.corp:4222",
-		"tls://nats.corp:4222":            "tls://nats.corp:4222",
-		"u:p@10.0.0.1:4222":               "nats://REDACTED@10.0.0.1:4222",
-		"10.0.0.1:4222":                   "10.0.0.1:4222",
-		"nats://a b:%zz@h":                "[unparseable URL]",
-		"":                                "",
-	} {
-		if got := redactURL(in); got != want {
-			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestBackoff(t *testing.T) {
 	base, limit := 100*time.Millisecond, 2*time.Second
-	delay := backoff(base, limit)
+	delay := reconnectDelay(base, limit)
 	for attempt, ceil := range map[int]time.Duration{
 		0: base, 1: base, 2: 2 * base, 3: 4 * base, 5: 16 * base, 6: limit, 100: limit,
 	} {
@@ -388,22 +373,4 @@ func TestBackoff(t *testing.T) {
 			}
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the client's callback goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -189,7 +189,7 @@ func TestChaosNATSLeaderLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ctl.Close)
-	stream, err := bus.EnsureStream(ctx, ctl.JS, bus.EventsStream(3, time.Hour, 15*time.Minute))
+	stream, err := bus.EnsureStream(ctx, ctl.JS, bus.EventsStream(time.Hour, 15*time.Minute, bus.WithReplicas(3)))
 	if err != nil {
 		t.Fatal(err)
 	}

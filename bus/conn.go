@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/internal/jitter"
+	"github.com/hcpbot/hcpbot/redact"
 )
 
 const (
@@ -117,7 +118,7 @@ func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Conn, error)
 		urls = []string{e.ClientURL()}
 		logEmbedded(log, e)
 	}
-	redacted := redactURLs(urls)
+	redacted := redact.URLs(urls)
 	log.Info().Strs("urls", redacted).Msg("connecting to NATS")
 
 	opts, err := c.options(cfg)
@@ -153,7 +154,7 @@ func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Conn, error)
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
 	c.NC, c.JS = nc, js
-	log.Info().Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
+	log.Info().Str("url", redact.RedactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
 		Str("cluster", nc.ConnectedClusterName()).Msg("connected to NATS")
 	return c, nil
 }
@@ -167,7 +168,7 @@ func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 		// An agent that gives up on NATS is useless; keep trying, but
 		// spread the attempts so a fleet does not stampede a restarting server.
 		nats.MaxReconnects(-1),
-		nats.CustomReconnectDelay(backoff(
+		nats.CustomReconnectDelay(reconnectDelay(
 			durationOr(cfg.ReconnectWait, defaultReconnectWait),
 			durationOr(cfg.MaxReconnectWait, defaultMaxReconnectWait),
 		)),
@@ -264,7 +265,7 @@ func (c *Conn) disconnected(_ *nats.Conn, err error) {
 }
 
 func (c *Conn) reconnected(nc *nats.Conn) {
-	c.log.Info().Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
+	c.log.Info().Str("url", redact.RedactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
 		Msg("reconnected to NATS")
 	c.mu.Lock()
 	fns := c.onReconnect
@@ -329,17 +330,10 @@ func lastError(nc *nats.Conn) error {
 	return nats.ErrConnectionClosed
 }
 
-// backoff doubles the pause per failed round from base up to limit, with
-// "equal jitter": half fixed, half random.
-func backoff(base, limit time.Duration) nats.ReconnectDelayHandler {
-	return func(attempts int) time.Duration {
-		d := limit
-		if shift := max(attempts-1, 0); shift < 32 && base<<shift < limit && base<<shift > 0 {
-			d = base << shift
-		}
-		half := d / 2
-		return half + rand.N(half+1)
-	}
+// reconnectDelay is the pause before reconnect round attempts (nats.go
+// counts from 0 or 1): jitter.Backoff from base up to limit.
+func reconnectDelay(base, limit time.Duration) nats.ReconnectDelayHandler {
+	return func(attempts int) time.Duration { return jitter.Backoff(attempts, base, limit) }
 }
 
 func durationOr(d, def time.Duration) time.Duration {
@@ -347,38 +341,6 @@ func durationOr(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
-}
-
-// redactURL drops the userinfo of a URL: it may hold a password, and a
-// token sits where a user name would (nats://TOKEN@host).
-func redactURL(s string) string {
-	if s == "" {
-		return ""
-	}
-	parse := s
-	if !strings.Contains(s, "://") {
-		parse = "nats://" + s
-	}
-	u, err := url.Parse(parse)
-	if err != nil {
-		// Unparseable means we cannot tell where a secret would be.
-		return "[unparseable URL]"
-	}
-	if u.User == nil {
-		return s
-	}
-	u.User = url.User("REDACTED")
-	return u.String()
-}
-
-func redactURLs(urls []string) []string {
-	out := make([]string, 0, len(urls))
-	for _, s := range urls {
-		for p := range strings.SplitSeq(s, ",") {
-			out = append(out, redactURL(strings.TrimSpace(p)))
-		}
-	}
-	return out
 }
 
 // asyncPublishTimeout bounds how long the client waits for the

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/redact"
 )
 
 // Sentinel errors of the embedded server.
@@ -135,7 +137,7 @@ func (cfg EmbeddedConfig) options() (*server.Options, error) {
 		for _, r := range c.Routes {
 			u, err := url.Parse(r)
 			if err != nil || u.Host == "" {
-				return nil, fmt.Errorf("bus: bad route URL %q", redactURL(r))
+				return nil, fmt.Errorf("bus: bad route URL %q", redact.RedactURL(r))
 			}
 			routes = append(routes, u)
 		}

@@ -3,11 +3,12 @@ package bus
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/internal/jitter"
 )
 
 // Bounds of EnsureStream's and EnsureKV's retries. When two bot replicas
@@ -30,14 +31,14 @@ const (
 )
 
 // retryEnsure runs attempt, each within a timeout doubling from
-// ensureAttemptFirst to ensureAttemptMax, until
-// it succeeds or ctx ends, pausing with a doubling, jittered backoff. It
+// ensureAttemptFirst to ensureAttemptMax, until it succeeds or ctx ends,
+// pausing with jitter.Backoff from ensureRetryFirst to ensureRetryMax. It
 // logs with ctx's logger (zerolog.Ctx): one warning at the first failure
 // with its reason (and again only when the reason changes), and one info
 // line when it succeeded after failing; single attempts at debug level.
 func retryEnsure[T any](ctx context.Context, kind, name string, attempt func(context.Context) (T, error)) (T, error) {
 	log := zerolog.Ctx(ctx).With().Str(kind, name).Logger()
-	wait, timeout := ensureRetryFirst, ensureAttemptFirst
+	timeout := ensureAttemptFirst
 	var lastReason string
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, timeout)
@@ -55,7 +56,7 @@ func retryEnsure[T any](ctx context.Context, kind, name string, attempt func(con
 		}
 		// Jitter spreads the replicas' retries apart: lock-step retries
 		// would race again.
-		pause := wait/2 + rand.N(wait/2+1)
+		pause := jitter.Backoff(n, ensureRetryFirst, ensureRetryMax)
 		if reason := err.Error(); reason != lastReason {
 			log.Warn().Err(err).Int("attempt", n).Dur("retry_in", pause).Msg("cannot ensure " + kind + " " + name + " yet; retrying until it succeeds (not ready meanwhile)")
 			lastReason = reason
@@ -70,7 +71,7 @@ func retryEnsure[T any](ctx context.Context, kind, name string, attempt func(con
 			return zero, errors.Join(ctx.Err(), err)
 		case <-t.C:
 		}
-		wait, timeout = min(2*wait, ensureRetryMax), min(2*timeout, ensureAttemptMax)
+		timeout = min(2*timeout, ensureAttemptMax)
 	}
 }
 

@@ -37,20 +37,21 @@ func ensureConcurrently(t *testing.T) {
 	defer cancel()
 	ctx = log.WithContext(ctx)
 	const replicas = 3
+	r := bus.WithReplicas(replicas)
 	streams := []bus.StreamSpec{
-		bus.EventsStream(replicas, 0, 0),
-		bus.AuditStream(replicas, 0, 0),
-		bus.ActionsStreamSpec(replicas),
+		bus.EventsStream(0, 0, r),
+		bus.AuditStream(0, 0, r),
+		bus.ActionsStream(r),
 	}
 	buckets := []bus.KVSpec{
-		bus.ProposalsKV(replicas, 0),
-		bus.SilencesKV(replicas, time.Hour),
-		bus.LeasesKV(replicas, 15*time.Second),
-		bus.SlackMessagesKV("", replicas, 0),
-		bus.SlackReplayKV(replicas, 5*time.Minute),
-		bus.DigestTicksKV(replicas),
-		bus.DigestStateKV(replicas),
-		bus.ActionResultsSpec(replicas),
+		bus.ProposalsKV(0, r),
+		bus.SilencesKV(time.Hour, r),
+		bus.LeasesKV(15*time.Second, r),
+		bus.SlackMessagesKV("", 0, r),
+		bus.SlackReplayKV(5*time.Minute, r),
+		bus.DigestTicksKV(r),
+		bus.DigestStateKV(r),
+		bus.ActionResultsKV(r),
 	}
 	var wg sync.WaitGroup
 	for i := range 2 {

@@ -11,9 +11,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// LeaseBucket holds the leases of bot replicas (one key per lease).
-const LeaseBucket = "HCPBOT_LEASES"
-
 // DefaultLeaseTTL is how long a lease outlives its holder's last renewal.
 const DefaultLeaseTTL = 15 * time.Second
 
@@ -43,33 +40,30 @@ type Lease struct {
 	held  bool         // what onChange last reported (Run's goroutine only)
 }
 
-// LeaseOption configures a Lease.
-type LeaseOption func(*Lease)
-
 // WithLeaseTTL sets the lease duration (default DefaultLeaseTTL). It is the
-// bucket's max age, so every lease in one bucket must use the same.
-func WithLeaseTTL(d time.Duration) LeaseOption { return func(l *Lease) { l.ttl = d } }
+// bucket's max age, so every lease in one bucket must use the same. For
+// NewLease only.
+func WithLeaseTTL(d time.Duration) Option { return func(o *options) { o.leaseTTL = d } }
 
 // OnLeaderChange is called (from Run's goroutine) when this replica gains
 // or loses the lease. Losing it is reported once Run notices (at the
-// deadline at the latest, give or take scheduling); Leader is exact.
-func OnLeaderChange(f func(leader bool)) LeaseOption { return func(l *Lease) { l.onChange = f } }
+// deadline at the latest, give or take scheduling); Leader is exact. For
+// NewLease only.
+func OnLeaderChange(f func(leader bool)) Option { return func(o *options) { o.onChange = f } }
 
-// NewLease creates (or opens) the lease bucket and returns a Lease for key
-// held under identity. replicas is the bucket's replica count.
-func NewLease(ctx context.Context, js jetstream.JetStream, key, identity string, replicas int, log zerolog.Logger, opts ...LeaseOption) (*Lease, error) {
+// NewLease creates (or opens) the lease bucket, with WithReplicas copies,
+// and returns a Lease for key held under identity.
+func NewLease(ctx context.Context, js jetstream.JetStream, key, identity string, log zerolog.Logger, opts ...Option) (*Lease, error) {
 	if identity == "" {
 		return nil, errors.New("bus: lease needs an identity")
 	}
-	l := &Lease{key: key, id: identity, ttl: DefaultLeaseTTL, epoch: time.Now(),
+	o := apply(opts)
+	l := &Lease{key: key, id: identity, ttl: durOr(o.leaseTTL, DefaultLeaseTTL), onChange: o.onChange, epoch: time.Now(),
 		log: log.With().Str("lease", key).Str("identity", identity).Logger()}
-	for _, o := range opts {
-		o(l)
-	}
 	if l.ttl < time.Second {
 		return nil, fmt.Errorf("bus: lease TTL %s is under a second", l.ttl)
 	}
-	kv, err := EnsureKV(ctx, js, LeasesKV(replicas, l.ttl))
+	kv, err := EnsureKV(ctx, js, LeasesKV(l.ttl, WithReplicas(o.replicas)))
 	if err != nil {
 		return nil, err
 	}

@@ -106,7 +106,7 @@ func TestLeaseHolderStepsDownWhenNATSIsCut(t *testing.T) {
 		t.Cleanup(func() { cancel(); wg.Wait() })
 	}
 	newLease := func(c *Conn, id string) *Lease {
-		l, err := NewLease(ctx, c.JS, "bot", id, 1, testLogger(t), WithLeaseTTL(ttl))
+		l, err := NewLease(ctx, c.JS, "bot", id, testLogger(t), WithLeaseTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}

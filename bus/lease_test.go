@@ -24,7 +24,7 @@ func TestLeaseOneLeaderAndHandover(t *testing.T) {
 	}
 	start := func(id string) *replica {
 		c := connect(t, Config{URLs: []string{e.ClientURL()}})
-		l, err := NewLease(ctx, c.JS, "bot", id, 1, zerolog.Nop(), WithLeaseTTL(ttl))
+		l, err := NewLease(ctx, c.JS, "bot", id, zerolog.Nop(), WithLeaseTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,10 +70,10 @@ func TestLeaseNeedsIdentityAndTTL(t *testing.T) {
 	e := startEmbedded(t, EmbeddedConfig{Name: "lease-args"})
 	c := connect(t, Config{URLs: []string{e.ClientURL()}})
 	ctx := testContext(t)
-	if _, err := NewLease(ctx, c.JS, "bot", "", 1, zerolog.Nop()); err == nil {
+	if _, err := NewLease(ctx, c.JS, "bot", "", zerolog.Nop()); err == nil {
 		t.Error("empty identity accepted")
 	}
-	if _, err := NewLease(ctx, c.JS, "bot", "x", 1, zerolog.Nop(), WithLeaseTTL(time.Millisecond)); err == nil {
+	if _, err := NewLease(ctx, c.JS, "bot", "x", zerolog.Nop(), WithLeaseTTL(time.Millisecond)); err == nil {
 		t.Error("TTL under a second accepted")
 	}
 }

@@ -8,31 +8,47 @@ import (
 	"github.com/hcpbot/hcpbot/event"
 )
 
-// Every stream and KV bucket of hcpbot is named and specified here, so
-// that one place says what each holds and what bounds its growth. The bot
-// owns them all: it creates them and brings them to its configured
-// settings (EnsureStream, EnsureKV). The agent never changes one: against
+// Every stream and KV bucket of hcpbot is specified here (and named in
+// names.go), so that one place says what each holds and what bounds its
+// growth. The bot owns them all: it creates them and brings them to its
+// configured settings (EnsureStream, EnsureKV). The agent never changes one: against
 // an external NATS it waits for the events stream (WaitForStream), on its
 // own embedded server it creates it only while absent (CreateStream), so
 // whichever process starts first, the bot's settings are the ones kept.
 //
 // Each spec has a bound (max age or TTL; KV buckets keep one value per key
 // unless said otherwise): TestSpecsAreBounded lists them all.
+//
+// The replica count is the one setting every spec takes the same way, as
+// the option WithReplicas (the deployment's nats.streamReplicas): so do
+// NewLease and the packages that open a stream or bucket (audit, silence,
+// approval with a WithReplicas of their own; notify's KV store, the digest
+// runner and the Slack replay guard with bus.WithReplicas itself).
 
-// Stream and bucket names. Packages re-export the ones they use.
-const (
-	EventsStreamName = event.StreamName
-	AuditStreamName  = "HCPBOT_AUDIT"
-	// AuditStreamSubjects: records are published on event.AuditSubject.
-	AuditStreamSubjects = event.SubjectRoot + ".audit.>"
+// Option sets what a deployment decides for the streams, buckets and
+// leases of this package.
+type Option func(*options)
 
-	ProposalsBucket     = "hcpbot_proposals"
-	SilencesBucket      = "HCPBOT_SILENCES"
-	SlackMessagesBucket = "hcpbot_slack"
-	SlackReplayBucket   = "hcpbot_slack_replay"
-	DigestTicksBucket   = "hcpbot-digest-ticks"
-	DigestStateBucket   = "hcpbot-digest-state"
-)
+type options struct {
+	replicas int
+	// Leases only (NewLease).
+	leaseTTL time.Duration
+	onChange func(leader bool)
+}
+
+// WithReplicas keeps n copies of a stream or bucket: 1 on a single server
+// (the default; 0 means 1), 3 or 5 in a NATS cluster.
+func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
+
+func apply(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+func replicas(opts []Option) int { return apply(opts).replicas }
 
 // Defaults of the bounds.
 const (
@@ -65,12 +81,42 @@ const (
 	// configured digest) must survive its schedule, weekly or even
 	// quarterly; a digest renamed or removed leaves a key that ages out.
 	DigestStateTTL = 100 * 24 * time.Hour
+
+	// ActionsMaxAge bounds how long a request waits in the stream for its
+	// agent. It exceeds the request's own deadline (actions.QueueHorizon,
+	// after which the agent refuses it anyway) so that the stream never
+	// drops a request that could still run, and it is also the duplicate
+	// window: a request re-sent with its action id as message id while
+	// the first copy is queued, or after it ran, is dropped by the server.
+	ActionsMaxAge = 15 * time.Minute
+	// ActionResultsTTL bounds how long a result is kept. The bot copies a
+	// result into the approval store as soon as it reads it; the agent
+	// reads it to acknowledge a redelivered request without running it
+	// again, which happens within ActionsMaxAge.
+	ActionResultsTTL = 24 * time.Hour
 )
+
+// EventsStream is the stream the agents publish to and the bots consume
+// from, with the defaults both sides create it with (the config overrides
+// replicas and retention); maxAge and duplicates 0 mean the defaults. The
+// duplicate window is what makes a restated fact from a restarted agent or
+// a new leader a no-op.
+func EventsStream(maxAge, duplicates time.Duration, opts ...Option) StreamSpec {
+	maxAge = durOr(maxAge, DefaultEventsMaxAge)
+	duplicates = durOr(duplicates, DefaultEventsDuplicates)
+	return StreamSpec{
+		Name:       EventsStreamName,
+		Subjects:   []string{event.EventsStreamSubjects},
+		MaxAge:     maxAge,
+		Replicas:   replicas(opts),
+		Duplicates: min(duplicates, maxAge),
+	}
+}
 
 // AuditStream is the append-only audit trail: records are never deleted
 // or purged, and a full stream refuses new records rather than silently
 // dropping old ones. maxAge and duplicates 0 mean the defaults above.
-func AuditStream(replicas int, maxAge, duplicates time.Duration) StreamSpec {
+func AuditStream(maxAge, duplicates time.Duration, opts ...Option) StreamSpec {
 	if maxAge <= 0 {
 		maxAge = AuditMaxAge
 	}
@@ -82,7 +128,7 @@ func AuditStream(replicas int, maxAge, duplicates time.Duration) StreamSpec {
 		Description: "hcpbot audit trail (append-only)",
 		Subjects:    []string{AuditStreamSubjects},
 		MaxAge:      maxAge,
-		Replicas:    replicas,
+		Replicas:    replicas(opts),
 		Duplicates:  min(duplicates, maxAge),
 		Discard:     jetstream.DiscardNew,
 		DenyDelete:  true,
@@ -90,49 +136,71 @@ func AuditStream(replicas int, maxAge, duplicates time.Duration) StreamSpec {
 	}
 }
 
+// ActionsStream is the work-queue stream of action requests (package
+// actions speaks the protocol): a message is removed once the agent
+// acknowledges it, which it does only after recording the result. The bot
+// creates it; the agents, whose NATS users may not create or update
+// streams, only use it.
+func ActionsStream(opts ...Option) StreamSpec {
+	return StreamSpec{
+		Name:       ActionsStreamName,
+		Subjects:   []string{ActionsStreamSubjects},
+		Retention:  jetstream.WorkQueuePolicy,
+		MaxAge:     ActionsMaxAge,
+		Replicas:   replicas(opts),
+		Duplicates: ActionsMaxAge,
+	}
+}
+
 // ProposalsKV holds proposals and their approval state by action id; ttl
 // 0 means ProposalsTTL.
-func ProposalsKV(replicas int, ttl time.Duration) KVSpec {
+func ProposalsKV(ttl time.Duration, opts ...Option) KVSpec {
 	return KVSpec{Bucket: ProposalsBucket, Description: "hcpbot proposals and their approval state",
-		TTL: durOr(ttl, ProposalsTTL), Replicas: replicas}
+		TTL: durOr(ttl, ProposalsTTL), Replicas: replicas(opts)}
 }
 
 // SilencesKV holds silences by id; ttl must outlive the longest silence
 // (package silence derives it).
-func SilencesKV(replicas int, ttl time.Duration) KVSpec {
+func SilencesKV(ttl time.Duration, opts ...Option) KVSpec {
 	return KVSpec{Bucket: SilencesBucket, Description: "hcpbot silences (muted clusters and incidents)",
-		TTL: ttl, Replicas: replicas}
+		TTL: ttl, Replicas: replicas(opts)}
 }
 
 // LeasesKV holds the bot's leader leases; a key nobody renewed for ttl
 // goes.
-func LeasesKV(replicas int, ttl time.Duration) KVSpec {
-	return KVSpec{Bucket: LeaseBucket, TTL: ttl, Replicas: replicas}
+func LeasesKV(ttl time.Duration, opts ...Option) KVSpec {
+	return KVSpec{Bucket: LeasesBucket, TTL: ttl, Replicas: replicas(opts)}
 }
 
 // SlackMessagesKV maps notification keys to Slack messages; ttl 0 means
 // SlackMessagesTTL.
-func SlackMessagesKV(bucket string, replicas int, ttl time.Duration) KVSpec {
+func SlackMessagesKV(bucket string, ttl time.Duration, opts ...Option) KVSpec {
 	if bucket == "" {
 		bucket = SlackMessagesBucket
 	}
-	return KVSpec{Bucket: bucket, TTL: durOr(ttl, SlackMessagesTTL), Replicas: replicas}
+	return KVSpec{Bucket: bucket, TTL: durOr(ttl, SlackMessagesTTL), Replicas: replicas(opts)}
 }
 
 // SlackReplayKV remembers served Slack requests for ttl, the replay
 // window.
-func SlackReplayKV(replicas int, ttl time.Duration) KVSpec {
-	return KVSpec{Bucket: SlackReplayBucket, TTL: ttl, Replicas: replicas}
+func SlackReplayKV(ttl time.Duration, opts ...Option) KVSpec {
+	return KVSpec{Bucket: SlackReplayBucket, TTL: ttl, Replicas: replicas(opts)}
 }
 
 // DigestTicksKV records which replica took which digest tick.
-func DigestTicksKV(replicas int) KVSpec {
-	return KVSpec{Bucket: DigestTicksBucket, TTL: DigestTicksTTL, Replicas: replicas}
+func DigestTicksKV(opts ...Option) KVSpec {
+	return KVSpec{Bucket: DigestTicksBucket, TTL: DigestTicksTTL, Replicas: replicas(opts)}
 }
 
 // DigestStateKV keeps each digest's previous finding set.
-func DigestStateKV(replicas int) KVSpec {
-	return KVSpec{Bucket: DigestStateBucket, TTL: DigestStateTTL, Replicas: replicas}
+func DigestStateKV(opts ...Option) KVSpec {
+	return KVSpec{Bucket: DigestStateBucket, TTL: DigestStateTTL, Replicas: replicas(opts)}
+}
+
+// ActionResultsKV is the bucket of action results; the bot creates it, the
+// agents only use it.
+func ActionResultsKV(opts ...Option) KVSpec {
+	return KVSpec{Bucket: ActionResultsBucket, TTL: ActionResultsTTL, Replicas: replicas(opts)}
 }
 
 func durOr(d, def time.Duration) time.Duration {

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
@@ -19,9 +20,9 @@ func TestSpecsAreBounded(t *testing.T) {
 		spec   StreamSpec
 		maxAge time.Duration
 	}{
-		{EventsStream(1, 0, 0), DefaultEventsMaxAge},
-		{AuditStream(1, 0, 0), AuditMaxAge},
-		{ActionsStreamSpec(1), ActionsMaxAge},
+		{EventsStream(0, 0), DefaultEventsMaxAge},
+		{AuditStream(0, 0), AuditMaxAge},
+		{ActionsStream(), ActionsMaxAge},
 	}
 	for _, tc := range streams {
 		t.Run(tc.spec.Name, func(t *testing.T) {
@@ -60,14 +61,14 @@ func TestSpecsAreBounded(t *testing.T) {
 		spec KVSpec
 		ttl  time.Duration
 	}{
-		{ProposalsKV(1, 0), ProposalsTTL},
-		{SilencesKV(1, 48*time.Hour), 48 * time.Hour},
-		{LeasesKV(1, DefaultLeaseTTL), DefaultLeaseTTL},
-		{SlackMessagesKV("", 1, 0), SlackMessagesTTL},
-		{SlackReplayKV(1, 11*time.Minute), 11 * time.Minute},
-		{DigestTicksKV(1), DigestTicksTTL},
-		{DigestStateKV(1), DigestStateTTL},
-		{ActionResultsSpec(1), ActionResultsTTL},
+		{ProposalsKV(0), ProposalsTTL},
+		{SilencesKV(48 * time.Hour), 48 * time.Hour},
+		{LeasesKV(DefaultLeaseTTL), DefaultLeaseTTL},
+		{SlackMessagesKV("", 0), SlackMessagesTTL},
+		{SlackReplayKV(11 * time.Minute), 11 * time.Minute},
+		{DigestTicksKV(), DigestTicksTTL},
+		{DigestStateKV(), DigestStateTTL},
+		{ActionResultsKV(), ActionResultsTTL},
 	}
 	for _, tc := range buckets {
 		t.Run(tc.spec.Bucket, func(t *testing.T) {
@@ -95,8 +96,8 @@ func TestSpecsAreBounded(t *testing.T) {
 // and the agent alone creates it with the defaults.
 func TestCreateStreamKeepsOwnersSettings(t *testing.T) {
 	ctx := testContext(t)
-	bot := EventsStream(1, 5*time.Hour, time.Minute)
-	agent := EventsStream(1, 0, 0)
+	bot := EventsStream(5*time.Hour, time.Minute)
+	agent := EventsStream(0, 0)
 	for _, order := range [][]string{
 		{"agent", "bot", "agent", "agent", "bot", "agent"},
 		{"bot", "agent", "bot", "agent"},
@@ -129,5 +130,48 @@ func TestCreateStreamKeepsOwnersSettings(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNameSpelling holds every stream and bucket name to the spelling rule
+// of names.go (HCPBOT_<THING> streams, hcpbot-<thing> buckets) and pins the
+// five bucket names spelt before it: they are persisted, so "fixing" one
+// would strand a running installation's data.
+func TestNameSpelling(t *testing.T) {
+	legacy := map[string]string{
+		"LeasesBucket":        "HCPBOT_LEASES",
+		"SilencesBucket":      "HCPBOT_SILENCES",
+		"ProposalsBucket":     "hcpbot_proposals",
+		"SlackMessagesBucket": "hcpbot_slack",
+		"SlackReplayBucket":   "hcpbot_slack_replay",
+	}
+	for name, got := range map[string]string{
+		"LeasesBucket": LeasesBucket, "SilencesBucket": SilencesBucket, "ProposalsBucket": ProposalsBucket,
+		"SlackMessagesBucket": SlackMessagesBucket, "SlackReplayBucket": SlackReplayBucket,
+	} {
+		if got != legacy[name] {
+			t.Errorf("%s = %q: a persisted name changed (was %q); migrate explicitly or keep it", name, got, legacy[name])
+		}
+	}
+	isLegacy := func(s string) bool {
+		for _, v := range legacy {
+			if v == s {
+				return true
+			}
+		}
+		return false
+	}
+	stream := regexp.MustCompile(`^HCPBOT_[A-Z]+(_[A-Z]+)*$`)
+	for _, s := range []StreamSpec{EventsStream(0, 0), AuditStream(0, 0), ActionsStream()} {
+		if !stream.MatchString(s.Name) {
+			t.Errorf("stream %q: new streams are named HCPBOT_<THING>", s.Name)
+		}
+	}
+	bucket := regexp.MustCompile(`^hcpbot-[a-z]+(-[a-z]+)*$`)
+	for _, b := range []KVSpec{ProposalsKV(0), SilencesKV(time.Hour), LeasesKV(DefaultLeaseTTL), SlackMessagesKV("", 0),
+		SlackReplayKV(time.Minute), DigestTicksKV(), DigestStateKV(), ActionResultsKV()} {
+		if !bucket.MatchString(b.Bucket) && !isLegacy(b.Bucket) {
+			t.Errorf("bucket %q: new buckets are named hcpbot-<thing>", b.Bucket)
+		}
 	}
 }

@@ -1,9 +1,9 @@
-// Package redact hides credentials in proxy URLs before they reach chat,
-// logs or events.
+// Package redact hides credentials in URLs (proxies, NATS servers) before
+// they reach chat, logs or events: the one redactor of hcpbot.
 //
 // Proxy settings travel through many hands (HostedCluster specs, env dumps,
 // kube-apiserver-proxy logs) and corporate proxies often carry basic-auth
-// credentials in the URL. Both functions err on the side of hiding too much:
+// credentials in the URL. Its functions err on the side of hiding too much:
 // a mangled host name in a chat message is a nuisance, a leaked password is
 // an incident. They never fail and never return the input's password.
 package redact
@@ -30,6 +30,39 @@ func RedactURL(s string) string {
 		return s
 	}
 	return s[:start] + Mask + s[end:]
+}
+
+// URLs redacts a list of server URLs whose entries may themselves be
+// comma-separated lists, as NATS clients accept them
+// ("nats://a:4222,nats://u:p@b:4222"); every part comes out redacted, in
+// order. A raw password may contain a comma, so a part that has an '@' but
+// no scheme is taken as the rest of the URL before it and redacted with it
+// ("nats://u:pa,ss@h" → "nats://***@h"): hiding a neighbouring host is the
+// lesser evil. A password holding a comma followed by "://" cannot be told
+// from two URLs.
+func URLs(list []string) []string {
+	out := make([]string, 0, len(list))
+	for _, s := range list {
+		var cur []string // the entry's URLs so far
+		for p := range strings.SplitSeq(s, ",") {
+			p = strings.TrimSpace(p)
+			if len(cur) > 0 && !strings.Contains(p, "://") && strings.Contains(p, "@") {
+				// The rest of an earlier URL's userinfo: back to the
+				// nearest part with a scheme (or the entry's start).
+				back := len(cur) - 1
+				for back > 0 && !strings.Contains(cur[back], "://") {
+					back--
+				}
+				cur = append(cur[:back], strings.Join(cur[back:], ",")+","+p)
+				continue
+			}
+			cur = append(cur, p)
+		}
+		for _, p := range cur {
+			out = append(out, RedactURL(p))
+		}
+	}
+	return out
 }
 
 // RedactText redacts every URL userinfo found in free text: log lines,

@@ -2,6 +2,7 @@ package redact
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -34,6 +35,33 @@ func TestRedactURL(t *testing.T) {
 	for _, tt := range tests {
 		if got := RedactURL(tt.in); got != tt.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// NATS server URLs (package bus logs them): a token sits where a user name
+// would, and a list entry may hold several comma-separated URLs.
+func TestURLs(t *testing.T) {
+	tests := []struct {
+		in   []string
+		want []string
+	}{
+		{[]string{"nats://user:pass@nats.corp:4222"}, []string{"nats://***@nats.corp:4222"}},
+		{[]string{"nats://TOKEN@nats.corp:4222"}, []string{"nats://***@nats.corp:4222"}},
+		{[]string{"tls://nats.corp:4222"}, []string{"tls://nats.corp:4222"}},
+		{[]string{"u:p@10.0.0.1:4222"}, []string{"***@10.0.0.1:4222"}},
+		{[]string{"10.0.0.1:4222"}, []string{"10.0.0.1:4222"}},
+		{[]string{"nats://a b:%zz@h"}, []string{"nats://***@h"}},
+		{[]string{""}, []string{""}},
+		{nil, []string{}},
+		{[]string{"nats://a:4222, nats://t@b:4222", "tls://u:p@c"}, []string{"nats://a:4222", "nats://***@b:4222", "tls://***@c"}},
+		// A comma in a raw password: the piece before it must not show.
+		{[]string{"nats://u:pa,ss@h:4222"}, []string{"nats://***@h:4222"}},
+		{[]string{"nats://a:4222,nats://u:p,a,ss@h"}, []string{"nats://a:4222", "nats://***@h"}},
+	}
+	for _, tt := range tests {
+		if got := URLs(tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("URLs(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
@@ -105,6 +133,18 @@ func FuzzRedactNoPassword(f *testing.F) {
 		}
 		if got := RedactURL(raw); strings.ContainsRune(got, r) {
 			t.Fatalf("RedactURL(%q) = %q leaks the password", raw, got)
+		}
+		// A NATS URL list: between other servers, a comma in the
+		// password must not leave its first piece outside the mask (a
+		// comma followed by "://" looks like the next URL: ambiguous).
+		if i := strings.Index(pass, ","); i < 0 || !strings.Contains(pass[i:], "://") {
+			const before, after = "nats://a:4222,", ",tls://b:4222"
+			list := []string{before + raw + after}
+			if lr, ok := uniqueRune(pass, scheme, user, host, before, after); ok {
+				if got := URLs(list); strings.ContainsRune(strings.Join(got, " "), lr) {
+					t.Fatalf("URLs(%q) = %q leaks the password", list, got)
+				}
+			}
 		}
 		// Free text: the URL must stand as its own word. Without a scheme,
 		// a user:pass@host word is found by its delimiters (tokenStart:

@@ -9,8 +9,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
@@ -40,7 +45,7 @@ func newStream(t *testing.T) *stream {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if _, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(1, time.Hour, 15*time.Minute)); err != nil {
+	if _, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(time.Hour, 15*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	s := &stream{js: conn.JS}
@@ -103,11 +108,8 @@ func startReplica(t *testing.T, s *stream, identity string, source string) *repl
 	log := natstest.Logger(t)
 	m := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(s.js, 1000, m, log)
-	agent, err := watchers.New(watchers.Config{Source: source, Identity: identity, SnapshotWait: 10 * time.Second, ProbeInterval: 300 * time.Millisecond},
+	agent := newAgent(t, ctx, watchers.Config{Source: source, Identity: identity, SnapshotWait: 10 * time.Second, ProbeInterval: 300 * time.Millisecond},
 		env.Kube, env.Dynamic, pub, m, log)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pub.OnResync(agent.Resync)
 	r := &replica{cancel: cancel, done: make(chan struct{}), metrics: m}
 	var wg sync.WaitGroup
@@ -127,6 +129,22 @@ func startReplica(t *testing.T, s *stream, identity string, source string) *repl
 	}()
 	t.Cleanup(r.stop)
 	return r
+}
+
+// newAgent is watchers.New on fresh management informer factories, which
+// it starts until ctx ends, as cmd/hcpbot does.
+func newAgent(t *testing.T, ctx context.Context, cfg watchers.Config, kube kubernetes.Interface, dyn dynamic.Interface,
+	pub watchers.Publisher, m *watchers.Metrics, log zerolog.Logger) *watchers.Agent {
+	t.Helper()
+	kf := informers.NewSharedInformerFactory(kube, 0)
+	df := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	agent, err := watchers.New(cfg, kube, kf, df, pub, m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kf.Start(ctx.Done())
+	df.Start(ctx.Done())
+	return agent
 }
 
 func (r *replica) stop() {

@@ -3,9 +3,15 @@
 // hosted clusters, turning cluster state into events (package event) for
 // NATS JetStream.
 //
-// It follows kubernetes/sample-controller: informer handlers only enqueue a
-// key; one sync function per kind reads the object from its lister, derives
-// the fact it states (facts.go) and publishes it when the fact changed.
+// It follows kubernetes/sample-controller: New takes the management
+// cluster's informer factories (kube and dynamic), registers its informers
+// on them and the caller starts them; they live as long as the process, so
+// a replica that does not lead keeps warm caches and a new leader's Run
+// starts from them (queueing every cached object, as a fresh informer's
+// adds would). Informer handlers only enqueue a key; one sync function per
+// kind reads the object from its lister (cached: the one lister-get and
+// decode preamble), derives the fact it states (facts.go) and publishes it
+// when the fact changed.
 // Events are transitions, not informer updates: an object whose fact is
 // unchanged publishes nothing. Each fact has a deterministic transition key,
 // so a restarted agent or a second replica publishes the same Nats-Msg-Id

@@ -108,7 +108,7 @@ func (n *faultNATS) connect(t *testing.T, name string) *bus.Conn {
 // after the server restarts.
 func pollStream(t *testing.T, js jetstream.JetStream) *stream {
 	t.Helper()
-	if _, err := bus.EnsureStream(context.Background(), js, bus.EventsStream(1, time.Hour, 15*time.Minute)); err != nil {
+	if _, err := bus.EnsureStream(context.Background(), js, bus.EventsStream(time.Hour, 15*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	s := &stream{js: js}
@@ -191,17 +191,14 @@ func startFaultReplica(t *testing.T, c faultReplicaConfig) *faultReplica {
 	pub := watchers.NewJetStreamPublisher(c.js, c.buffer, r.metrics, log)
 	// SnapshotWait is short: HostedClusters of earlier tests, whose API
 	// servers are gone, hold up every snapshot for that long.
-	agent, err := watchers.New(watchers.Config{Source: c.source, Identity: "faults", SnapshotWait: 2 * time.Second,
+	ctx, cancel := context.WithCancel(context.Background())
+	agent := newAgent(t, ctx, watchers.Config{Source: c.source, Identity: "faults", SnapshotWait: 2 * time.Second,
 		ProbeInterval: 300 * time.Millisecond}, c.kube, c.dyn, pub, r.metrics, log)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r.agent = agent
 	pub.OnResync(agent.Resync)
 	if c.conn != nil {
 		c.conn.OnReconnect(agent.Resync)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })

@@ -103,9 +103,9 @@ func (a *Agent) startSecretWatch(ctx context.Context, hc *hostedCluster) {
 	inf := f.Core().V1().Secrets()
 	key := key{kind: kindSecret, cluster: hc.ref}
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.queue.Add(key) },
-		UpdateFunc: func(any, any) { a.queue.Add(key) },
-		DeleteFunc: func(any) { a.queue.Add(key) },
+		AddFunc:    func(any) { a.enqueue(key) },
+		UpdateFunc: func(any, any) { a.enqueue(key) },
+		DeleteFunc: func(any) { a.enqueue(key) },
 	})
 	hc.secrets = inf.Lister()
 	hc.secretFactory = f
@@ -356,7 +356,7 @@ func (a *Agent) health(ctx context.Context, hc *hostedCluster, conn *hostedConn)
 				// Back after an outage: a fresh conn lists at once and
 				// reports the cluster reachable once it has.
 				conn.stale.Store(true)
-				a.queue.Add(key{kind: kindSecret, cluster: hc.ref})
+				a.enqueue(key{kind: kindSecret, cluster: hc.ref})
 				return
 			}
 			if conn.hasSynced() {

@@ -237,11 +237,8 @@ func TestWaitsForCRDs(t *testing.T) {
 	m := watchers.NewMetrics(prometheus.NewRegistry())
 	log := natstest.Logger(t)
 	pub := watchers.NewJetStreamPublisher(s.js, 100, m, log)
-	agent, err := watchers.New(watchers.Config{Source: "bare", SnapshotWait: time.Second}, kube, dyn, pub, m, log)
-	if err != nil {
-		t.Fatal(err)
-	}
 	actx, cancel := context.WithCancel(ctx)
+	agent := newAgent(t, actx, watchers.Config{Source: "bare", SnapshotWait: time.Second}, kube, dyn, pub, m, log)
 	done := make(chan error, 1)
 	go pub.Run(actx)
 	go func() { done <- agent.Run(actx) }()

@@ -24,10 +24,7 @@ func startAgent(t *testing.T, s *stream, cfg watchers.Config) {
 	log := natstest.Logger(t)
 	m := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(s.js, 10000, m, log)
-	agent, err := watchers.New(cfg, env.Kube, env.Dynamic, pub, m, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := newAgent(t, ctx, cfg, env.Kube, env.Dynamic, pub, m, log)
 	pub.OnResync(agent.Resync)
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })

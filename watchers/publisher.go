@@ -17,9 +17,12 @@ import (
 )
 
 // Publisher sends events. Publish must not block on the network: the agent's
-// sync functions call it while holding a work item.
+// sync functions call it while holding a work item. PublishWait waits for
+// room instead of dropping: snapshots use it, since a snapshot that dropped
+// its own events would ask for another snapshot, forever.
 type Publisher interface {
 	Publish(ctx context.Context, e event.Event) error
+	PublishWait(ctx context.Context, e event.Event) error
 }
 
 // ErrBufferFull reports that an event was dropped because NATS has been

@@ -39,7 +39,7 @@ func startStuckPublisher(t *testing.T, ensure bool) *stuckPublisher {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	spec := bus.EventsStream(1, 0, 0)
+	spec := bus.EventsStream(0, 0)
 	if _, err := bus.EnsureStream(ctx, conn.JS, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestPublisherStreamDeletedSurfacesAndRecovers(t *testing.T) {
 	if strings.Contains(sp.logs.String(), "re-created") {
 		t.Error("the publisher re-created the stream without OnStreamMissing")
 	}
-	if _, err := bus.EnsureStream(context.Background(), sp.conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(context.Background(), sp.conn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	sp.recovers(t)

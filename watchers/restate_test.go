@@ -21,10 +21,7 @@ func runAgent(t *testing.T, s *stream, cfg watchers.Config) *watchers.Agent {
 	log := natstest.Logger(t)
 	m := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(s.js, 1000, m, log)
-	agent, err := watchers.New(cfg, env.Kube, env.Dynamic, pub, m, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := newAgent(t, ctx, cfg, env.Kube, env.Dynamic, pub, m, log)
 	done := make(chan struct{}, 2)
 	go func() { pub.Run(ctx); done <- struct{}{} }()
 	go func() {

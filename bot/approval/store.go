@@ -112,7 +112,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, pol
 	if o.replicas < 1 || o.bucketTTL < 0 {
 		return nil, errors.New("approval: replicas must be positive and the bucket TTL not negative")
 	}
-	kv, err := bus.EnsureKV(ctx, js, bus.ProposalsKV(o.replicas, o.bucketTTL))
+	kv, err := bus.EnsureKV(ctx, js, bus.ProposalsKV(o.bucketTTL, bus.WithReplicas(o.replicas)))
 	if err != nil {
 		return nil, fmt.Errorf("approval: ensure bucket %s: %w", Bucket, err)
 	}

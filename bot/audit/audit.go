@@ -172,7 +172,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, er
 	if _, err := event.AuditSubject(o.defaultSource); err != nil {
 		return nil, fmt.Errorf("audit: default source: %w", err)
 	}
-	s, err := bus.EnsureStream(ctx, js, bus.AuditStream(o.replicas, o.maxAge, o.duplicates))
+	s, err := bus.EnsureStream(ctx, js, bus.AuditStream(o.maxAge, o.duplicates, bus.WithReplicas(o.replicas)))
 	if err != nil {
 		return nil, fmt.Errorf("audit: ensure stream %s: %w", StreamName, err)
 	}

@@ -149,9 +149,9 @@ const ReplayBucket = bus.SlackReplayBucket
 var ErrReplayBucketTTL = errors.New("chatops: replay bucket TTL must be at least the replay window")
 
 // EnsureReplayBucket creates (or updates) ReplayBucket with a TTL of
-// ReplayWindow and the given replica count (0 means 1).
-func EnsureReplayBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	return bus.EnsureKV(ctx, js, bus.SlackReplayKV(replicas, ReplayWindow))
+// ReplayWindow, with bus.WithReplicas copies (default 1).
+func EnsureReplayBucket(ctx context.Context, js jetstream.JetStream, opts ...bus.Option) (jetstream.KeyValue, error) {
+	return bus.EnsureKV(ctx, js, bus.SlackReplayKV(ReplayWindow, opts...))
 }
 
 // KVReplayGuard is a ReplayGuard shared by all bot replicas through a NATS

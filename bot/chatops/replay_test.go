@@ -120,7 +120,7 @@ func TestKVReplayGuard(t *testing.T) {
 		t.Errorf("TTL-less bucket: %v, want ErrReplayBucketTTL", err)
 	}
 
-	kv, err := EnsureReplayBucket(ctx, js, 0)
+	kv, err := EnsureReplayBucket(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestReplayAcrossReplicas(t *testing.T) {
 	js := connectJS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 	defer cancel()
-	kv, err := EnsureReplayBucket(ctx, js, 0)
+	kv, err := EnsureReplayBucket(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}

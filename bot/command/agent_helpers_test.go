@@ -43,10 +43,10 @@ func ensureQueue(t *testing.T, js jetstream.JetStream) *actions.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 	defer cancel()
-	if _, err := bus.EnsureStream(ctx, js, bus.ActionsStreamSpec(1)); err != nil {
+	if _, err := bus.EnsureStream(ctx, js, bus.ActionsStream()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureKV(ctx, js, bus.ActionResultsSpec(1)); err != nil {
+	if _, err := bus.EnsureKV(ctx, js, bus.ActionResultsKV()); err != nil {
 		t.Fatal(err)
 	}
 	return &actions.Client{JS: js, Poll: 50 * time.Millisecond}
@@ -65,7 +65,7 @@ func serveFake(t *testing.T, js jetstream.JetStream, source string, answer func(
 		t.Fatal(err)
 	}
 	cfg.MaxAckPending = 16 // concurrent approvals overlap
-	cons, err := js.CreateOrUpdateConsumer(ctx, bus.ActionsStream, cfg)
+	cons, err := js.CreateOrUpdateConsumer(ctx, bus.ActionsStreamName, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

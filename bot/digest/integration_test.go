@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
@@ -106,15 +109,18 @@ func TestDigestThreeClusters(t *testing.T) {
 		return conn
 	}
 	agentConn := connect()
-	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	m := watchers.NewMetrics(nil)
 	pub := watchers.NewJetStreamPublisher(agentConn.JS, 1000, m, log)
-	agent, err := watchers.New(watchers.Config{Source: source, SnapshotWait: 10 * time.Second}, env.Kube, env.Dynamic, pub, m, log)
+	kf, df := informers.NewSharedInformerFactory(env.Kube, 0), dynamicinformer.NewDynamicSharedInformerFactory(env.Dynamic, 0)
+	agent, err := watchers.New(watchers.Config{Source: source, SnapshotWait: 10 * time.Second}, env.Kube, kf, df, pub, m, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	kf.Start(ctx.Done())
+	df.Start(ctx.Done())
 	wg.Go(func() { pub.Run(ctx) })
 	wg.Go(func() { _ = agent.Run(ctx) })
 

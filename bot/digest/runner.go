@@ -101,8 +101,6 @@ type Config struct {
 	// ClientsOf, when set, chooses each cluster's families (per route
 	// or global, bot.noProxyClients); Clients is the fallback.
 	ClientsOf diagnose.ClientsFunc
-	// Replicas of the KV buckets (0 means 1).
-	Replicas int
 	// TickLease is how long a replica that took a tick has to post it
 	// before another replica takes the tick over; default
 	// DefaultTickLease. It must exceed the time a post takes plus the
@@ -126,8 +124,9 @@ type Runner struct {
 	mu sync.Mutex
 }
 
-// NewRunner ensures the KV buckets and returns a Runner.
-func NewRunner(ctx context.Context, js jetstream.JetStream, cfg Config) (*Runner, error) {
+// NewRunner ensures the KV buckets, with bus.WithReplicas copies (default
+// 1), and returns a Runner.
+func NewRunner(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...bus.Option) (*Runner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -137,11 +136,11 @@ func NewRunner(ctx context.Context, js jetstream.JetStream, cfg Config) (*Runner
 	if cfg.Bot == nil || cfg.Out == nil {
 		return nil, errors.New("digest: Bot and Out are required")
 	}
-	ticks, err := bus.EnsureKV(ctx, js, bus.DigestTicksKV(cfg.Replicas))
+	ticks, err := bus.EnsureKV(ctx, js, bus.DigestTicksKV(opts...))
 	if err != nil {
 		return nil, fmt.Errorf("digest: %w", err)
 	}
-	state, err := bus.EnsureKV(ctx, js, bus.DigestStateKV(cfg.Replicas))
+	state, err := bus.EnsureKV(ctx, js, bus.DigestStateKV(opts...))
 	if err != nil {
 		return nil, fmt.Errorf("digest: %w", err)
 	}

@@ -1,9 +1,10 @@
 package notify
 
 import (
-	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/hcpbot/hcpbot/internal/jitter"
 )
 
 // gate paces one Slack rate limit: a token bucket (our own estimate of
@@ -83,14 +84,7 @@ func (g *gate) block(until time.Time) {
 	}
 }
 
-// backoff is the pause after the n-th consecutive failure (n >= 1): doubling
-// from base up to limit, with "equal jitter" (half fixed, half random) so
-// replicas that failed together do not retry together.
-func backoff(n int, base, limit time.Duration) time.Duration {
-	d := limit
-	if shift := n - 1; shift < 32 && base<<shift < limit && base<<shift > 0 {
-		d = base << shift
-	}
-	half := d / 2
-	return half + rand.N(half+1)
-}
+// backoff is the pause after the n-th consecutive failure (n >= 1):
+// doubling from base up to limit, jittered so that replicas that failed
+// together do not retry together (package jitter).
+func backoff(n int, base, limit time.Duration) time.Duration { return jitter.Backoff(n, base, limit) }

@@ -138,8 +138,7 @@ type KVConfig struct {
 	// means bus.SlackMessagesTTL (30 days). An incident updated after its
 	// record expired gets a new root message, so keep it well above the
 	// lifetime of an incident.
-	TTL      time.Duration
-	Replicas int // 0 means 1; 3 in a clustered NATS
+	TTL time.Duration
 }
 
 // KVStore is a Store in a NATS JetStream key-value bucket, shared by all
@@ -148,10 +147,10 @@ type KVStore struct {
 	kv jetstream.KeyValue
 }
 
-// NewKVStore creates or updates the bucket (bus.EnsureKV) and returns a
-// store on it.
-func NewKVStore(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KVStore, error) {
-	kv, err := bus.EnsureKV(ctx, js, bus.SlackMessagesKV(cfg.Bucket, cfg.Replicas, cfg.TTL))
+// NewKVStore creates or updates the bucket (bus.EnsureKV), with
+// bus.WithReplicas copies (default 1), and returns a store on it.
+func NewKVStore(ctx context.Context, js jetstream.JetStream, cfg KVConfig, opts ...bus.Option) (*KVStore, error) {
+	kv, err := bus.EnsureKV(ctx, js, bus.SlackMessagesKV(cfg.Bucket, cfg.TTL, opts...))
 	if err != nil {
 		return nil, fmt.Errorf("notify: %w", err)
 	}

@@ -149,7 +149,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, opt
 	if o.replicas < 1 || o.max <= 0 || o.now == nil {
 		return nil, errors.New("silence: replicas and maximum duration must be positive and the clock set")
 	}
-	kv, err := bus.EnsureKV(ctx, js, bus.SilencesKV(o.replicas, bucketTTL(o.max)))
+	kv, err := bus.EnsureKV(ctx, js, bus.SilencesKV(bucketTTL(o.max), bus.WithReplicas(o.replicas)))
 	if err != nil {
 		return nil, fmt.Errorf("silence: ensure bucket %s: %w", Bucket, err)
 	}

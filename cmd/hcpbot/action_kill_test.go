@@ -174,7 +174,7 @@ log: {level: info, format: json}
 	if executions != 1 {
 		t.Errorf("action %s executed %d times, want 1", p.ID, executions)
 	}
-	s, err := conn.JS.Stream(ctx, bus.ActionsStream)
+	s, err := conn.JS.Stream(ctx, bus.ActionsStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

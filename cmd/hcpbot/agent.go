@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -255,7 +257,7 @@ func agentNATSClient(f agentFlags, inbox string) natsClient {
 // and never rewrites the settings a bot connected to that server set.
 func agentStream(ctx context.Context, conn *bus.Conn, replicas int, log zerolog.Logger) (jetstream.Stream, error) {
 	if conn.Embedded() {
-		return bus.CreateStream(ctx, conn.JS, bus.EventsStream(replicas, 0, 0))
+		return bus.CreateStream(ctx, conn.JS, bus.EventsStream(0, 0, bus.WithReplicas(replicas)))
 	}
 	return bus.WaitForStream(ctx, conn.JS, event.StreamName, log)
 }
@@ -287,10 +289,19 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := watchers.NewMetrics(reg)
 	pub := watchers.NewJetStreamPublisher(conn.JS, f.bufferEvents, metrics, log)
-	agent, err := watchers.New(watchers.Config{Source: f.source, Identity: f.identity, ProbeInterval: f.probeInterval, NodeJoinGrace: f.nodeJoinGrace}, kube, dyn, pub, metrics, log)
+	// The management informers live as long as the process, across leader
+	// terms (a replica that does not lead keeps its caches warm); the
+	// agent registers its informers, then they start.
+	kf := informers.NewSharedInformerFactory(kube, 0)
+	df := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	agent, err := watchers.New(watchers.Config{Source: f.source, Identity: f.identity, ProbeInterval: f.probeInterval, NodeJoinGrace: f.nodeJoinGrace}, kube, kf, df, pub, metrics, log)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
+	ictx, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
+	kf.Start(ictx.Done())
+	df.Start(ictx.Done())
 	pub.OnResync(agent.Resync)
 	conn.OnReconnect(agent.Resync)
 	if f.ensureStream && conn.Embedded() {

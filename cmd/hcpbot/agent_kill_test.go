@@ -98,13 +98,13 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 	defer conn.Close()
 	// The bot's side: the streams and buckets it owns, the approval store,
 	// the signing key the agents trust, and its Approvals.
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStreamSpec(1)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStream()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsSpec(1)); err != nil {
+	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsKV()); err != nil {
 		t.Fatal(err)
 	}
 	source := "mgmt-" + ns

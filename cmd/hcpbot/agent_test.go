@@ -119,7 +119,7 @@ func botEventsStream(t *testing.T, url string) (*bus.Conn, jetstream.Stream) {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	s, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(1, 0, 0))
+	s, err := bus.EnsureStream(context.Background(), conn.JS, bus.EventsStream(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestAgentReadyzPublishRefused(t *testing.T) {
 		return strings.Contains(logs.String(), "NATS refuses the agent's events")
 	})
 
-	if _, err := bus.EnsureStream(ctx, bot.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, bot.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	subject, err := event.SubjectFilter("mgmt-refused", &event.ClusterRef{Namespace: ns, Name: spec.Name}, event.TypeNode)

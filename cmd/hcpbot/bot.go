@@ -170,7 +170,7 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 // facts may have aged out: the bot then asks every agent leader to restate
 // its clusters onto the stream, which it replays.
 func botStream(ctx context.Context, cfg *configs.Config, conn *bus.Conn, log zerolog.Logger) error {
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(cfg.NATS.StreamReplicas, cfg.NATS.EventsMaxAge, cfg.NATS.DuplicateWindow)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(cfg.NATS.EventsMaxAge, cfg.NATS.DuplicateWindow, bus.WithReplicas(cfg.NATS.StreamReplicas))); err != nil {
 		return err
 	}
 	if err := conn.NC.Publish(event.RestateSubject, nil); err != nil {
@@ -247,7 +247,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 
 	var notifier notify.Notifier = notify.NewConsole(c.stdout)
 	if sec.SlackBotToken != "" {
-		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{Replicas: cfg.NATS.StreamReplicas})
+		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{}, bus.WithReplicas(cfg.NATS.StreamReplicas))
 		if err != nil {
 			return err
 		}
@@ -258,7 +258,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		notifier = n
 	}
 	// Every replica keeps the whole state; the lease holder notifies.
-	lease, err := bus.NewLease(ctx, conn.JS, "bot", replicaIdentity(c), cfg.NATS.StreamReplicas, log)
+	lease, err := bus.NewLease(ctx, conn.JS, "bot", replicaIdentity(c), log, bus.WithReplicas(cfg.NATS.StreamReplicas))
 	if err != nil {
 		return err
 	}
@@ -292,13 +292,13 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		if sec.SlackBotToken != "" {
 			mode = digest.Compact
 		}
-		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, Replicas: cfg.NATS.StreamReplicas, ClientsOf: clientsOf(cfg.Bot), Log: log}
+		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, ClientsOf: clientsOf(cfg.Bot), Log: log}
 		dc.Audit = auditLog
 		dc.Silences = silences
 		if acts != nil && acts.Store != nil {
 			dc.Exposures = acts.Store
 		}
-		r, err := digest.NewRunner(ctx, conn.JS, dc)
+		r, err := digest.NewRunner(ctx, conn.JS, dc, bus.WithReplicas(cfg.NATS.StreamReplicas))
 		if err != nil {
 			return err
 		}
@@ -389,7 +389,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 // guard shared by all replicas (bucket ensured whichever transport runs),
 // the responder for late replies, metrics and log.
 func slackOptions(ctx context.Context, cfg *configs.Config, conn *bus.Conn, reg prometheus.Registerer, log zerolog.Logger) ([]chatops.Option, error) {
-	kv, err := chatops.EnsureReplayBucket(ctx, conn.JS, cfg.NATS.StreamReplicas)
+	kv, err := chatops.EnsureReplayBucket(ctx, conn.JS, bus.WithReplicas(cfg.NATS.StreamReplicas))
 	if err != nil {
 		return nil, err
 	}
@@ -430,10 +430,10 @@ func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets
 	}
 	// The bot owns the action queue: the stream the agents consume and
 	// the bucket they answer in.
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStreamSpec(replicas)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStream(bus.WithReplicas(replicas))); err != nil {
 		return nil, err
 	}
-	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsSpec(replicas)); err != nil {
+	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsKV(bus.WithReplicas(replicas))); err != nil {
 		return nil, err
 	}
 	return &botcmd.Changes{Store: store, Audit: log, Queue: &actions.Client{JS: conn.JS}, Signer: signer}, nil

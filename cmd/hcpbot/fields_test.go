@@ -335,6 +335,24 @@ func (f *botFixture) stream(t *testing.T) {
 	if c.Replicas != 3 || c.MaxAge != 2*time.Hour || c.Duplicates != 90*time.Second {
 		t.Errorf("events stream: replicas %d, max age %s, duplicate window %s; want 3, 2h, 1m30s", c.Replicas, c.MaxAge, c.Duplicates)
 	}
+	// streamReplicas reaches every stream and bucket the bot owns the same
+	// way (bus.WithReplicas through the wiring), none left at 1.
+	js := f.conn(t).JS
+	for _, name := range []string{bus.AuditStreamName, bus.ActionsStreamName} {
+		if s, err := js.Stream(context.Background(), name); err != nil {
+			t.Errorf("stream %s: %v", name, err)
+		} else if r := s.CachedInfo().Config.Replicas; r != 3 {
+			t.Errorf("stream %s: %d replicas, want 3", name, r)
+		}
+	}
+	for _, b := range []string{bus.LeasesBucket, bus.SilencesBucket, bus.ProposalsBucket, bus.SlackMessagesBucket, bus.SlackReplayBucket,
+		bus.DigestTicksBucket, bus.DigestStateBucket, bus.ActionResultsBucket} {
+		if s, err := js.Stream(context.Background(), "KV_"+b); err != nil {
+			t.Errorf("bucket %s: %v", b, err)
+		} else if r := s.CachedInfo().Config.Replicas; r != 3 {
+			t.Errorf("bucket %s: %d replicas, want 3", b, r)
+		}
+	}
 }
 
 // storms: bot.groupWait (nothing posted before 6 s, more than the default
@@ -483,7 +501,7 @@ func proveStoreDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "jetstream")); !conn.Embedded() || err != nil {

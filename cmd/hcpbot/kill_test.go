@@ -184,7 +184,7 @@ func eventsConn(t *testing.T, url string) *bus.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	return conn

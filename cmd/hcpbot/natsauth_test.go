@@ -124,7 +124,7 @@ func TestAgentNATSFlags(t *testing.T) {
 	if _, err := conn.JS.Stream(ctx, event.StreamName); err == nil {
 		t.Fatal("the agent created the events stream")
 	}
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, time.Hour, 0)); err != nil { // the bot's part
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(time.Hour, 0)); err != nil { // the bot's part
 		t.Fatal(err)
 	}
 	if err := <-waited; err != nil {
@@ -284,7 +284,7 @@ func createStreamThenReady(t *testing.T, cfg bus.Config, addr string) *bus.Conn 
 		t.Fatal(err)
 	}
 	t.Cleanup(bot.Close)
-	if _, err := bus.EnsureStream(ctx, bot.JS, bus.EventsStream(1, time.Hour, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, bot.JS, bus.EventsStream(time.Hour, 0)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, natstest.Timeout, "/readyz once the stream exists", func() bool {

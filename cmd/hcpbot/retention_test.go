@@ -88,7 +88,7 @@ func TestBotStartedAfterEventsAgedOutKnowsEveryCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, maxAge, 0)); err != nil { // as a bot before
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(maxAge, 0)); err != nil { // as a bot before
 		t.Fatal(err)
 	}
 

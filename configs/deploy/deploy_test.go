@@ -30,6 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
@@ -638,7 +640,8 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 	t.Helper()
 	metrics := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, metrics, log)
-	agent, err := watchers.New(watchers.Config{Source: source, Identity: "hcpbot-agent-0", ProbeInterval: time.Second}, kc, dc, pub, metrics, log)
+	kf, df := informers.NewSharedInformerFactory(kc, 0), dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
+	agent, err := watchers.New(watchers.Config{Source: source, Identity: "hcpbot-agent-0", ProbeInterval: time.Second}, kc, kf, df, pub, metrics, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,6 +651,8 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 		Verifier: &actions.Verifier{Keys: []string{trusted.PublicKey()}, Store: approval.NewLookup(conn.JS), Source: source, FourEyes: true},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	kf.Start(ctx.Done())
+	df.Start(ctx.Done())
 	var wg sync.WaitGroup
 	wg.Go(func() { pub.Run(ctx) })
 	wg.Go(func() {
@@ -706,10 +711,10 @@ func newBotSide(t *testing.T, conn *bus.Conn) *botSide {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStreamSpec(1)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStream()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsSpec(1)); err != nil {
+	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsKV()); err != nil {
 		t.Fatal(err)
 	}
 	return &botSide{queue: &actions.Client{JS: conn.JS}, store: store, signer: signer}
@@ -833,7 +838,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 		return conn
 	}
 	agentConn, botConn := connect("agent"), connect("bot")
-	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, agentConn.JS, bus.EventsStream(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	started := time.Now()

@@ -306,7 +306,7 @@ func TestNATSPermissions(t *testing.T) {
 		do   func(t *testing.T, ctx context.Context)
 	}{
 		{"bot creates the events stream (bus.EnsureStream); the waiting agent finds it", func(t *testing.T, ctx context.Context) {
-			if _, err := bus.EnsureStream(ctx, botC.JS, bus.EventsStream(1, 0, 0)); err != nil {
+			if _, err := bus.EnsureStream(ctx, botC.JS, bus.EventsStream(0, 0)); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -373,7 +373,7 @@ func TestNATSPermissions(t *testing.T) {
 			}
 		}},
 		{"bot holds its lease (bus.NewLease, Run)", func(t *testing.T, ctx context.Context) {
-			l, err := bus.NewLease(ctx, botC.JS, "bot", "replica-1", 1, log)
+			l, err := bus.NewLease(ctx, botC.JS, "bot", "replica-1", log)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -406,7 +406,7 @@ func TestNATSPermissions(t *testing.T) {
 			}
 		}},
 		{"bot guards against replays (chatops.EnsureReplayBucket, KVReplayGuard)", func(t *testing.T, ctx context.Context) {
-			kv, err := chatops.EnsureReplayBucket(ctx, botC.JS, 1)
+			kv, err := chatops.EnsureReplayBucket(ctx, botC.JS)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -421,14 +421,14 @@ func TestNATSPermissions(t *testing.T) {
 			}
 		}},
 		{"bot writes the digest buckets (bus.EnsureKV " + digest.TicksBucket + ", " + digest.StateBucket + ")", func(t *testing.T, ctx context.Context) {
-			ticks, err := bus.EnsureKV(ctx, botC.JS, bus.DigestTicksKV(1))
+			ticks, err := bus.EnsureKV(ctx, botC.JS, bus.DigestTicksKV())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if _, err := ticks.Create(ctx, "daily.1", []byte("r1")); err != nil {
 				t.Fatal(err)
 			}
-			state, err := bus.EnsureKV(ctx, botC.JS, bus.DigestStateKV(1))
+			state, err := bus.EnsureKV(ctx, botC.JS, bus.DigestStateKV())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -533,11 +533,11 @@ func TestNATSPermissions(t *testing.T) {
 				t.Fatalf("the agent's record is not in %+v", recs)
 			}
 		}},
-		{"bot creates the action queue (bus.EnsureStream " + bus.ActionsStream + ", bus.EnsureKV " + bus.ActionResultsBucket + ")", func(t *testing.T, ctx context.Context) {
-			if _, err := bus.EnsureStream(ctx, botC.JS, bus.ActionsStreamSpec(1)); err != nil {
+		{"bot creates the action queue (bus.EnsureStream " + bus.ActionsStreamName + ", bus.EnsureKV " + bus.ActionResultsBucket + ")", func(t *testing.T, ctx context.Context) {
+			if _, err := bus.EnsureStream(ctx, botC.JS, bus.ActionsStream()); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := bus.EnsureKV(ctx, botC.JS, bus.ActionResultsSpec(1)); err != nil {
+			if _, err := bus.EnsureKV(ctx, botC.JS, bus.ActionResultsKV()); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -617,8 +617,8 @@ func TestNATSPermissions(t *testing.T) {
 	botR, ag1R, ag2R := bot.raw(t, url, ca), ag1.raw(t, url, ca), ag2.raw(t, url, ca)
 	kvSubject := "$KV." + approval.Bucket + "." + proposal.ID
 	ownStreams := []string{event.StreamName, audit.StreamName}
-	ownStreams = append(ownStreams, bus.ActionsStream)
-	for _, b := range []string{approval.Bucket, silence.Bucket, bus.LeaseBucket, notify.DefaultBucket, chatops.ReplayBucket, digest.TicksBucket, digest.StateBucket, bus.ActionResultsBucket} {
+	ownStreams = append(ownStreams, bus.ActionsStreamName)
+	for _, b := range []string{approval.Bucket, silence.Bucket, bus.LeasesBucket, notify.DefaultBucket, chatops.ReplayBucket, digest.TicksBucket, digest.StateBucket, bus.ActionResultsBucket} {
 		ownStreams = append(ownStreams, "KV_"+b)
 	}
 	type refusal struct {
@@ -669,15 +669,15 @@ func TestNATSPermissions(t *testing.T) {
 		pub("agent mgmt-1: KV Create of a proposal", ag1R, kvSubject, kvOp("create")),
 		pub("agent mgmt-1: KV Delete of a proposal", ag1R, kvSubject, kvOp("delete")),
 		pub("agent mgmt-1: KV Purge of a proposal", ag1R, kvSubject, kvOp("purge")),
-		pub("agent mgmt-1: KV Put of the bot's lease", ag1R, "$KV."+bus.LeaseBucket+".bot", kvOp("put")),
+		pub("agent mgmt-1: KV Put of the bot's lease", ag1R, "$KV."+bus.LeasesBucket+".bot", kvOp("put")),
 		sub("agent mgmt-1: another cluster's action requests", ag1R, "hcpbot.actions.mgmt-2.request", ""),
 		sub("agent mgmt-1: its own requests on the wire", ag1R, "hcpbot.actions.mgmt-1.request", ""),
-		pub("agent mgmt-1: a consumer for mgmt-2's requests", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStream+".agent-mgmt-2.hcpbot.actions.mgmt-2.request", nil),
-		pub("agent mgmt-1: its consumer name with every request", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStream+".agent-mgmt-1.hcpbot.actions.*.request", nil),
-		pub("agent mgmt-1: an unfiltered consumer of the requests", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStream+".agent-mgmt-1", nil),
-		pub("agent mgmt-1: fetch mgmt-2's requests", ag1R, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStream+".agent-mgmt-2", nil),
-		pub("agent mgmt-1: acknowledge mgmt-2's requests", ag1R, "$JS.ACK."+bus.ActionsStream+".agent-mgmt-2.1.1.1.1.0", nil),
-		pub("agent mgmt-1: delete its consumer", ag1R, "$JS.API.CONSUMER.DELETE."+bus.ActionsStream+".agent-mgmt-1", nil),
+		pub("agent mgmt-1: a consumer for mgmt-2's requests", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStreamName+".agent-mgmt-2.hcpbot.actions.mgmt-2.request", nil),
+		pub("agent mgmt-1: its consumer name with every request", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStreamName+".agent-mgmt-1.hcpbot.actions.*.request", nil),
+		pub("agent mgmt-1: an unfiltered consumer of the requests", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStreamName+".agent-mgmt-1", nil),
+		pub("agent mgmt-1: fetch mgmt-2's requests", ag1R, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStreamName+".agent-mgmt-2", nil),
+		pub("agent mgmt-1: acknowledge mgmt-2's requests", ag1R, "$JS.ACK."+bus.ActionsStreamName+".agent-mgmt-2.1.1.1.1.0", nil),
+		pub("agent mgmt-1: delete its consumer", ag1R, "$JS.API.CONSUMER.DELETE."+bus.ActionsStreamName+".agent-mgmt-1", nil),
 		pub("agent mgmt-1: write mgmt-2's result", ag1R, "$KV."+bus.ActionResultsBucket+".mgmt-2."+proposal.ID, kvOp("create")),
 		pub("agent mgmt-1: read mgmt-2's result", ag1R, "$JS.API.DIRECT.GET.KV_"+bus.ActionResultsBucket+".$KV."+bus.ActionResultsBucket+".mgmt-2."+proposal.ID, nil),
 		pub("agent mgmt-1: update the results bucket", ag1R, "$JS.API.STREAM.UPDATE.KV_"+bus.ActionResultsBucket, nil),
@@ -688,7 +688,7 @@ func TestNATSPermissions(t *testing.T) {
 		pub("agent mgmt-2: mgmt-1's event", ag2R, "hcpbot.events.mgmt-1._._.node", nil),
 		pub("agent mgmt-2: a KV write", ag2R, kvSubject, kvOp("put")),
 		sub("agent mgmt-2: mgmt-1's action requests", ag2R, "hcpbot.actions.mgmt-1.request", ""),
-		pub("agent mgmt-2: fetch mgmt-1's requests", ag2R, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStream+".agent-mgmt-1", nil),
+		pub("agent mgmt-2: fetch mgmt-1's requests", ag2R, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStreamName+".agent-mgmt-1", nil),
 		pub("agent mgmt-2: write mgmt-1's result", ag2R, "$KV."+bus.ActionResultsBucket+".mgmt-1."+proposal.ID, kvOp("put")),
 		sub("agent mgmt-2: mgmt-1's inbox", ag2R, inbox(src1)+".>", ""),
 		// The bot: no events, no deletion of anything.
@@ -701,8 +701,8 @@ func TestNATSPermissions(t *testing.T) {
 		pub("bot: create a stream it does not own", botR, "$JS.API.STREAM.CREATE.ROGUE", nil),
 		sub("bot: an agent's inbox", botR, inbox(src1)+".>", ""),
 		sub("bot: an agent's action requests", botR, "hcpbot.actions.mgmt-1.request", ""),
-		pub("bot: consume an agent's requests", botR, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStream+".agent-mgmt-1", nil),
-		pub("bot: a consumer of the requests", botR, "$JS.API.CONSUMER.CREATE."+bus.ActionsStream+".rogue", nil),
+		pub("bot: consume an agent's requests", botR, "$JS.API.CONSUMER.MSG.NEXT."+bus.ActionsStreamName+".agent-mgmt-1", nil),
+		pub("bot: a consumer of the requests", botR, "$JS.API.CONSUMER.CREATE."+bus.ActionsStreamName+".rogue", nil),
 		pub("bot: an answer in an agent's name", botR, "$KV."+bus.ActionResultsBucket+".mgmt-1."+proposal.ID, kvOp("create")),
 	}
 	for _, s := range ownStreams {
@@ -717,7 +717,7 @@ func TestNATSPermissions(t *testing.T) {
 	t.Run("refused: agent mgmt-1 creating the events stream with the product's code (bus.EnsureStream)", func(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if _, err := bus.EnsureStream(cctx, ag1C.JS, bus.EventsStream(1, time.Hour, 0)); err == nil {
+		if _, err := bus.EnsureStream(cctx, ag1C.JS, bus.EventsStream(time.Hour, 0)); err == nil {
 			t.Fatal("the agent changed the events stream")
 		}
 		// The refusal is the server's (the request times out behind a
@@ -742,7 +742,7 @@ func TestNATSPermissions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg, st := info.CachedInfo().Config, info.CachedInfo().State; st.Msgs != uint64(eventsPublished) || cfg.MaxAge != bus.EventsStream(1, 0, 0).MaxAge {
+		if cfg, st := info.CachedInfo().Config, info.CachedInfo().State; st.Msgs != uint64(eventsPublished) || cfg.MaxAge != bus.EventsStream(0, 0).MaxAge {
 			t.Errorf("events stream: %d messages (want %d), max age %s", st.Msgs, eventsPublished, cfg.MaxAge)
 		}
 		kv, err := botC.JS.KeyValue(ctx, approval.Bucket)
