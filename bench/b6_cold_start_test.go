@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,10 @@ const (
 	b6Span             = 72 * time.Hour
 	b6Restate          = 12 * time.Hour // watchers.DefaultRestateInterval
 	b6Secret           = "b6-signing-secret"
+	// b6StatusEvery is how often a user asks `/hcp status` during the
+	// replay: each answer diagnoses every cluster, so asking often would
+	// slow the replay it measures.
+	b6StatusEvery = 2 * time.Second
 	// b6Goal is the issue's target for 1,000,000 events.
 	b6Goal = 10 * time.Second
 )
@@ -140,12 +145,14 @@ func b6Run(b *testing.B, events int) {
 	r.Add("status_during_replay_max_ms", float64(cs.maxDuring.Microseconds())/1000, "ms")
 	r.Add("status_during_replay_deferred", float64(cs.deferred), "requests")
 	r.Add("status_after_current_ms", float64(cs.statusLatency.Microseconds())/1000, "ms")
+	r.Add("heap_live_at_current", float64(cs.liveAtCurrent)-float64(cs.heap0), "B")
 	r.Add("heap_process_growth", float64(cs.heapGrowth), "B")
 	r.Add("heap_bot_state", float64(cs.botHeap), "B")
 	r.Add("heap_bot_per_hosted_cluster", float64(cs.botHeap)/float64(f.hosted()), "B/cluster")
 	r.Add("rss_process", float64(cs.rss), "B")
 	r.Add("rss_growth", float64(cs.rssGrowth), "B")
 	r.Add("cpu_s", cs.cpu.Seconds(), "s")
+	r.Add("slack_calls", float64(cs.slackCalls), "calls")
 	if decode > 0 && cs.current > 0 {
 		r.Add("share_deliver", deliver.Seconds()/cs.current.Seconds(), "of replay")
 		r.Add("share_decode", (decode-deliver).Seconds()/cs.current.Seconds(), "of replay")
@@ -161,8 +168,8 @@ func b6Run(b *testing.B, events int) {
 	if tail.current > 0 {
 		r.Add("checkpoint_saving", 1-tail.current.Seconds()/cs.current.Seconds(), "of the cold start")
 	}
-	r.Note("current_s: bot.New + Run until it logs \"events replayed\" (its replay reached the stream's last sequence at start); status_complete_s: until a signed `/hcp status` to chatops.Server lists all %d hosted clusters; during the replay `/hcp status` is asked every 250 ms (max latency and deferred answers above)", f.hosted())
-	r.Note("bot: production timers (configs defaults), follower (correlates and answers commands, does not post: Slack is B3's and B7's); heap_bot_state = live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches")
+	r.Note("current_s: bot.New + Run until it logs \"events replayed\" (its replay reached the stream's last sequence at start); status_complete_s: until a signed `/hcp status` to chatops.Server lists all %d hosted clusters; during the replay `/hcp status` is asked every %v (max latency and deferred answers above)", f.hosted(), b6StatusEvery)
+	r.Note("bot: the leader, production timers (configs defaults), the Slack notifier with its KV store against slackrec (Slack's limits); slack_calls = every call it made (the history ends healthy: nothing should be posted). heap_live_at_current = the live heap of the last GC before the replay caught up, minus before the start (the peak: every incident the history replaced waits in the bot's pending list until the leader's first flush); heap_bot_state = after /hcp status answered, live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches")
 	r.Note("shares: ref_deliver = an ordered consumer counting the stream (JetStream alone), ref_deliver_decode = the same decoding each event with event.DecodeAll; the rest of the bot's replay is the model, diagnosis and incidents")
 	r.Note("checkpoint: the bot has none (docs/reliability.md: restatements every 12 h keep every current fact in the stream). tail_* = the same bot on a stream holding only the last 12 h (the events since the agents' last restatement): what a bot restoring a checkpoint taken at that restatement would still have to replay, so its start is at least that; the checkpoint itself would hold %d clusters' state", f.hosted())
 	if events >= 1_000_000 {
@@ -325,6 +332,8 @@ type b6Started struct {
 	maxDuring, statusLatency time.Duration
 	deferred                 int
 	heapGrowth, botHeap      int64
+	heap0, liveAtCurrent     uint64 // the live heap of the last GC before the replay caught up
+	slackCalls               int
 	rss, rssGrowth           int64
 	cpu                      time.Duration
 }
@@ -345,11 +354,22 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 		ResolveTimeout: configs.DefaultResolveTimeout,
 		StormThreshold: configs.DefaultStormThreshold,
 		StormWindow:    configs.DefaultStormWindow,
-		Leader:         follower,
+	}
+	// The one bot of a restart: the leader, with the Slack notifier, its
+	// KV store (on the same server) and the recorder with Slack's limits.
+	rec := slackrec.New(b)
+	store, err := notify.NewKVStore(ctx, js, notify.KVConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-bench", rec.APIURL(), nil), Store: store, Log: blog, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
 	}
 	debug.FreeOSMemory()
 	heap0, rss0 := heapInUse(), rss()
-	bt := bot.New(cfg, js, notify.NewConsole(io.Discard), prometheus.NewRegistry(), blog)
+	out.heap0 = heap0
+	bt := bot.New(cfg, js, n, prometheus.NewRegistry(), blog)
 	cmds := &bot.Commands{Bot: bt}
 	srv, err := chatops.NewServer(b6Secret, cmds, chatops.WithRegisterer(prometheus.NewRegistry()))
 	if err != nil {
@@ -383,6 +403,7 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 	}
 	cpu0 := cpuTime()
 	start := time.Now()
+	wg.Go(func() { _ = n.Run(rctx) })
 	wg.Go(func() { _ = bt.Run(rctx) })
 	// Users asking during the replay.
 	pollDone := make(chan struct{})
@@ -392,7 +413,7 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 			select {
 			case <-pollDone:
 				return
-			case <-time.After(250 * time.Millisecond):
+			case <-time.After(b6StatusEvery):
 			}
 			_, d, took := status()
 			if d {
@@ -404,6 +425,7 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 	select {
 	case <-caught:
 		out.current = time.Since(start)
+		out.liveAtCurrent = heapLive()
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("B6: the bot did not catch up within 10 min")
 	}
@@ -432,6 +454,7 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 			heapProfile(b, r, profile)
 		}
 	}
+	out.slackCalls = len(rec.Calls())
 	cancel()
 	wg.Wait()
 	hs.Close()
@@ -442,7 +465,7 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 		_ = bt.Clusters() // bt stays live up to here
 		// Nothing else holds the bot: the HTTP server is closed and
 		// forgotten with its handler.
-		hs, srv, cmds, bt = nil, nil, nil, nil
+		hs, srv, cmds, bt, n, store = nil, nil, nil, nil, nil, nil
 		out.botHeap = int64(withBot) - int64(heapInUse())
 	}
 	return out
@@ -507,6 +530,17 @@ func b6Tail(b *testing.B, ctx context.Context, f fleet, events int, end time.Tim
 	out := b6Start(b, ctx, conn.JS, f, NewResult("B6-tail", "", nil), "", false)
 	out.events = n
 	return out
+}
+
+// heapLive is the live heap the last garbage collection marked: a figure
+// without forcing one (runtime/metrics /gc/heap/live:bytes).
+func heapLive() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // b6LogWatch calls on when the bot logs that its replay caught up.
