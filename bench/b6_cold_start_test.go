@@ -66,6 +66,8 @@ const (
 	// replay: each answer diagnoses every cluster, so asking often would
 	// slow the replay it measures.
 	b6StatusEvery = 2 * time.Second
+	// b6Drain bounds the wait for the leader's first flush.
+	b6Drain = 5 * time.Minute
 	// b6Goal is the issue's target for 1,000,000 events.
 	b6Goal = 10 * time.Second
 )
@@ -147,8 +149,10 @@ func b6Run(b *testing.B, events int) {
 	r.Add("status_after_current_ms", float64(cs.statusLatency.Microseconds())/1000, "ms")
 	r.Add("heap_live_at_current", float64(cs.liveAtCurrent)-float64(cs.heap0), "B")
 	r.Add("heap_process_growth", float64(cs.heapGrowth), "B")
+	r.Add("pending_released_s", cs.drained.Seconds(), "s")
 	r.Add("heap_bot_state", float64(cs.botHeap), "B")
 	r.Add("heap_bot_per_hosted_cluster", float64(cs.botHeap)/float64(f.hosted()), "B/cluster")
+	r.Add("heap_peak_per_hosted_cluster", (float64(cs.liveAtCurrent)-float64(cs.heap0))/float64(f.hosted()), "B/cluster")
 	r.Add("rss_process", float64(cs.rss), "B")
 	r.Add("rss_growth", float64(cs.rssGrowth), "B")
 	r.Add("cpu_s", cs.cpu.Seconds(), "s")
@@ -169,7 +173,7 @@ func b6Run(b *testing.B, events int) {
 		r.Add("checkpoint_saving", 1-tail.current.Seconds()/cs.current.Seconds(), "of the cold start")
 	}
 	r.Note("current_s: bot.New + Run until it logs \"events replayed\" (its replay reached the stream's last sequence at start); status_complete_s: until a signed `/hcp status` to chatops.Server lists all %d hosted clusters; during the replay `/hcp status` is asked every %v (max latency and deferred answers above)", f.hosted(), b6StatusEvery)
-	r.Note("bot: the leader, production timers (configs defaults), the Slack notifier with its KV store against slackrec (Slack's limits); slack_calls = every call it made (the history ends healthy: nothing should be posted). heap_live_at_current = the live heap of the last GC before the replay caught up, minus before the start (the peak: every incident the history replaced waits in the bot's pending list until the leader's first flush); heap_bot_state = after /hcp status answered, live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches")
+	r.Note("bot: the leader, production timers (configs defaults), the Slack notifier with its KV store against slackrec (Slack's limits); slack_calls = every call it made (the history ends healthy: nothing should be posted). heap_live_at_current = the live heap of the last GC before the replay caught up, minus before the start (the peak: every incident the history replaced waits in the bot's pending list until the leader's first flush); pending_released_s = from the start until the heap fell below half that peak (the first flush let them go; a follower never flushes, so it keeps them: its heap stays at the peak and grows with every incident replaced); heap_bot_state = then, live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches")
 	r.Note("shares: ref_deliver = an ordered consumer counting the stream (JetStream alone), ref_deliver_decode = the same decoding each event with event.DecodeAll; the rest of the bot's replay is the model, diagnosis and incidents")
 	r.Note("checkpoint: the bot has none (docs/reliability.md: restatements every 12 h keep every current fact in the stream). tail_* = the same bot on a stream holding only the last 12 h (the events since the agents' last restatement): what a bot restoring a checkpoint taken at that restatement would still have to replay, so its start is at least that; the checkpoint itself would hold %d clusters' state", f.hosted())
 	if events >= 1_000_000 {
@@ -334,6 +338,7 @@ type b6Started struct {
 	heapGrowth, botHeap      int64
 	heap0, liveAtCurrent     uint64 // the live heap of the last GC before the replay caught up
 	slackCalls               int
+	drained                  time.Duration // from the start until the first flush let the replaced incidents go
 	rss, rssGrowth           int64
 	cpu                      time.Duration
 }
@@ -446,6 +451,20 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 		time.Sleep(20 * time.Millisecond)
 	}
 	if measureMemory {
+		// The leader's first flush looks up every incident the replay
+		// replaced (pending) and then lets them go: wait for the heap to
+		// drop to half of its peak, or give up after b6Drain.
+		peak := int64(out.liveAtCurrent) - int64(heap0)
+		for deadline := time.Now().Add(b6Drain); ; time.Sleep(time.Second) {
+			if h := int64(heapInUse()) - int64(heap0); h < peak/2 {
+				out.drained = time.Since(start)
+				break
+			}
+			if time.Now().After(deadline) {
+				r.Note("the heap did not drop to half its peak within %v of the catch-up", b6Drain)
+				break
+			}
+		}
 		heap1 := heapInUse()
 		debug.FreeOSMemory()
 		out.rss, out.rssGrowth = int64(rss()), int64(rss())-int64(rss0)
