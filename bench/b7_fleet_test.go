@@ -3,12 +3,15 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hcpbot/hcpbot/bot"
@@ -212,8 +215,7 @@ func b7Run(b *testing.B) {
 			stopCPU()
 		}
 	}()
-	t0 := time.Now()
-	outage, outPub := publishAll(func(g *fleetGen, s int, emit func(event.Event) error) error {
+	outageOf := func(g *fleetGen, s int, emit func(event.Event) error) error {
 		for c := range f.clusters {
 			at := time.Now()
 			for nd := range down {
@@ -236,7 +238,9 @@ func b7Run(b *testing.B) {
 			}
 		}
 		return nil
-	})
+	}
+	t0 := time.Now()
+	outage, outPub := publishAll(outageOf)
 	outAll := consumed(base+outage, t0)
 	r.Add("outage_events", float64(outage), "events")
 	r.Add("outage_publish_s", outPub.Seconds(), "s")
@@ -323,6 +327,28 @@ func b7Run(b *testing.B) {
 	r.Add("nats_disk_sum", float64(disk), "B")
 	r.Add("nats_disk_per_event", float64(disk)/float64(3*(base+outage)), "B/event/replica")
 
+	// Physical references in the same run: the outage's events through
+	// bare JetStream on the same cluster (a stream of their own, R3,
+	// async publishes from one connection, an ordered consumer), and
+	// Slack's floor: the group wait, then one post per second.
+	var refEvents []event.Event
+	for s := range f.sources {
+		if err := outageOf(&fleetGen{f: f, rv: uint64(s) << 40}, s, func(e event.Event) error { refEvents = append(refEvents, e); return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ref := b7BareJetStream(b, ctx, conn.JS, refEvents)
+	r.Add("ref_jetstream_outage_s", ref.Seconds(), "s")
+	if ref > 0 {
+		r.Add("outage_consumed_vs_jetstream", outAll.Seconds()/ref.Seconds(), "x")
+	}
+	posts := 2 * f.sources // a root and one page (≤ StormPage clusters) per storm
+	r.Add("storm_message_floor_s", cfg.GroupWait.Seconds(), "s")
+	r.Add("last_storm_message_floor_s", cfg.GroupWait.Seconds()+max(0, float64(f.sources-b7PostBurst))/b7PostRate, "s")
+	r.Add("all_storm_posts_floor_s", cfg.GroupWait.Seconds()+max(0, float64(posts-b7PostBurst))/b7PostRate, "s")
+	r.Add("slack_floor_posts_per_minute", 60*b7PostRate+b7PostBurst, "calls/min")
+	r.Note("floors: no storm root before the group wait; at %.0f post/s after a burst of %d, the last of %d roots no earlier than group wait + (roots − burst) / rate (roots before pages), and all %d posts (a root and a page each) no earlier than group wait + (posts − burst) / rate", b7PostRate, b7PostBurst, f.sources, posts)
+
 	r.Note("bot heap: live heap after GC of this process (bot, notifier, recorder, 20 publishers' connections; not the nats-servers) minus before bot.New; per hosted cluster over all %d, per open incident the growth from the healthy fleet to the outage", f.hosted())
 	r.Note("agents: %d publishers (goroutines, each with its own NATS connection and watchers.JetStreamPublisher with agent.bufferEvents %d) publishing with PublishWait; the events are built from synthetic objects in the agent's shape (fleet_test.go), since %d hosted API servers do not fit on one machine; per-node informer memory of a real agent is B4's", f.sources, configs.DefaultBufferEvents, f.hosted())
 	r.Note("NATS: 3 nats-server processes (natstest.ServerBinary, go.mod's release) on loopback, JetStream settings of configs/deploy/nats/nats.conf (max_file_store 10G, sync_interval: always), events stream and Slack KV with 3 replicas; RSS from /proc/<pid>/status, disk = size of each store_dir")
@@ -341,4 +367,53 @@ func b7OrDeadline(r *Result, d time.Duration, name string) float64 {
 	}
 	r.Note("%s: did not happen within %v (recorded as the deadline)", name, b7Deadline)
 	return b7Deadline.Seconds()
+}
+
+// b7BareJetStream publishes evs asynchronously to an R3 stream of their
+// own on the cluster behind js and returns how long until an ordered
+// consumer had read them all.
+func b7BareJetStream(b *testing.B, ctx context.Context, js jetstream.JetStream, evs []event.Event) time.Duration {
+	b.Helper()
+	const stream, prefix = "B7REF", "b7ref"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, Replicas: 3}); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	msgs := make([]*nats.Msg, len(evs))
+	for i, e := range evs {
+		subject, err := event.Subject(e)
+		if err != nil {
+			b.Fatal(err)
+		}
+		data, err := event.Encode(e)
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs[i] = &nats.Msg{Subject: prefix + "." + subject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.ID}}}
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done, got, cc := countTo(b, cons, int64(len(msgs)))
+	defer cc.Stop()
+	start := time.Now()
+	for _, m := range msgs {
+		for {
+			_, err := js.PublishMsgAsync(m)
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				continue
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			break
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(b7Deadline):
+		b.Fatalf("B7 reference: %d of %d consumed", got.Load(), len(msgs))
+	}
+	return time.Since(start)
 }
