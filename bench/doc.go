@@ -9,12 +9,18 @@
 // results.json in the output folder (HCPBOT_BENCH_OUT, default bench/out),
 // with CPU and heap profiles next to it, and benchtable prints them:
 //
-//	make bench                      # all of B1–B5, then the table
+//	make bench                      # all of B1–B7, then the table
 //	make bench BENCH=B2             # one of them
 //
 // B1 runs twice: on the embedded server's default (fsync every 2 minutes)
 // and, as result B1-sync, on one that fsyncs every write before
 // acknowledging it, as the deploy's NATS does (sync_interval: always).
+//
+// B6 (cold start) fills an embedded JetStream with a fleet's 72 hours,
+// 100,000 and 1,000,000 events, and times a bot started on it. B7 (fleet)
+// runs 20 management clusters × 100 hosted clusters × 24 nodes on three
+// nats-server processes; HCPBOT_BENCH_FLEET=sources x clusters x nodes
+// (e.g. 4x25x24) sizes its fleet.
 //
 // Scale: HCPBOT_BENCH_QUICK=1 runs every scenario small, for developing
 // the harness; figures measured so are marked quick and never meet targets.

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -121,21 +120,7 @@ func heapInUse() uint64 {
 }
 
 // rss returns the process's resident set size in bytes (Linux), 0 elsewhere.
-func rss() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			if f := strings.Fields(v); len(f) > 0 { // "123456 kB"
-				kb, _ := strconv.ParseUint(f[0], 10, 64)
-				return kb * 1024
-			}
-		}
-	}
-	return 0
-}
+func rss() uint64 { return procRSS("self") }
 
 // countTo consumes cons until n messages arrived, closing done then; got
 // counts them. Stop the returned context with cc.Stop.

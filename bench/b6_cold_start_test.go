@@ -1,0 +1,583 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime/debug"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/slack-go/slack"
+
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+)
+
+// B6 — cold start. A bot is started on an events stream that already holds
+// a fleet's 72 hours: 100,000 and 1,000,000 events. The fleet grows with
+// the stream (500 events per hosted cluster over 72 h, 24 nodes each:
+// 200 hosted clusters for 100,000 events, 2,000 — B7's 48,000 nodes — for
+// 1,000,000), and its history is the realistic mix an agent publishes:
+// the start-up snapshot and a restatement every 12 h (HostedClusters,
+// node summaries, SnapshotDones), node flaps (Unknown, then Ready three
+// minutes later, each with its node summary), a noProxy edit per cluster
+// (HostedCluster + proxychange) and a crashlooping pod per cluster that
+// recovers. The stream is filled fast — asynchronous publishes of the real
+// event encoding straight into the embedded JetStream (file storage, the
+// shipped bounds of bus.EventsStream) — and only the bot's start is timed:
+// bot.New + Run (production timers) until it logs that the replay caught
+// up, and until `/hcp status` through the signed HTTP slash-command
+// endpoint (chatops.Server + bot.Commands) lists every hosted cluster.
+//
+// The bot has no checkpoint (issue 14 chose restatements: docs/reliability.md
+// "Retention and state"), so the run also measures what one would save:
+// the replay split into JetStream delivery alone and delivery + decoding
+// (references on the same stream), and the bot started on the stream's
+// last 12 hours only — the tail after the agents' last restatement, which
+// holds every current fact: the least a bot restoring a checkpoint taken
+// at that restatement would still read.
+const (
+	b6EventsPerCluster = 500
+	b6Nodes            = 24
+	b6Span             = 72 * time.Hour
+	b6Restate          = 12 * time.Hour // watchers.DefaultRestateInterval
+	b6Secret           = "b6-signing-secret"
+	// b6StatusEvery is how often a user asks `/hcp status` during the
+	// replay: each answer diagnoses every cluster, so asking often would
+	// slow the replay it measures.
+	b6StatusEvery = 2 * time.Second
+	// b6Drain bounds the wait for the leader's first flush.
+	b6Drain = 5 * time.Minute
+	// b6Goal is the issue's target for 1,000,000 events.
+	b6Goal = 10 * time.Second
+)
+
+func BenchmarkB6ColdStart(b *testing.B) {
+	ran := false
+	for b.Loop() {
+		if !ran {
+			ran = true
+			for _, n := range pick([]int{100_000, 1_000_000}, []int{10_000, 50_000}) {
+				b6Run(b, n)
+			}
+		}
+	}
+}
+
+func b6Run(b *testing.B, events int) {
+	clusters := max(1, events/b6EventsPerCluster)
+	f := fleet{sources: max(1, (clusters+99)/100), nodes: b6Nodes}
+	f.clusters = (clusters + f.sources - 1) / f.sources
+	id := fmt.Sprintf("B6-%dk", events/1000)
+	r := newResult(id, fmt.Sprintf("Cold start on %d stored events (a fleet's 72 h)", events), map[string]any{
+		"events_target": events, "fleet": f.String(), "hosted_clusters": f.hosted(), "nodes": f.hosted() * f.nodes,
+		"history_h": b6Span.Hours(), "restate_every_h": b6Restate.Hours(), "storage": "file",
+	})
+	defer save(b, r)
+	ctx := context.Background()
+	log := natstest.Logger(b)
+
+	srv := natstest.RunServer(b)
+	defer srv.Shutdown()
+	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}, Name: "b6"}, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	spec := bus.EventsStream(1, 0, 0)
+	if _, err := bus.EnsureStream(ctx, conn.JS, spec); err != nil {
+		b.Fatal(err)
+	}
+
+	// --- Fill (not timed as the bot's start).
+	end := time.Now()
+	t0 := time.Now()
+	counts, err := b6Fill(ctx, conn.JS, f, events, end, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fill := time.Since(t0)
+	info, err := conn.JS.Stream(ctx, event.StreamName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := info.CachedInfo().State
+	cfg := info.CachedInfo().Config
+	r.Add("events_stored", float64(st.Msgs), "events")
+	r.Add("stream_bytes", float64(st.Bytes), "B")
+	r.Add("bytes_per_event", float64(st.Bytes)/float64(max(st.Msgs, 1)), "B/event")
+	r.Add("fill_s", fill.Seconds(), "s")
+	r.Add("fill_events_per_s", float64(st.Msgs)/fill.Seconds(), "events/s")
+	r.Note("events by type: %s", b6Counts(counts))
+	r.Note("stream bounds as shipped (bus.EventsStream): max age %v, max bytes %d, max msgs %d (-1/0: unlimited); the events are stored now, so max age drops none of them. The 1,000,000-event stream holds %.0f MB: the deploy's NATS caps file storage at 10 GiB (configs/deploy/nats/nats.conf max_file_store), which it fits %.0f times",
+		cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs, float64(st.Bytes)/float64(events)*1e6/1e6, 10*float64(1<<30)/(float64(st.Bytes)/float64(events)*1e6))
+
+	// --- References on the same stream: delivery alone, delivery + decode.
+	deliver := b6Consume(b, ctx, conn.JS, st.Msgs, false)
+	decode := b6Consume(b, ctx, conn.JS, st.Msgs, true)
+	r.Add("ref_deliver_s", deliver.Seconds(), "s")
+	r.Add("ref_deliver_events_per_s", float64(st.Msgs)/deliver.Seconds(), "events/s")
+	r.Add("ref_deliver_decode_s", decode.Seconds(), "s")
+
+	// --- The bot's cold start.
+	cs := b6Start(b, ctx, conn.JS, f, r, id, true)
+	r.Add("current_s", cs.current.Seconds(), "s")
+	r.Add("status_complete_s", cs.status.Seconds(), "s")
+	r.Add("replay_events_per_s", float64(st.Msgs)/cs.current.Seconds(), "events/s")
+	r.Add("status_during_replay_max_ms", float64(cs.maxDuring.Microseconds())/1000, "ms")
+	r.Add("status_during_replay_deferred", float64(cs.deferred), "requests")
+	r.Add("status_after_current_ms", float64(cs.statusLatency.Microseconds())/1000, "ms")
+	r.Add("heap_live_at_current", float64(cs.liveAtCurrent)-float64(cs.heap0), "B")
+	r.Add("heap_process_growth", float64(cs.heapGrowth), "B")
+	r.Add("pending_released_s", cs.drained.Seconds(), "s")
+	r.Add("heap_bot_state", float64(cs.botHeap), "B")
+	r.Add("heap_bot_per_hosted_cluster", float64(cs.botHeap)/float64(f.hosted()), "B/cluster")
+	r.Add("heap_peak_per_hosted_cluster", (float64(cs.liveAtCurrent)-float64(cs.heap0))/float64(f.hosted()), "B/cluster")
+	r.Add("rss_process", float64(cs.rss), "B")
+	r.Add("rss_growth", float64(cs.rssGrowth), "B")
+	r.Add("cpu_s", cs.cpu.Seconds(), "s")
+	r.Add("slack_calls", float64(cs.slackCalls), "calls")
+	if decode > 0 && cs.current > 0 {
+		r.Add("share_deliver", deliver.Seconds()/cs.current.Seconds(), "of replay")
+		r.Add("share_decode", (decode-deliver).Seconds()/cs.current.Seconds(), "of replay")
+		r.Add("share_apply", (cs.current-decode).Seconds()/cs.current.Seconds(), "of replay (model, diagnose, incidents; lower bound: decode overlaps apply)")
+	}
+
+	// --- What a checkpoint at the last restatement would leave: the
+	// stream's last 12 hours, on a server of its own.
+	tail := b6Tail(b, ctx, f, events, end)
+	r.Add("tail_events", float64(tail.events), "events")
+	r.Add("tail_current_s", tail.current.Seconds(), "s")
+	r.Add("tail_status_complete_s", tail.status.Seconds(), "s")
+	if tail.current > 0 {
+		r.Add("checkpoint_saving", 1-tail.current.Seconds()/cs.current.Seconds(), "of the cold start")
+	}
+	r.Note("current_s: bot.New + Run until it logs \"events replayed\" (its replay reached the stream's last sequence at start); status_complete_s: until a signed `/hcp status` to chatops.Server lists all %d hosted clusters; during the replay `/hcp status` is asked every %v (max latency and deferred answers above)", f.hosted(), b6StatusEvery)
+	r.Note("bot: the leader, production timers (configs defaults), the Slack notifier with its KV store against slackrec (Slack's limits); slack_calls = every call it made (the history ends healthy: nothing should be posted). heap_live_at_current = the live heap of the last GC before the replay caught up, minus before the start (the peak: every incident the history replaced waits in the bot's pending list until the leader's first flush); pending_released_s = from the start until the heap fell below half that peak (the first flush let them go; a follower never flushes, so it keeps them: its heap stays at the peak and grows with every incident replaced); heap_bot_state = then, live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches")
+	r.Note("shares: ref_deliver = an ordered consumer counting the stream (JetStream alone), ref_deliver_decode = the same decoding each event with event.DecodeAll; the rest of the bot's replay is the model, diagnosis and incidents")
+	r.Note("checkpoint: the bot has none (docs/reliability.md: restatements every 12 h keep every current fact in the stream). tail_* = the same bot on a stream holding only the last 12 h (the events since the agents' last restatement): what a bot restoring a checkpoint taken at that restatement would still have to replay, so its start is at least that; the checkpoint itself would hold %d clusters' state", f.hosted())
+	if events >= 1_000_000 {
+		r.Want("current_s", "<=", b6Goal.Seconds())
+	}
+	b.ReportMetric(cs.current.Seconds(), id+"_current_s")
+}
+
+// b6Fill publishes the fleet's 72 h into js: asynchronously, the real
+// encoding and message IDs, waiting for every acknowledgement. keep, if
+// set, selects the events to publish by their time.
+func b6Fill(ctx context.Context, js jetstream.JetStream, f fleet, events int, end time.Time, keep func(time.Time) bool) (map[event.Type]int, error) {
+	counts := map[event.Type]int{}
+	emit := func(e event.Event) error {
+		if keep != nil && !keep(e.Time) {
+			return nil
+		}
+		subject, err := event.Subject(e)
+		if err != nil {
+			return err
+		}
+		data, err := event.Encode(e)
+		if err != nil {
+			return err
+		}
+		m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.ID}}}
+		for {
+			_, err := js.PublishMsgAsync(m)
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+		counts[e.Type]++
+		return nil
+	}
+	if err := b6History(f, events, end, emit); err != nil {
+		return nil, err
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		return nil, fmt.Errorf("fill: %d acknowledgements outstanding after 5 min", js.PublishAsyncPending())
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return counts, nil
+}
+
+// b6History emits about events events of fleet f over the 72 h ending at
+// end, in time order per cluster: see B6's comment for the mix.
+func b6History(f fleet, events int, end time.Time, emit func(event.Event) error) error {
+	g := &fleetGen{f: f}
+	start := end.Add(-b6Span)
+	// Per cluster: 6 snapshots × (HostedCluster, summary, SnapshotDone),
+	// a noProxy edit (2), a crash episode (4); the rest are flaps of 4.
+	fixed := 6*3 + 2 + 4
+	flaps := max(1, (events/f.hosted()-fixed)/4)
+	step := b6Span / time.Duration(flaps)
+	edited := fleetNoProxy + ",.apps.corp.example"
+	noProxy := func(edit bool) func(int) string {
+		return func(int) string {
+			if edit {
+				return edited
+			}
+			return fleetNoProxy
+		}
+	}
+	nextRestate, restated := start, 0
+	editAt, crashAt := flaps/3, flaps/2
+	for j := range flaps {
+		t := start.Add(time.Duration(j) * step)
+		if !t.Before(nextRestate) && restated < 6 {
+			for s := range f.sources {
+				if err := g.snapshot(s, 0, noProxy(j > editAt), t, restated > 0, emit); err != nil {
+					return err
+				}
+			}
+			restated++
+			nextRestate = nextRestate.Add(b6Restate)
+		}
+		for s := range f.sources {
+			for c := range f.clusters {
+				tc := t.Add(time.Duration(s*f.clusters+c) * time.Millisecond)
+				n := (j*5 + c) % f.nodes
+				var evs []func() (event.Event, error)
+				evs = append(evs,
+					func() (event.Event, error) { return g.node(s, c, n, false, tc) },
+					func() (event.Event, error) { return g.summary(s, c, 1, tc.Add(time.Second)) },
+					func() (event.Event, error) { return g.node(s, c, n, true, tc.Add(3*time.Minute)) },
+					func() (event.Event, error) { return g.summary(s, c, 0, tc.Add(3*time.Minute+time.Second)) })
+				if j == editAt {
+					evs = append(evs,
+						func() (event.Event, error) { return g.hostedCluster(s, c, edited, tc.Add(4*time.Minute)) },
+						func() (event.Event, error) { return g.proxyChange(s, c, fleetNoProxy, edited, tc.Add(4*time.Minute)) })
+				}
+				if j == crashAt {
+					for i := range int32(3) {
+						evs = append(evs, func() (event.Event, error) {
+							return g.crashLoop(s, c, i+1, false, tc.Add(time.Duration(i+1)*time.Minute))
+						})
+					}
+					evs = append(evs, func() (event.Event, error) { return g.crashLoop(s, c, 3, true, tc.Add(8*time.Minute)) })
+				}
+				for _, mk := range evs {
+					e, err := mk()
+					if err != nil {
+						return err
+					}
+					if err := emit(e); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// b6Consume reads the whole stream with an ordered consumer, decoding each
+// event if decode is set, and returns how long it took.
+func b6Consume(b *testing.B, ctx context.Context, js jetstream.JetStream, n uint64, decode bool) time.Duration {
+	b.Helper()
+	cons, err := js.OrderedConsumer(ctx, event.StreamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{event.EventsStreamSubjects}, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var got atomic.Uint64
+	done := make(chan struct{})
+	start := time.Now()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if decode {
+			_, _, _ = event.DecodeAll(m.Data())
+		}
+		if got.Add(1) == n {
+			close(done)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("reference consumer: %d of %d events in 5 min", got.Load(), n)
+	}
+	return time.Since(start)
+}
+
+// b6Started is what one cold start measured.
+type b6Started struct {
+	events                   int
+	current, status          time.Duration
+	maxDuring, statusLatency time.Duration
+	deferred                 int
+	heapGrowth, botHeap      int64
+	heap0, liveAtCurrent     uint64 // the live heap of the last GC before the replay caught up
+	slackCalls               int
+	drained                  time.Duration // from the start until the first flush let the replaced incidents go
+	rss, rssGrowth           int64
+	cpu                      time.Duration
+}
+
+// b6Start starts a bot on js's events stream and measures its cold start;
+// profile names its CPU and heap profiles ("" for none).
+func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet, r *Result, profile string, measureMemory bool) b6Started {
+	b.Helper()
+	var out b6Started
+	caught := make(chan struct{})
+	var once sync.Once
+	logw := b6LogWatch{on: func() { once.Do(func() { close(caught) }) }}
+	blog := zerolog.New(&logw).Level(zerolog.InfoLevel)
+	cfg := bot.Config{
+		Channel:        "C0B6",
+		GroupWait:      configs.DefaultGroupWait,
+		GroupInterval:  configs.DefaultGroupInterval,
+		ResolveTimeout: configs.DefaultResolveTimeout,
+		StormThreshold: configs.DefaultStormThreshold,
+		StormWindow:    configs.DefaultStormWindow,
+	}
+	// The one bot of a restart: the leader, with the Slack notifier, its
+	// KV store (on the same server) and the recorder with Slack's limits.
+	rec := slackrec.New(b)
+	store, err := notify.NewKVStore(ctx, js, notify.KVConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-bench", rec.APIURL(), nil), Store: store, Log: blog, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	debug.FreeOSMemory()
+	heap0, rss0 := heapInUse(), rss()
+	out.heap0 = heap0
+	bt := bot.New(cfg, js, n, prometheus.NewRegistry(), blog)
+	cmds := &bot.Commands{Bot: bt}
+	srv, err := chatops.NewServer(b6Secret, cmds, chatops.WithRegisterer(prometheus.NewRegistry()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer func() {
+		if hs != nil {
+			hs.Close()
+		}
+	}()
+	status := func() (lines int, deferred bool, took time.Duration) {
+		t := time.Now()
+		text, err := b6Status(ctx, hs.URL)
+		took = time.Since(t)
+		if err != nil {
+			b.Logf("B6 /hcp status: %v", err)
+			return 0, false, took
+		}
+		if strings.HasPrefix(text, "Working on it") {
+			return 0, true, took
+		}
+		return strings.Count(text, "/"+fleetNS+"/hc-"), false, took
+	}
+
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop := func() {}
+	if profile != "" {
+		stop = cpuProfile(b, r, profile)
+	}
+	cpu0 := cpuTime()
+	start := time.Now()
+	wg.Go(func() { _ = n.Run(rctx) })
+	wg.Go(func() { _ = bt.Run(rctx) })
+	// Users asking during the replay.
+	pollDone := make(chan struct{})
+	var pollWG sync.WaitGroup
+	pollWG.Go(func() {
+		for {
+			select {
+			case <-pollDone:
+				return
+			case <-time.After(b6StatusEvery):
+			}
+			_, d, took := status()
+			if d {
+				out.deferred++
+			}
+			out.maxDuring = max(out.maxDuring, took)
+		}
+	})
+	select {
+	case <-caught:
+		out.current = time.Since(start)
+		out.liveAtCurrent = heapLive()
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("B6: the bot did not catch up within 10 min")
+	}
+	out.cpu = cpuTime() - cpu0
+	stop()
+	close(pollDone)
+	pollWG.Wait()
+	for deadline := time.Now().Add(time.Minute); ; {
+		lines, _, took := status()
+		if lines >= f.hosted() {
+			out.status, out.statusLatency = time.Since(start), took
+			break
+		}
+		if time.Now().After(deadline) {
+			r.Note("`/hcp status` listed %d of %d hosted clusters a minute after the replay caught up", lines, f.hosted())
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if measureMemory {
+		// The leader's first flush looks up every incident the replay
+		// replaced (pending) and then lets them go: wait for the heap to
+		// drop to half of its peak, or give up after b6Drain.
+		peak := int64(out.liveAtCurrent) - int64(heap0)
+		for deadline := time.Now().Add(b6Drain); ; time.Sleep(time.Second) {
+			if h := int64(heapInUse()) - int64(heap0); h < peak/2 {
+				out.drained = time.Since(start)
+				break
+			}
+			if time.Now().After(deadline) {
+				r.Note("the heap did not drop to half its peak within %v of the catch-up", b6Drain)
+				break
+			}
+		}
+		heap1 := heapInUse()
+		debug.FreeOSMemory()
+		out.rss, out.rssGrowth = int64(rss()), int64(rss())-int64(rss0)
+		out.heapGrowth = int64(heap1) - int64(heap0)
+		if profile != "" {
+			heapProfile(b, r, profile)
+		}
+	}
+	out.slackCalls = len(rec.Calls())
+	cancel()
+	wg.Wait()
+	hs.Close()
+	hs.Config.Handler = nil
+	if measureMemory {
+		time.Sleep(100 * time.Millisecond) // the server's goroutines end
+		withBot := heapInUse()
+		_ = bt.Clusters() // bt stays live up to here
+		// Nothing else holds the bot: the HTTP server is closed and
+		// forgotten with its handler.
+		hs, srv, cmds, bt, n, store = nil, nil, nil, nil, nil, nil
+		out.botHeap = int64(withBot) - int64(heapInUse())
+	}
+	return out
+}
+
+// b6Status asks `/hcp status` the way Slack does (a signed slash command)
+// and returns the reply's text.
+func b6Status(ctx context.Context, base string) (string, error) {
+	req, err := slackrec.CommandRequest(ctx, base+chatops.CommandsPath, b6Secret, slack.SlashCommand{
+		Command: "/hcp", Text: "status", UserID: "U0B6", UserName: "oncall", ChannelID: "C0B6", ChannelName: "hcp",
+	}, time.Now())
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+	}
+	var reply struct {
+		Text string `json:"text"`
+	}
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &reply); err != nil {
+			return "", err
+		}
+	}
+	return reply.Text, nil
+}
+
+// b6Tail fills a server of its own with the last restatement interval of
+// the same history and starts a bot on it.
+func b6Tail(b *testing.B, ctx context.Context, f fleet, events int, end time.Time) b6Started {
+	b.Helper()
+	srv := natstest.RunServer(b)
+	defer srv.Shutdown()
+	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}, Name: "b6-tail"}, natstest.Logger(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+		b.Fatal(err)
+	}
+	// The last restatement is at start + 60 h, the first step at or after it.
+	from := end.Add(-b6Span).Add(5 * b6Restate)
+	counts, err := b6Fill(ctx, conn.JS, f, events, end, func(t time.Time) bool { return !t.Before(from) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	out := b6Start(b, ctx, conn.JS, f, NewResult("B6-tail", "", nil), "", false)
+	out.events = n
+	return out
+}
+
+// heapLive is the live heap the last garbage collection marked: a figure
+// without forcing one (runtime/metrics /gc/heap/live:bytes).
+func heapLive() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// b6LogWatch calls on when the bot logs that its replay caught up.
+type b6LogWatch struct{ on func() }
+
+func (w *b6LogWatch) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`"events replayed`)) {
+		w.on()
+	}
+	return len(p), nil
+}
+
+func b6Counts(m map[event.Type]int) string {
+	parts := make([]string, 0, len(m))
+	for _, t := range event.Types() {
+		if n := m[t]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", t, n))
+		}
+	}
+	return strings.Join(parts, " ")
+}
