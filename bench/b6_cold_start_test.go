@@ -25,6 +25,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -47,7 +48,7 @@ import (
 // shipped bounds of bus.EventsStream) — and only the bot's start is timed:
 // bot.New + Run (production timers) until it logs that the replay caught
 // up, and until `/hcp status` through the signed HTTP slash-command
-// endpoint (chatops.Server + bot.Commands) lists every hosted cluster.
+// endpoint (chatops.Server + command.Handler) lists every hosted cluster.
 //
 // The bot has no checkpoint (issue 14 chose restatements: docs/reliability.md
 // "Retention and state"), so the run also measures what one would save:
@@ -104,7 +105,7 @@ func b6Run(b *testing.B, events int) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	spec := bus.EventsStream(1, 0, 0)
+	spec := bus.EventsStream(0, 0)
 	if _, err := bus.EnsureStream(ctx, conn.JS, spec); err != nil {
 		b.Fatal(err)
 	}
@@ -375,7 +376,7 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 	heap0, rss0 := heapInUse(), rss()
 	out.heap0 = heap0
 	bt := bot.New(cfg, js, n, prometheus.NewRegistry(), blog)
-	cmds := &bot.Commands{Bot: bt}
+	cmds := &command.Handler{Bot: bt}
 	srv, err := chatops.NewServer(b6Secret, cmds, chatops.WithRegisterer(prometheus.NewRegistry()))
 	if err != nil {
 		b.Fatal(err)
@@ -533,7 +534,7 @@ func b6Tail(b *testing.B, ctx context.Context, f fleet, events int, end time.Tim
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(1, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		b.Fatal(err)
 	}
 	// The last restatement is at start + 60 h, the first step at or after it.

@@ -106,11 +106,11 @@ func b7Run(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(conn.Close)
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(3, 0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0, bus.WithReplicas(3))); err != nil {
 		b.Fatal(err)
 	}
 	rec := slackrec.New(b, slackrec.WithRate(b7PostRate, b7PostBurst), slackrec.WithUpdateRate(50.0/60, 10))
-	store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{Replicas: 3})
+	store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{}, bus.WithReplicas(3))
 	if err != nil {
 		b.Fatal(err)
 	}
