@@ -106,6 +106,7 @@ type Incident struct {
 
 	clearAt time.Time // own time the signals cleared; zero while present
 	n       notifyState
+	lazy    lazyDiagnoses // Diagnoses not yet built for the newest state
 }
 
 // Open reports whether the incident is still open.
@@ -323,10 +324,11 @@ func (b *Bot) apply(e event.Event, p event.Payload, err error, seq uint64) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	before := b.beforeApply(e)
 	changed := b.model.ApplyDecoded(e, p)
 	b.metrics.consumed.WithLabelValues(string(e.Type)).Inc()
 	for _, k := range changed {
-		b.evaluate(k, e.Time)
+		b.evaluate(k, e.Time, before)
 	}
 }
 
@@ -358,7 +360,10 @@ func (b *Bot) deadLetter(err error, e event.Event, seq uint64) {
 
 // evaluate diagnoses a cluster and opens, changes or resolves its
 // incident. It only records: the flush loop decides what to send and when.
-func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
+// Per event it runs the first phase of the diagnosis (which rules fire);
+// the full diagnoses are built when needed (lazy.go). before is the
+// cluster as it was before the event, when settle may need it.
+func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Cluster) {
 	if k.Management() {
 		return
 	}
@@ -366,12 +371,16 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 	now := b.cfg.Now()
 	inc := b.incidents[k]
 	if c != nil && c.Gone() {
+		b.settle(inc, before)
 		b.clusterDeleted(k, inc, observed, now)
 		return
 	}
 	var diags []diagnose.Diagnosis
 	if c != nil {
-		diags = diagnose.Diagnose(c, now)
+		diags = diagnose.Brief(c, now)
+	}
+	if len(diags) == 0 {
+		b.settle(inc, before)
 	}
 	if inc != nil && inc.Open() && !inc.clearAt.IsZero() && len(diags) > 0 {
 		if observed.Sub(inc.clearAt) < b.cfg.ResolveTimeout {
@@ -411,8 +420,17 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 		b.incidents[k] = inc
 	}
 	if len(diags) > 0 {
-		inc.Diagnoses = diags
+		inc.lazy = lazyDiagnoses{stale: true, now: now, observed: observed}
+		if b.cfg.GroupWait == 0 || !inc.n.first.IsZero() {
+			b.wake()
+		}
+		return
 	}
+	b.record(inc, observed)
+}
+
+// record notes a new state of inc for the flush if its rendering changed.
+func (b *Bot) record(inc *Incident, observed time.Time) {
 	if fp := fingerprint(inc); fp != inc.n.state {
 		inc.n.state = fp
 		inc.n.changed = observed
@@ -524,6 +542,7 @@ func fingerprint(inc *Incident) string {
 func (b *Bot) Incidents() []Incident {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleAll()
 	out := make([]Incident, 0, len(b.incidents))
 	for _, inc := range b.incidents {
 		out = append(out, *inc.copy())
@@ -595,6 +614,7 @@ type ClusterState struct {
 func (b *Bot) ClusterStates() []ClusterState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleAll()
 	var out []ClusterState
 	for _, k := range b.model.Keys() {
 		c := b.model.Cluster(k)
