@@ -152,12 +152,25 @@ func (c *Client) Result(ctx context.Context, source, id string) (Reply, error) {
 	return readResult(ctx, kv, key)
 }
 
-// Wait polls Result until there is one or ctx ends; then it returns an
-// error wrapping ErrQueued.
+// Wait returns the result as soon as the agent records it, or, when ctx
+// ends first, an error wrapping ErrQueued. It watches the result's key
+// (the agent's write is pushed to it) and polls Result as well, every
+// Poll, in case the watch cannot be set up or misses the write while the
+// connection is down. Polling alone answered a quarter second late on
+// average (make bench, B2-approve).
 func (c *Client) Wait(ctx context.Context, source, id string) (Reply, error) {
 	every := c.Poll
 	if every <= 0 {
 		every = 250 * time.Millisecond
+	}
+	var updates <-chan jetstream.KeyValueEntry
+	if key, err := ResultKey(source, id); err == nil {
+		if kv, err := c.bucket(ctx); err == nil {
+			if w, err := kv.Watch(ctx, key, jetstream.UpdatesOnly()); err == nil {
+				defer func() { _ = w.Stop() }()
+				updates = w.Updates()
+			}
+		}
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -174,6 +187,10 @@ func (c *Client) Wait(ctx context.Context, source, id string) (Reply, error) {
 		select {
 		case <-ctx.Done():
 			return Reply{}, fmt.Errorf("%w: %s", ErrQueued, id)
+		case _, ok := <-updates:
+			if !ok {
+				updates = nil // the watch ended: polling goes on
+			}
 		case <-t.C:
 		}
 	}
