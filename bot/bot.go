@@ -324,7 +324,7 @@ func (b *Bot) apply(e event.Event, p event.Payload, err error, seq uint64) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	before := b.beforeApply(e)
+	before := b.beforeApply(e, p)
 	changed := b.model.ApplyDecoded(e, p)
 	b.metrics.consumed.WithLabelValues(string(e.Type)).Inc()
 	for _, k := range changed {
@@ -363,7 +363,7 @@ func (b *Bot) deadLetter(err error, e event.Event, seq uint64) {
 // Per event it runs the first phase of the diagnosis (which rules fire);
 // the full diagnoses are built when needed (lazy.go). before is the
 // cluster as it was before the event, when settle may need it.
-func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Cluster) {
+func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prior) {
 	if k.Management() {
 		return
 	}
@@ -371,7 +371,7 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Clus
 	now := b.cfg.Now()
 	inc := b.incidents[k]
 	if c != nil && c.Gone() {
-		b.settle(inc, before)
+		b.settleBefore(inc, before)
 		b.clusterDeleted(k, inc, observed, now)
 		return
 	}
@@ -380,7 +380,7 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Clus
 		diags = diagnose.Brief(c, now)
 	}
 	if len(diags) == 0 {
-		b.settle(inc, before)
+		b.settleBefore(inc, before)
 	}
 	if inc != nil && inc.Open() && !inc.clearAt.IsZero() && len(diags) > 0 {
 		if observed.Sub(inc.clearAt) < b.cfg.ResolveTimeout {
@@ -542,7 +542,7 @@ func fingerprint(inc *Incident) string {
 func (b *Bot) Incidents() []Incident {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.settleAll()
+	b.settleAll(nil)
 	out := make([]Incident, 0, len(b.incidents))
 	for _, inc := range b.incidents {
 		out = append(out, *inc.copy())
@@ -614,7 +614,7 @@ type ClusterState struct {
 func (b *Bot) ClusterStates() []ClusterState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.settleAll()
+	b.settleAll(nil)
 	var out []ClusterState
 	for _, k := range b.model.Keys() {
 		c := b.model.Cluster(k)

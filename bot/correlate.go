@@ -116,7 +116,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 		b.mu.Unlock()
 		return b.cfg.Now().Add(maxFlush)
 	}
-	b.settleAll()
+	b.settleAll(nil)
 	now := b.cfg.Now()
 	next := now.Add(maxFlush)
 	// Resolved first, so that a replayed incident whose signals cleared
@@ -146,7 +146,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.settleAll() // events applied while the lock was free
+	b.settleAll(nil) // events applied while the lock was free
 	now = b.cfg.Now()
 	next = now.Add(maxFlush)
 	for _, s := range revived {

@@ -30,51 +30,62 @@ type lazyDiagnoses struct {
 	now, observed time.Time
 }
 
-// beforeApply keeps what settle may need once e is applied: a copy of the
-// cluster e is about, if its incident is open with stale diagnoses. An
-// event of the management scope can change every hosted cluster of its
-// source (a snapshot's end): their diagnoses are built now.
-func (b *Bot) beforeApply(e event.Event) *diagnose.Cluster {
+// beforeApply keeps what settle may need once e is applied: the state
+// before it of the cluster e is about, if its incident is open with stale
+// diagnoses. An event of the management scope can change every hosted
+// cluster of its source (a snapshot's end): their diagnoses are built now.
+func (b *Bot) beforeApply(e event.Event, p event.Payload) *diagnose.Prior {
 	k := diagnose.KeyOf(e)
 	if k.Management() {
-		for hk, inc := range b.incidents {
-			if hk.Source == k.Source {
-				b.settle(inc, b.model.Cluster(hk))
-			}
-		}
+		b.settleAll(func(hk diagnose.Key) bool { return hk.Source == k.Source })
 		return nil
 	}
 	if inc := b.incidents[k]; inc == nil || !inc.lazy.stale {
 		return nil
 	}
 	if c := b.model.Cluster(k); c != nil {
-		return c.Clone()
+		return c.Prior(e, p)
 	}
 	return nil
 }
 
-// settle builds inc's diagnoses from c, its cluster as of its newest
-// evaluated state, if they are stale.
-func (b *Bot) settle(inc *Incident, c *diagnose.Cluster) {
+// settle builds inc's diagnoses with diag, which diagnoses its cluster as
+// of its newest evaluated state, if they are stale.
+func (b *Bot) settle(inc *Incident, diag func(now time.Time) []diagnose.Diagnosis) {
 	if inc == nil || !inc.lazy.stale {
 		return
 	}
 	l := inc.lazy
 	inc.lazy = lazyDiagnoses{}
-	if c == nil {
+	if diag == nil {
 		return
 	}
-	if diags := diagnose.Diagnose(c, l.now); len(diags) > 0 {
+	if diags := diag(l.now); len(diags) > 0 {
 		inc.Diagnoses = diags
 	}
 	b.record(inc, l.observed)
 }
 
-// settleAll builds every stale incident's diagnoses from the model.
-func (b *Bot) settleAll() {
+// settleBefore settles inc from the state before the event being applied.
+func (b *Bot) settleBefore(inc *Incident, prior *diagnose.Prior) {
+	if prior == nil {
+		b.settle(inc, nil)
+		return
+	}
+	b.settle(inc, prior.Diagnose)
+}
+
+// settleAll builds the stale diagnoses of the incidents whose key match
+// accepts (every one when match is nil) from the model.
+func (b *Bot) settleAll(match func(diagnose.Key) bool) {
 	for k, inc := range b.incidents {
-		if inc.lazy.stale {
-			b.settle(inc, b.model.Cluster(k))
+		if !inc.lazy.stale || (match != nil && !match(k)) {
+			continue
+		}
+		if c := b.model.Cluster(k); c != nil {
+			b.settle(inc, func(now time.Time) []diagnose.Diagnosis { return diagnose.Diagnose(c, now) })
+		} else {
+			b.settle(inc, nil)
 		}
 	}
 }

@@ -61,3 +61,29 @@ func TestCloneIsIndependent(t *testing.T) {
 		t.Fatal("the original did not change")
 	}
 }
+
+// TestPriorDiagnosesTheStateBefore: Prior, taken before a fact is applied,
+// diagnoses the state before it — for a node's fact (one entry restored
+// for the call) and any other (a clone) — and leaves the cluster as the
+// fact made it.
+func TestPriorDiagnosesTheStateBefore(t *testing.T) {
+	c := build(t, hcFact(t, seedHC(""), at(0)), nodeFact(t, "worker-a", event.ConditionFalse, at(1), at(1)))
+	for _, f := range []fact{
+		nodeFact(t, "worker-a", event.ConditionTrue, at(2), at(2)),  // an existing node
+		nodeFact(t, "worker-b", event.ConditionFalse, at(3), at(3)), // a new one
+		nodeFact(t, "worker-b", event.ConditionTrue, at(4), at(4)),
+		crashFact(t, "openshift-service-ca-operator", "service-ca-operator-abc", "E0101 failed checking apiserver connectivity", 3, at(5)),
+		nodeDeleted(t, "worker-a", at(6)),
+	} {
+		want := render(Diagnose(c, at(7)))
+		prior := c.Prior(f.e, f.p)
+		c.Apply(f.e, f.p)
+		after := render(Diagnose(c, at(7)))
+		if got := render(prior.Diagnose(at(7))); got != want {
+			t.Fatalf("%s: Prior diagnosed\n%s\nwant the state before\n%s", f, got, want)
+		}
+		if got := render(Diagnose(c, at(7))); got != after {
+			t.Fatalf("%s: Prior.Diagnose left the cluster changed:\n%s\nwant\n%s", f, got, after)
+		}
+	}
+}

@@ -140,7 +140,7 @@ func (rs RuleSet) Brief(c *Cluster, now time.Time) []Diagnosis { return rs.run(c
 
 func (rs RuleSet) run(c *Cluster, now time.Time, brief bool) []Diagnosis {
 	var out []Diagnosis
-	x := Explained{by: map[string]string{}, brief: brief}
+	x := Explained{by: make(map[string]string, 16), brief: brief}
 	for _, r := range rs {
 		d, ok := r.Eval(c, now, x)
 		if !ok {

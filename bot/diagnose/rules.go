@@ -74,9 +74,11 @@ type tunnelSymptoms struct {
 	haproxy    int                   // pods observed in direct mode
 }
 
-func (c *Cluster) tunnelSymptoms() tunnelSymptoms {
+// tunnelSymptoms collects them sorted by key, or in any order when
+// sorted is false (the first phase, whose symptoms are sorted anyway).
+func (c *Cluster) tunnelSymptoms(sorted bool) tunnelSymptoms {
 	var s tunnelSymptoms
-	for _, e := range c.crashes.live() {
+	for _, e := range c.crashes.visible(sorted) {
 		switch e.rec.sig {
 		case event.SignatureAPIServerConnectivity:
 			s.signature = append(s.signature, e)
@@ -84,9 +86,13 @@ func (c *Cluster) tunnelSymptoms() tunnelSymptoms {
 			s.connect = append(s.connect, e)
 		}
 	}
-	s.nodes = c.notReadyNodes(Explained{})
-	s.pools = c.unhealthyPools()
-	for _, e := range c.apiProxies.live() {
+	for _, e := range c.nodes.visible(sorted) {
+		if e.rec.notReady() {
+			s.nodes = append(s.nodes, e)
+		}
+	}
+	s.pools = c.unhealthyPools(sorted)
+	for _, e := range c.apiProxies.visible(sorted) {
 		switch e.rec.mode {
 		case event.ProxyModeTunnel:
 			s.tunnelPods = append(s.tunnelPods, e)
@@ -149,7 +155,7 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	if !v.tunnel() {
 		return Diagnosis{}, false
 	}
-	s := c.tunnelSymptoms()
+	s := c.tunnelSymptoms(!x.brief)
 	if s.kinds() == 0 {
 		return Diagnosis{}, false
 	}
@@ -539,19 +545,21 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	if c.Gone() {
 		return Diagnosis{}, false
 	}
+	if x.brief {
+		var keys []string
+		for _, e := range c.nodes {
+			if !e.gone && e.rec.notReady() && !x.Has(nodeKey(e.rec.name)) {
+				keys = append(keys, nodeKey(e.rec.name))
+			}
+		}
+		return Diagnosis{Symptoms: keys}, len(keys) > 0
+	}
 	nodes := c.notReadyNodes(x)
 	if len(nodes) == 0 {
 		return Diagnosis{}, false
 	}
 	total := c.nodeTotal()
 	sev, why := NodeSeverity(len(nodes), total)
-	if x.brief {
-		keys := make([]string, len(nodes))
-		for i, e := range nodes {
-			keys[i] = nodeKey(e.rec.name)
-		}
-		return Diagnosis{Severity: sev, Symptoms: keys}, true
-	}
 	d := Diagnosis{
 		Severity: sev,
 		Title:    nodesTitle(nodes, total) + " in " + c.label(),
@@ -571,7 +579,7 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		}
 	}
 	d.Evidence = append(capEvidence(ev, maxEvidencePerKind, "NotReady or not joining nodes"), capEvidence(vmEv, maxEvidencePerKind, "virt-launcher pods")...)
-	for _, e := range c.unhealthyPools() {
+	for _, e := range c.unhealthyPools(true) {
 		d.Evidence = append(d.Evidence, poolEvidence(e, "AllNodesHealthy"))
 	}
 	var stale []*entry[apiProxyRec]
