@@ -111,7 +111,7 @@ const (
 // (bus.ActionsStreamSpec, bus.ActionResultsSpec) before using it.
 type Client struct {
 	JS jetstream.JetStream
-	// Poll is how often Wait reads the result; 0 means 250ms.
+	// Poll is how often Wait reads the result at most; 0 means 25ms.
 	Poll time.Duration
 
 	mu sync.Mutex
@@ -154,15 +154,16 @@ func (c *Client) Result(ctx context.Context, source, id string) (Reply, error) {
 
 // Wait polls Result until there is one or ctx ends; then it returns an
 // error wrapping ErrQueued. It looks again after 5 ms, then twice as long
-// each time up to Poll: an agent answers within tens of milliseconds, and
-// polling every Poll from the start answered a quarter second late on
-// average (make bench, B2-approve). A KV watch instead created a consumer
+// each time up to Poll: an agent answers within tens to hundreds of
+// milliseconds, and polling every 250 ms answered a quarter second late
+// on average (make bench, B2-approve). A read is one KV get; approvals
+// are few. A KV watch instead created a consumer
 // per approval, which on a server that fsyncs every write delayed the
 // agent's own requests by about 350 ms.
 func (c *Client) Wait(ctx context.Context, source, id string) (Reply, error) {
 	every := c.Poll
 	if every <= 0 {
-		every = 250 * time.Millisecond
+		every = 25 * time.Millisecond
 	}
 	next := min(5*time.Millisecond, every)
 	t := time.NewTimer(next)
