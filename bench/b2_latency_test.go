@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path"
 	"slices"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -172,6 +174,10 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 
 	// References: the bare operations the path is made of.
 	refs := newB2Refs(b, ctx, clusters[0].kube, refNodes[0], refPubConn, refSubConn, rec)
+	// The peer: a bare informer → webhook watcher on the same nodes,
+	// answering the same transitions side by side.
+	peer := newB2Peer(b, ctx, clusters)
+	var peerLat, peerSent []float64
 
 	lastSec := map[string]int64{} // node → UTC second of its last Ready change
 	var samples []b2Sample
@@ -206,6 +212,10 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 		if err != nil {
 			b.Fatalf("trial %d: %v", i, err)
 		}
+		hooked, ok := peer.wait(c.key.Cluster.Name+"/"+node, t0, 10*time.Second)
+		if !ok {
+			b.Fatalf("trial %d: the peer's webhook never fired for %s", i, nk)
+		}
 
 		// Resolve, and wait until the resolution reached Slack and the
 		// notifier is idle: the next trial starts on a quiet system.
@@ -221,6 +231,8 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 			continue
 		}
 		samples = append(samples, s)
+		peerLat = append(peerLat, b2MS(hooked.Round(0).Sub(t0.Round(0))))
+		peerSent = append(peerSent, b2MS(hooked.Round(0).Sub(sent.Round(0))))
 		time.Sleep(20 * time.Millisecond)
 		refWatch = append(refWatch, refs.watch(i))
 		refJS = append(refJS, refs.jetstream(i))
@@ -270,6 +282,11 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 	r.Add("ref_floor_p50_ms", floor, "ms")
 	r.Add("ref_update_call_p50_ms", b2Pct(refs.updates, 0.5), "ms")
 	r.Add("e2e_p50_to_floor", b2Pct(e2e, 0.5)/floor, "x")
+	r.Add("ref_informer_webhook_p50_ms", b2Pct(peerLat, 0.5), "ms")
+	r.Add("ref_informer_webhook_p99_ms", b2Pct(peerLat, 0.99), "ms")
+	r.Add("ref_informer_webhook_from_sent_p50_ms", b2Pct(peerSent, 0.5), "ms")
+	r.Add("e2e_p50_to_informer_webhook", b2Pct(e2e, 0.5)/b2Pct(peerLat, 0.5), "x")
+	r.Add("e2e_from_sent_p50_to_informer_webhook", b2Pct(fromSent, 0.5)/b2Pct(peerSent, 0.5), "x")
 	r.Want("e2e_p50_ms", "<=", 50)
 	r.Want("e2e_p99_ms", "<=", 250)
 	r.Want("trials", ">=", 200)
@@ -277,6 +294,7 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 	r.Note("t0 = when the UpdateStatus call setting Ready=False RETURNED (the write is committed); detail_update_call is that call's own round trip (sent → returned, the API server's admission + etcd write); e2e = t0 → the recorder's receive time of the first chat.postMessage in the incident's channel; e2e_from_sent = the same from when the UpdateStatus was sent. The API server delivers the watch event about when it answers the write (ref_watch ≈ 0, often slightly before), so stage_watch_agent and ref_watch can be negative")
 	r.Note("stages: watch_agent = t0 → event.Time (watch delivery, informer, workqueue, agent sync; may be slightly negative when the watch event beats the Update's response) · publish = event.Time → the JetStream stored timestamp (publisher buffer, encode, PublishMsg to the file-backed stream; read back with GetLastMsgForSubject) · consume_correlate = stored → the bot hands the rendering to the notifier (ordered-consumer delivery, decode, model, diagnose, flush loop, the bot's HasRoot KV lookup = detail_bot_root_lookup, render) · slack_queue_http = hand-over → recorder received (detail_notifier_queue = hand-over → HTTP request start, incl. the notifier's KV get+create = detail_notifier_kv; detail_slack_http = request start → recorder received)")
 	r.Note("each trial is a NEW incident routed (bot.Config.Route) to a channel of its own, so neither the notifier's per-channel post bucket nor the recorder's rate limit is ever waited on; %d hosted clusters (one kube-apiserver each) × %d nodes take turns, a node never changes Ready twice within one second (event IDs key transitions by the second); after each trial the node is set Ready again and the next trial starts only once the resolution (chat.update + thread reply) was delivered and the notifier is idle, which paces trials at the workspace chat.update budget (50/min) — the system is quiet at every t0", nClusters, nodesPer)
+	r.Note("peer (same run, same transitions): a bare client-go informer on each hosted cluster's Nodes that POSTs a JSON webhook on every Ready→False (keep-alive client, a loopback HTTP server of its own), as a popular watcher does; ref_informer_webhook = t0 → the webhook received (from_sent: from when the UpdateStatus was sent, the API server's write included, as a user measures it); the ratios compare hcpbot's p50s with the peer's")
 	r.Note("%d warm-up trials (one per cluster) are not counted; the CPU profile covers the counted trials and the interleaved reference samples", warmup)
 	r.Note("reference (same run, one sample after each trial): raw client-go watch on a Node (UpdateStatus of a message returned → MODIFIED event received) + bare JetStream publish → ordered-consumer receipt of the same event bytes on a file stream (separate connections) + bare HTTP POST chat.postMessage to the recorder (send → recorder received, keep-alive); ref_floor = sum of their p50s")
 	if quick() {
@@ -794,4 +812,82 @@ func (r *b2Refs) http(i int) float64 {
 	}
 	r.b.Fatalf("reference POST to %s not recorded", channel)
 	return 0
+}
+
+// b2Peer is the popular peer hcpbot is compared with: an informer on the
+// hosted cluster's Nodes that POSTs a webhook when one goes NotReady.
+type b2Peer struct {
+	mu   sync.Mutex
+	hits map[string][]time.Time // "cluster/node" → when the webhook arrived
+}
+
+func newB2Peer(b *testing.B, ctx context.Context, clusters []*b2Cluster) *b2Peer {
+	b.Helper()
+	p := &b2Peer{hits: map[string][]time.Time{}}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var v struct{ Cluster, Node string }
+		err := json.NewDecoder(req.Body).Decode(&v)
+		at := time.Now()
+		if err == nil {
+			p.mu.Lock()
+			p.hits[v.Cluster+"/"+v.Node] = append(p.hits[v.Cluster+"/"+v.Node], at)
+			p.mu.Unlock()
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	b.Cleanup(hook.Close)
+	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 10 * time.Second}
+	for _, c := range clusters {
+		f := informers.NewSharedInformerFactory(c.kube, 0)
+		inf := f.Core().V1().Nodes().Informer()
+		cluster := c.key.Cluster.Name
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			if !ok1 || !ok2 || b2Ready(o) == corev1.ConditionFalse || b2Ready(n) != corev1.ConditionFalse {
+				return
+			}
+			body, _ := json.Marshal(map[string]string{"cluster": cluster, "node": n.Name})
+			resp, err := hc.Post(hook.URL, "application/json", bytes.NewReader(body))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Start(ctx.Done())
+		f.WaitForCacheSync(ctx.Done())
+		b.Cleanup(f.Shutdown)
+	}
+	return p
+}
+
+// wait returns when the webhook for node arrived after t0.
+func (p *b2Peer) wait(node string, t0 time.Time, timeout time.Duration) (time.Time, bool) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		p.mu.Lock()
+		for _, at := range p.hits[node] {
+			// The watch event may beat the update's response (as
+			// ref_watch shows): a little before t0 is this trial's.
+			if at.Round(0).After(t0.Round(0).Add(-50 * time.Millisecond)) {
+				p.mu.Unlock()
+				return at, true
+			}
+		}
+		p.mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+	}
+	return time.Time{}, false
+}
+
+func b2Ready(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
 }

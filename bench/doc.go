@@ -16,6 +16,16 @@
 // and, as result B1-sync, on one that fsyncs every write before
 // acknowledging it, as the deploy's NATS does (sync_interval: always).
 //
+// B2 has three rows. B2 is the floor: the bot in-process with group wait
+// 0 and a channel per trial, beside the bare operations of its path and a
+// bare informer → webhook watcher answering the same transitions.
+// B2-prod and B2-approve run the hcpbot binary (`hcpbot all`, built from
+// this tree) as users run it: production defaults (group wait 5 s, one
+// shared channel, four-eyes), Slack's rate limits at the recorder and a
+// NATS server that fsyncs every write; B2-prod reports the first post
+// minus the group wait, B2-approve a signed /hcp approve to the
+// HostedCluster patched and the confirmation posted, stage by stage.
+//
 // B6 (cold start) fills an embedded JetStream with a fleet's 72 hours,
 // 100,000 and 1,000,000 events, and times a bot started on it. B7 (fleet)
 // runs 20 management clusters × 100 hosted clusters × 24 nodes on three

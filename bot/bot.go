@@ -37,6 +37,7 @@ type Incident struct {
 
 	clearAt time.Time // own time the signals cleared; zero while present
 	n       notifyState
+	lazy    lazyDiagnoses // Diagnoses not yet built for the newest state
 }
 
 // Open reports whether the incident is still open.
@@ -231,10 +232,11 @@ func (b *Bot) apply(e event.Event, p event.Payload, err error, seq uint64) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	before := b.beforeApply(e, p)
 	changed := b.model.ApplyDecoded(e, p)
 	b.metrics.consumed.WithLabelValues(string(e.Type)).Inc()
 	for _, k := range changed {
-		b.evaluate(k, e.Time)
+		b.evaluate(k, e.Time, before)
 	}
 }
 
@@ -266,7 +268,10 @@ func (b *Bot) deadLetter(err error, e event.Event, seq uint64) {
 
 // evaluate diagnoses a cluster and opens, changes or resolves its
 // incident. It only records: the flush loop decides what to send and when.
-func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
+// Per event it runs the first phase of the diagnosis (which rules fire);
+// the full diagnoses are built when needed (lazy.go). before is the
+// cluster as it was before the event, when settle may need it.
+func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prior) {
 	if k.Management() {
 		return
 	}
@@ -274,12 +279,16 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 	now := b.cfg.Now()
 	inc := b.incidents[k]
 	if c != nil && c.Gone() {
+		b.settleBefore(inc, before)
 		b.clusterDeleted(k, inc, observed, now)
 		return
 	}
 	var diags []diagnose.Diagnosis
 	if c != nil {
-		diags = diagnose.Diagnose(c, now)
+		diags = diagnose.Brief(c, now)
+	}
+	if len(diags) == 0 {
+		b.settleBefore(inc, before)
 	}
 	if inc != nil && inc.Open() && !inc.clearAt.IsZero() && len(diags) > 0 {
 		if observed.Sub(inc.clearAt) < b.cfg.ResolveTimeout {
@@ -319,8 +328,17 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time) {
 		b.incidents[k] = inc
 	}
 	if len(diags) > 0 {
-		inc.Diagnoses = diags
+		inc.lazy = lazyDiagnoses{stale: true, now: now, observed: observed}
+		if b.cfg.GroupWait == 0 || !inc.n.first.IsZero() {
+			b.wake()
+		}
+		return
 	}
+	b.record(inc, observed)
+}
+
+// record notes a new state of inc for the flush if its rendering changed.
+func (b *Bot) record(inc *Incident, observed time.Time) {
 	if fp := fingerprint(inc); fp != inc.n.state {
 		inc.n.state = fp
 		inc.n.changed = observed

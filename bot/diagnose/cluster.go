@@ -234,6 +234,20 @@ func (t *table[R]) prune() {
 	}
 }
 
+// visible returns the visible entries, sorted by key if sorted.
+func (t table[R]) visible(sorted bool) []*entry[R] {
+	if sorted {
+		return t.live()
+	}
+	var out []*entry[R]
+	for _, e := range t {
+		if !e.gone {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // live returns the visible entries sorted by key.
 func (t table[R]) live() []*entry[R] {
 	keys := make([]string, 0, len(t))

@@ -92,7 +92,12 @@ type Diagnosis struct {
 type NodeImpact struct{ Affected, Total int }
 
 // Explained is the set of symptoms earlier rules of a run have explained.
-type Explained struct{ by map[string]string }
+type Explained struct {
+	by map[string]string
+	// brief asks for the first phase only (RuleSet.Brief): a rule may
+	// then return its verdict without building texts.
+	brief bool
+}
 
 // Has reports whether an earlier diagnosis explains the symptom.
 func (x Explained) Has(symptom string) bool {
@@ -122,9 +127,20 @@ type RuleSet []Rule
 // Diagnose runs the rules of rs on c in order. Each diagnosis gets its
 // rule's ID, sorted evidence and sorted symptoms; its symptoms are then
 // explained for the rules after it.
-func (rs RuleSet) Diagnose(c *Cluster, now time.Time) []Diagnosis {
+func (rs RuleSet) Diagnose(c *Cluster, now time.Time) []Diagnosis { return rs.run(c, now, false) }
+
+// Brief is the first phase of Diagnose: which rules fire and on which
+// symptoms, in the same order and with the same Rule and Symptoms as
+// Diagnose gives for the same state and now; the other fields may be
+// left empty. The correlator runs it on every event and builds the full
+// diagnoses (titles, evidence text, fixes) only when it renders: the
+// notifier sends at most one rendering per group interval, while events
+// come by the thousand (make bench, B1).
+func (rs RuleSet) Brief(c *Cluster, now time.Time) []Diagnosis { return rs.run(c, now, true) }
+
+func (rs RuleSet) run(c *Cluster, now time.Time, brief bool) []Diagnosis {
 	var out []Diagnosis
-	x := Explained{by: map[string]string{}}
+	x := Explained{by: make(map[string]string, 16), brief: brief}
 	for _, r := range rs {
 		d, ok := r.Eval(c, now, x)
 		if !ok {
@@ -145,7 +161,13 @@ func (rs RuleSet) Diagnose(c *Cluster, now time.Time) []Diagnosis {
 }
 
 // Diagnose runs DefaultRules on c.
-func Diagnose(c *Cluster, now time.Time) []Diagnosis { return DefaultRules().Diagnose(c, now) }
+func Diagnose(c *Cluster, now time.Time) []Diagnosis { return defaultRules.Diagnose(c, now) }
+
+// Brief runs the first phase of DefaultRules on c (RuleSet.Brief).
+func Brief(c *Cluster, now time.Time) []Diagnosis { return defaultRules.Brief(c, now) }
+
+// defaultRules is DefaultRules, built once: Diagnose runs on every event.
+var defaultRules = DefaultRules()
 
 func compareEvidence(a, b Evidence) int {
 	return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Object, b.Object), cmp.Compare(a.Text, b.Text))

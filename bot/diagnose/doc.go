@@ -50,6 +50,13 @@
 // do not depend on now, so re-running Diagnose is only needed after Apply
 // reported a change; now is passed for rules with durations.
 //
+// Diagnosis has two phases. [RuleSet.Brief] is the first: which rules fire
+// and on which symptoms (the same Rule and Symptoms as Diagnose, other
+// fields possibly empty), without titles, evidence text or fixes. The
+// correlator runs it on every event and the full Diagnose only when it
+// renders or answers; [Cluster.Prior] keeps the state before an event
+// for the incident an event clears (make bench, B1).
+//
 // # Node counts and grading
 //
 // "N of M nodes": N counts the nodes whose events report a problem (NotReady,

@@ -215,6 +215,7 @@ func build(t testing.TB, facts ...fact) *Cluster {
 	c := NewCluster(hcKey)
 	for _, f := range facts {
 		c.Apply(f.e, f.p)
+		checkBrief(t, c, f.e.Time)
 	}
 	return c
 }

@@ -74,9 +74,11 @@ type tunnelSymptoms struct {
 	haproxy    int                   // pods observed in direct mode
 }
 
-func (c *Cluster) tunnelSymptoms() tunnelSymptoms {
+// tunnelSymptoms collects them sorted by key, or in any order when
+// sorted is false (the first phase, whose symptoms are sorted anyway).
+func (c *Cluster) tunnelSymptoms(sorted bool) tunnelSymptoms {
 	var s tunnelSymptoms
-	for _, e := range c.crashes.live() {
+	for _, e := range c.crashes.visible(sorted) {
 		switch e.rec.sig {
 		case event.SignatureAPIServerConnectivity:
 			s.signature = append(s.signature, e)
@@ -84,9 +86,13 @@ func (c *Cluster) tunnelSymptoms() tunnelSymptoms {
 			s.connect = append(s.connect, e)
 		}
 	}
-	s.nodes = c.notReadyNodes(Explained{})
-	s.pools = c.unhealthyPools()
-	for _, e := range c.apiProxies.live() {
+	for _, e := range c.nodes.visible(sorted) {
+		if e.rec.notReady() {
+			s.nodes = append(s.nodes, e)
+		}
+	}
+	s.pools = c.unhealthyPools(sorted)
+	for _, e := range c.apiProxies.visible(sorted) {
 		switch e.rec.mode {
 		case event.ProxyModeTunnel:
 			s.tunnelPods = append(s.tunnelPods, e)
@@ -98,6 +104,29 @@ func (c *Cluster) tunnelSymptoms() tunnelSymptoms {
 		}
 	}
 	return s
+}
+
+// keys are the symptoms proxy-tunnel explains: the proxy spec and every
+// object that shows the tunnel failing.
+func (s tunnelSymptoms) keys(c *Cluster) []string {
+	out := make([]string, 0, 1+len(s.signature)+len(s.nodes)+len(s.pools)+len(s.tunnelPods)+len(s.connect))
+	out = append(out, c.proxyKey())
+	for _, e := range s.signature {
+		out = append(out, podKey(e.rec.namespace, e.rec.pod))
+	}
+	for _, e := range s.nodes {
+		out = append(out, nodeKey(e.rec.name))
+	}
+	for _, e := range s.pools {
+		out = append(out, nodePoolKey(e.rec.namespace, e.rec.name))
+	}
+	for _, e := range s.tunnelPods {
+		out = append(out, podKey(firstNonEmpty(e.ref.namespace, "kube-system"), e.rec.pod))
+	}
+	for _, e := range s.connect {
+		out = append(out, podKey(e.rec.namespace, e.rec.pod))
+	}
+	return out
 }
 
 func (s tunnelSymptoms) connectFailures() bool { return s.failing > 0 || len(s.connect) > 0 }
@@ -116,7 +145,7 @@ func (s tunnelSymptoms) kinds() int {
 
 // proxyTunnel: the spec tunnels API traffic through the proxy and the
 // cluster shows it (seed 000).
-func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
+func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	hc, ok := c.live()
 	if !ok {
 		return Diagnosis{}, false
@@ -126,17 +155,20 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 	if !v.tunnel() {
 		return Diagnosis{}, false
 	}
-	s := c.tunnelSymptoms()
+	s := c.tunnelSymptoms(!x.brief)
 	if s.kinds() == 0 {
 		return Diagnosis{}, false
+	}
+	if x.brief {
+		return Diagnosis{Severity: SeverityCritical, Symptoms: s.keys(c)}, true
 	}
 
 	d := Diagnosis{
 		Severity: SeverityCritical,
 		Title:    "API traffic of " + c.label() + " is tunnelled through the HTTPS proxy",
 		Fix:      c.noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc),
+		Symptoms: s.keys(c),
 	}
-	d.Symptoms = append(d.Symptoms, c.proxyKey())
 	d.Evidence = append(d.Evidence, c.proxySpecEvidence(spec, since))
 
 	var parts []string
@@ -152,7 +184,6 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 		var ev []Evidence
 		for _, e := range s.signature {
 			ev = append(ev, note(crashEvidence(e)))
-			d.Symptoms = append(d.Symptoms, podKey(e.rec.namespace, e.rec.pod))
 		}
 		d.Evidence = append(d.Evidence, capEvidence(ev, maxEvidencePerKind, "crashlooping pods")...)
 	}
@@ -162,14 +193,12 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 		var ev []Evidence
 		for _, e := range s.nodes {
 			ev = append(ev, note(nodeEvidence(e)))
-			d.Symptoms = append(d.Symptoms, nodeKey(e.rec.name))
 		}
 		d.Evidence = append(d.Evidence, capEvidence(ev, maxEvidencePerKind, "NotReady nodes")...)
 	}
 	for _, e := range s.pools {
 		parts = append(parts, "NodePool "+e.rec.name+" reports AllNodesHealthy=False")
 		d.Evidence = append(d.Evidence, note(poolEvidence(e, "AllNodesHealthy")))
-		d.Symptoms = append(d.Symptoms, nodePoolKey(e.rec.namespace, e.rec.name))
 	}
 	if s.connectFailures() {
 		parts = append(parts, "CONNECT through the proxy fails ("+plural(s.failing+len(s.connect), "pod", "pods")+")")
@@ -181,12 +210,10 @@ func proxyTunnel(c *Cluster, _ time.Time, _ Explained) (Diagnosis, bool) {
 			ev = note(ev)
 		}
 		podEv = append(podEv, ev)
-		d.Symptoms = append(d.Symptoms, podKey(firstNonEmpty(e.ref.namespace, "kube-system"), e.rec.pod))
 	}
 	d.Evidence = append(d.Evidence, capEvidence(podEv, maxEvidencePerKind, "tunnel-mode kube-apiserver-proxy pods")...)
 	for _, e := range s.connect {
 		d.Evidence = append(d.Evidence, note(crashEvidence(e)))
-		d.Symptoms = append(d.Symptoms, podKey(e.rec.namespace, e.rec.pod))
 	}
 
 	cause := fmt.Sprintf("HostedCluster %s (%s) has httpsProxy %s and spec noProxy %q. %s Symptoms: %s.",
@@ -518,6 +545,15 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	if c.Gone() {
 		return Diagnosis{}, false
 	}
+	if x.brief {
+		var keys []string
+		for _, e := range c.nodes {
+			if !e.gone && e.rec.notReady() && !x.Has(nodeKey(e.rec.name)) {
+				keys = append(keys, nodeKey(e.rec.name))
+			}
+		}
+		return Diagnosis{Symptoms: keys}, len(keys) > 0
+	}
 	nodes := c.notReadyNodes(x)
 	if len(nodes) == 0 {
 		return Diagnosis{}, false
@@ -543,7 +579,7 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		}
 	}
 	d.Evidence = append(capEvidence(ev, maxEvidencePerKind, "NotReady or not joining nodes"), capEvidence(vmEv, maxEvidencePerKind, "virt-launcher pods")...)
-	for _, e := range c.unhealthyPools() {
+	for _, e := range c.unhealthyPools(true) {
 		d.Evidence = append(d.Evidence, poolEvidence(e, "AllNodesHealthy"))
 	}
 	var stale []*entry[apiProxyRec]

@@ -172,10 +172,11 @@ func (c *Cluster) problemNodes() int {
 // nodeTotal is M in "N of M nodes".
 func (c *Cluster) nodeTotal() int { return c.Nodes().Total }
 
-// unhealthyPools returns the NodePools with AllNodesHealthy=False.
-func (c *Cluster) unhealthyPools() []*entry[nodePoolRec] {
+// unhealthyPools returns the NodePools with AllNodesHealthy=False, sorted
+// by key if sorted.
+func (c *Cluster) unhealthyPools(sorted bool) []*entry[nodePoolRec] {
 	var out []*entry[nodePoolRec]
-	for _, e := range c.nodePools.live() {
+	for _, e := range c.nodePools.visible(sorted) {
 		if cond, ok := e.rec.cond("AllNodesHealthy"); ok && cond.Status == event.ConditionFalse {
 			out = append(out, e)
 		}

@@ -1,0 +1,97 @@
+package diagnose
+
+import (
+	"slices"
+	"time"
+
+	"github.com/hcpbot/hcpbot/event"
+)
+
+// Clone returns a copy of c that later facts applied to c do not change.
+// The correlator keeps one of the state before an event while it builds
+// diagnoses lazily (RuleSet.Brief): if the event clears the cluster's
+// signals, the incident keeps the diagnoses of the state before it.
+// The memo is shared: it is a cache keyed by everything it depends on.
+func (c *Cluster) Clone() *Cluster {
+	cp := *c
+	cp.changes = slices.Clone(c.changes)
+	cp.nodePools = cloneTable(c.nodePools)
+	cp.nodes = cloneTable(c.nodes)
+	cp.crashes = cloneTable(c.crashes)
+	cp.apiProxies = cloneTable(c.apiProxies)
+	cp.launchers = cloneTable(c.launchers)
+	cp.reach = cloneTable(c.reach)
+	cp.ocp = cloneTable(c.ocp)
+	cp.summary = cloneTable(c.summary)
+	return &cp
+}
+
+// cloneTable copies the entries, which put and bury change in place; the
+// records' slices are replaced on change, never written, so they are
+// shared.
+func cloneTable[R any](t table[R]) table[R] {
+	if t == nil {
+		return nil
+	}
+	out := make(table[R], len(t))
+	entries := make([]entry[R], 0, len(t)) // one allocation for all
+	for k, e := range t {
+		entries = append(entries, *e)
+		out[k] = &entries[len(entries)-1]
+	}
+	return out
+}
+
+// Prior is a Cluster's state before one event, kept so that the state
+// can still be diagnosed once the event is applied (Cluster.Prior).
+type Prior struct {
+	clone *Cluster // a full copy, or:
+	// c, with the one node entry the event changes restored on demand:
+	// most events are a node's, and copying its entry is much cheaper
+	// than copying the cluster.
+	c    *Cluster
+	node string
+	had  bool
+	old  entry[nodeRec]
+}
+
+// Prior keeps what Prior.Diagnose needs to diagnose c as it is now, after
+// e (with payload p) is applied to it. Nothing else may be applied to c
+// in between.
+func (c *Cluster) Prior(e event.Event, p event.Payload) *Prior {
+	if nr, ok := p.(event.NodeReadiness); ok && !nr.Deleted {
+		// Apply changes only c.nodes[name], in place, and prunes nothing
+		// (see applyNode).
+		pr := &Prior{c: c, node: firstNonEmpty(nr.Node, e.Object.Name)}
+		if old, ok := c.nodes[pr.node]; ok {
+			pr.had, pr.old = true, *old
+		}
+		return pr
+	}
+	return &Prior{clone: c.Clone()}
+}
+
+// Diagnose diagnoses the state Prior kept.
+func (p *Prior) Diagnose(now time.Time) []Diagnosis {
+	if p.clone != nil {
+		return Diagnose(p.clone, now)
+	}
+	cur, ok := p.c.nodes[p.node]
+	if p.had {
+		if p.c.nodes == nil {
+			p.c.nodes = table[nodeRec]{}
+		}
+		old := p.old
+		p.c.nodes[p.node] = &old
+	} else {
+		delete(p.c.nodes, p.node)
+	}
+	defer func() {
+		if ok {
+			p.c.nodes[p.node] = cur
+		} else {
+			delete(p.c.nodes, p.node)
+		}
+	}()
+	return Diagnose(p.c, now)
+}
