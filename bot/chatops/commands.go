@@ -1,0 +1,165 @@
+package chatops
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Command is one parsed /hcp command. The set is closed (the unexported
+// method), so a handler's type switch over the structs below is exhaustive.
+//
+// String renders the command in the grammar Parse reads, without the
+// leading "/hcp": Parse(c.String()) returns a command equal to c.
+type Command interface {
+	// Name is the command's name as in Usage: "status", "fix noproxy", ...
+	Name() string
+	String() string
+	command()
+}
+
+// ShowHelp asks for the command list, or the usage of Topic (a command name's
+// first word, e.g. "fix").
+type ShowHelp struct{ Topic string }
+
+// Status asks for the state of one cluster, or of all when Cluster is nil.
+type Status struct{ Cluster *ClusterRef }
+
+// Incidents lists the open incidents.
+type Incidents struct{}
+
+// Diagnose runs the diagnosis of a cluster now.
+type Diagnose struct{ Cluster ClusterRef }
+
+// FixNoProxy proposes the noProxy fix for a cluster, with extra entries the
+// user wants added (canonical, see ParseNoProxyEntry; nil if none).
+type FixNoProxy struct {
+	Cluster ClusterRef
+	Add     []string
+}
+
+// Expose publishes a Service of the hosted cluster through NodePorts on the
+// management cluster. Ports restricts the Service ports (nil: all); whether
+// they fit the NodePort range is the action's business.
+type Expose struct {
+	Cluster   ClusterRef
+	Namespace string // DNS-1123 label
+	Service   string // DNS-1035 label, as Service names are
+	Ports     []int32
+}
+
+// Rollback undoes an applied action.
+type Rollback struct{ ActionID string }
+
+// Approve approves a proposed action.
+type Approve struct{ ActionID string }
+
+// Reject rejects a proposed action. Reason is user text: control and format
+// characters removed, at most MaxReasonRunes, not escaped for Slack.
+type Reject struct{ ActionID, Reason string }
+
+// Silence mutes notifications for a cluster or for one incident; exactly
+// one of Cluster and IncidentID is set. Reason is as in Reject.
+type Silence struct {
+	Cluster    *ClusterRef
+	IncidentID string
+	Duration   time.Duration
+	Reason     string
+}
+
+// Audit shows the last N audit entries; 0 leaves the count to the handler.
+type Audit struct{ N int }
+
+// DigestNow posts the digest immediately.
+type DigestNow struct{}
+
+// NoProxyCheck explains whether traffic from a cluster to Host:Port goes
+// through the proxy. Port 0 means none was given.
+type NoProxyCheck struct {
+	Cluster ClusterRef
+	Host    string // lower-case hostname or canonical IP literal
+	Port    int32
+}
+
+func (ShowHelp) Name() string     { return "help" }
+func (Status) Name() string       { return "status" }
+func (Incidents) Name() string    { return "incidents" }
+func (Diagnose) Name() string     { return "diagnose" }
+func (FixNoProxy) Name() string   { return "fix noproxy" }
+func (Expose) Name() string       { return "expose" }
+func (Rollback) Name() string     { return "rollback" }
+func (Approve) Name() string      { return "approve" }
+func (Reject) Name() string       { return "reject" }
+func (Silence) Name() string      { return "silence" }
+func (Audit) Name() string        { return "audit" }
+func (DigestNow) Name() string    { return "digest now" }
+func (NoProxyCheck) Name() string { return "noproxy check" }
+
+func (ShowHelp) command()     {}
+func (Status) command()       {}
+func (Incidents) command()    {}
+func (Diagnose) command()     {}
+func (FixNoProxy) command()   {}
+func (Expose) command()       {}
+func (Rollback) command()     {}
+func (Approve) command()      {}
+func (Reject) command()       {}
+func (Silence) command()      {}
+func (Audit) command()        {}
+func (DigestNow) command()    {}
+func (NoProxyCheck) command() {}
+
+func (c ShowHelp) String() string { return join("help", c.Topic) }
+func (c Status) String() string {
+	if c.Cluster == nil {
+		return "status"
+	}
+	return "status " + c.Cluster.String()
+}
+func (Incidents) String() string  { return "incidents" }
+func (c Diagnose) String() string { return "diagnose " + c.Cluster.String() }
+func (c FixNoProxy) String() string {
+	s := "fix noproxy " + c.Cluster.String()
+	if len(c.Add) > 0 {
+		s += " --add " + strings.Join(c.Add, ",")
+	}
+	return s
+}
+func (c Expose) String() string {
+	s := "expose " + c.Cluster.String() + " " + c.Namespace + "/" + c.Service
+	if len(c.Ports) > 0 {
+		ps := make([]string, len(c.Ports))
+		for i, p := range c.Ports {
+			ps[i] = strconv.Itoa(int(p))
+		}
+		s += " " + strings.Join(ps, ",")
+	}
+	return s
+}
+func (c Rollback) String() string { return "rollback " + c.ActionID }
+func (c Approve) String() string  { return "approve " + c.ActionID }
+func (c Reject) String() string   { return join("reject "+c.ActionID, c.Reason) }
+func (c Silence) String() string {
+	target := c.IncidentID
+	if c.Cluster != nil {
+		target = c.Cluster.String()
+	}
+	return join("silence "+target+" "+formatDuration(c.Duration), c.Reason)
+}
+func (c Audit) String() string {
+	if c.N == 0 {
+		return "audit"
+	}
+	return "audit " + strconv.Itoa(c.N)
+}
+func (DigestNow) String() string { return "digest now" }
+func (c NoProxyCheck) String() string {
+	return "noproxy check " + c.Cluster.String() + " " + joinHostPort(c.Host, c.Port)
+}
+
+func join(s, rest string) string {
+	if rest == "" {
+		return s
+	}
+	return s + " " + rest
+}
