@@ -136,6 +136,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 		b.mu.Unlock()
 		return b.cfg.Now().Add(maxFlush)
 	}
+	b.settleAll(nil) // the stages read full diagnoses (lazy.go)
 	f := &flushRun{ctx: ctx, now: b.cfg.Now()}
 	f.next = f.now.Add(maxFlush)
 	// Resolved first, so that a replayed incident whose signals cleared
@@ -165,6 +166,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleAll(nil) // events applied while the lock was free
 	f = &flushRun{ctx: ctx, now: b.cfg.Now()}
 	f.next = f.now.Add(maxFlush)
 	for _, s := range revived {

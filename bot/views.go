@@ -18,6 +18,7 @@ import (
 func (b *Bot) Incidents() []Incident {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleAll(nil)
 	out := make([]Incident, 0, len(b.incidents))
 	for _, inc := range b.incidents {
 		out = append(out, *inc.copy())
@@ -89,6 +90,7 @@ type ClusterState struct {
 func (b *Bot) ClusterStates() []ClusterState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleAll(nil)
 	var out []ClusterState
 	for _, k := range b.model.Keys() {
 		c := b.model.Cluster(k)
