@@ -16,6 +16,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 )
 
@@ -59,6 +60,8 @@ type Bot struct {
 	// pending are resolved incidents replaced by a newer one of their
 	// cluster before their resolution was sent.
 	pending []*Incident
+	// pendingScanned is pending's length after its last horizon scan.
+	pendingScanned int
 	// gone are the deleted hosted clusters still in the model, with the
 	// time this replica saw them go (forgetGone).
 	gone map[diagnose.Key]time.Time
@@ -88,6 +91,9 @@ func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus
 	}
 	if cfg.ForgetAfter <= 0 {
 		cfg.ForgetAfter = DefaultForgetAfter
+	}
+	if cfg.PendingHorizon <= 0 {
+		cfg.PendingHorizon = bus.DefaultEventsMaxAge
 	}
 	cfg.GroupWait = max(cfg.GroupWait, 0)
 	cfg.GroupInterval = max(cfg.GroupInterval, 0)
@@ -321,7 +327,7 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prio
 			// The resolution of the previous incident still has to be
 			// sent, if it has a message (unknown before the check: during
 			// a replay, a message posted by the previous run).
-			b.pending = append(b.pending, inc)
+			b.addPending(inc, observed)
 		}
 		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k, diags[0].Rule)}
 		inc.n.seen = now

@@ -49,6 +49,12 @@ type Config struct {
 	// an agent's publish buffer) before it forgets it: its state, its
 	// incident and its place in a storm. 0 means DefaultForgetAfter.
 	ForgetAfter time.Duration
+	// PendingHorizon is how long, by the events' own clock, the bot keeps
+	// the unsent resolution of an incident replaced by its cluster's next
+	// one (pending.go): the events stream's retention, beyond which a
+	// replica started now would not know it either. 0 means
+	// bus.DefaultEventsMaxAge.
+	PendingHorizon time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }

@@ -131,11 +131,16 @@ func pyUrllibBypass(noProxy, hostname string) (string, bool) {
 	return "", false
 }
 
+// pyStripTabsNewlines removes what urlsplit strips anywhere in a URL
+// (bpo-43882). Built once: a Replacer per call was 8% of a replay's CPU
+// (B6), and a Replacer is safe for concurrent use.
+var pyStripTabsNewlines = strings.NewReplacer("\t", "", "\r", "", "\n", "")
+
 // pyHostPort returns urlsplit(url).hostname ("" for None) and the raw port
 // text ("" for None), raising ErrInvalidURL where urlsplit raises.
 func pyHostPort(raw string) (hostname, port string, err error) {
 	url := strings.TrimLeft(raw, "\x00\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f ")
-	url = strings.NewReplacer("\t", "", "\r", "", "\n", "").Replace(url)
+	url = pyStripTabsNewlines.Replace(url)
 	if i := strings.IndexByte(url, ':'); i > 0 && isASCIIAlpha(url[0]) && isSchemeChars(url[:i]) {
 		url = url[i+1:]
 	}

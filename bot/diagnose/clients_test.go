@@ -67,3 +67,30 @@ func TestRiskyProxyChangeWorkloadFamilies(t *testing.T) {
 		t.Error("Model.SetClients did not reach the cluster")
 	}
 }
+
+// The workloads' verdict is remembered per (Service IP, noProxy, families):
+// asked again it is the same answer without re-judging, and any of the
+// three changing is judged anew.
+func TestProxiedFamiliesMemo(t *testing.T) {
+	c := NewCluster(Key{Source: "m", Cluster: event.ClusterRef{Namespace: "ns", Name: "hc"}})
+	all := []noproxy.Client{noproxy.Go, noproxy.Urllib}
+	first := c.familiesThrough("172.31.0.1", ".svc", all)
+	if want := proxiedFamiliesOf("172.31.0.1", ".svc", all); !slices.Equal(first, want) || len(first) == 0 {
+		t.Fatalf("families %v, want %v (non-empty)", first, want)
+	}
+	if again := c.familiesThrough("172.31.0.1", ".svc", all); &again[0] != &first[0] {
+		t.Error("asked again, the verdict was judged anew")
+	}
+	for _, tc := range []struct {
+		ip, noProxy string
+		clients     []noproxy.Client
+	}{
+		{"172.31.0.1", ".svc,172.31.0.1", all},
+		{"10.0.0.1", ".svc", all},
+		{"172.31.0.1", ".svc", all[:1]},
+	} {
+		if got, want := c.familiesThrough(tc.ip, tc.noProxy, tc.clients), proxiedFamiliesOf(tc.ip, tc.noProxy, tc.clients); !slices.Equal(got, want) {
+			t.Errorf("familiesThrough(%s, %q, %v) = %v, want %v", tc.ip, tc.noProxy, tc.clients, got, want)
+		}
+	}
+}

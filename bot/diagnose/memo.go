@@ -16,6 +16,7 @@ type memo struct {
 	verdicts map[verdictKey]verdict
 	fixes    map[fixKey]*Fix
 	steps    map[string][]string
+	families map[familiesKey][]string
 }
 
 // memoSize bounds each map: a Cluster is diagnosed with its current spec
@@ -37,6 +38,34 @@ type fixKey struct {
 	endpoint, apiServer                   event.Endpoint
 	hasEndpoint, hasAPIServer             bool
 	serviceCount, clusterCount, machCount int
+}
+
+// familiesKey is everything proxiedFamiliesOf reads.
+type familiesKey struct {
+	ip, noProxy string
+	clients     string // the families, in order
+}
+
+// familiesThrough is proxiedFamiliesOf, remembered: once a cluster's
+// noProxy was edited, riskyProxyChange asks it on every later event of
+// the cluster, for every client family (B6: a third of a replay's CPU).
+// The slice is shared: callers only read it.
+func (c *Cluster) familiesThrough(ip, noProxy string, clients []noproxy.Client) []string {
+	var cl strings.Builder
+	for _, f := range clients {
+		cl.WriteString(f.String())
+		cl.WriteByte(',')
+	}
+	k := familiesKey{ip: ip, noProxy: noProxy, clients: cl.String()}
+	if fams, ok := c.memo.families[k]; ok {
+		return fams
+	}
+	fams := proxiedFamiliesOf(ip, noProxy, clients)
+	if c.memo.families == nil || len(c.memo.families) >= memoSize {
+		c.memo.families = make(map[familiesKey][]string, 4)
+	}
+	c.memo.families[k] = fams
+	return fams
 }
 
 // decide is the package's decide, remembered.

@@ -109,13 +109,20 @@ func (c *Cluster) proxiedFamilies(hc event.HostedClusterState, spec event.ProxyS
 	if strings.TrimSpace(spec.HTTPSProxy) == "" || ip == "" {
 		return nil
 	}
+	return c.familiesThrough(ip, spec.NoProxy, c.clients())
+}
+
+// proxiedFamiliesOf is proxiedFamilies' verdict for a proxied spec: the
+// families of clients that send requests to the Service IP ip through
+// the proxy despite noProxy.
+func proxiedFamiliesOf(ip, noProxy string, clients []noproxy.Client) []string {
 	host := ip
 	if strings.Contains(ip, ":") {
 		host = "[" + ip + "]"
 	}
 	var out []string
-	for _, cl := range c.clients() {
-		if d, err := noproxy.Decide(cl, spec.NoProxy, "https://"+host+"/"); err == nil && d == noproxy.Proxy {
+	for _, cl := range clients {
+		if d, err := noproxy.Decide(cl, noProxy, "https://"+host+"/"); err == nil && d == noproxy.Proxy {
 			out = append(out, cl.String())
 		}
 	}
