@@ -285,6 +285,10 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	if err != nil {
 		return err
 	}
+	executor, err := newExecutor(cfg)
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := watchers.NewMetrics(reg)
@@ -354,7 +358,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	}
 	serve := actions.ServeConfig{
 		Source:   f.source,
-		Executor: &actions.Executor{Dynamic: dyn, Kube: kube},
+		Executor: executor,
 		Verifier: &actions.Verifier{
 			Keys: f.trustedKeys, Store: approval.NewLookup(conn.JS), Source: f.source,
 			FourEyes: f.requireFourEyes, Approvers: f.approvers,
@@ -404,6 +408,43 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// The executor's client-side rate limit on the management API server
+// (client-go's default is 5 requests/s, burst 10).
+const (
+	executorQPS   = 20
+	executorBurst = 40
+)
+
+// executorConfig is cfg for the executor's own clients: their own
+// client-side rate limiter, so that the watchers' requests (relists,
+// probes, the lease) never hold an approved action back, and a higher
+// limit than client-go's default. A noProxy fix is three requests (read,
+// server-side dry run, write): with the default limiter, a few approvals
+// in a row spent its burst and every further fix waited about 360 ms for
+// tokens before its write (B2-approve, docs/performance.md). Approved
+// actions run one at a time (the consumer's MaxAckPending 1) and only as
+// people approve them, so the higher limit cannot flood the API server.
+func executorConfig(cfg *rest.Config) *rest.Config {
+	x := rest.CopyConfig(cfg)
+	x.RateLimiter = nil
+	x.QPS, x.Burst = max(x.QPS, executorQPS), max(x.Burst, executorBurst)
+	return x
+}
+
+// newExecutor builds the executor with its own clients (executorConfig).
+func newExecutor(cfg *rest.Config) (*actions.Executor, error) {
+	x := executorConfig(cfg)
+	kube, err := kubernetes.NewForConfig(x)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(x)
+	if err != nil {
+		return nil, err
+	}
+	return &actions.Executor{Dynamic: dyn, Kube: kube}, nil
 }
 
 // kubeCheckTimeout bounds agentKube's question to the API server: long
