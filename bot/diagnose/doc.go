@@ -94,4 +94,18 @@
 // Proxy URLs arrive redacted from package event; noProxy is shown through
 // redact.RedactText as well, in case someone pasted a URL with credentials
 // into it.
+//
+// # Files
+//
+// cluster.go is the state model of one hosted cluster (the Cluster type,
+// its records and Apply); table.go the bounded, transition-only tables
+// those records live in. rules.go lists the rules in priority order;
+// each rule sits with its helpers in rules_proxy.go (proxy tunnel, risky
+// proxy change), rules_hosted.go (not watched, API unreachable),
+// rules_nodes.go (nodes NotReady or not joining) and rules_operator.go
+// (operator crashloop, management proxy lint). views.go holds the read
+// views the rules share. cluster.go (about 470 lines) and views.go (about
+// 450) stay whole on purpose: each is one type's methods over the same
+// records, and split further they would scatter the invariants of Apply
+// (idempotent, newest fact wins, tombstones) across files.
 package diagnose
