@@ -67,7 +67,7 @@ bench:
 
 ## fuzz: run every fuzz target for FUZZTIME each (corpora live in testdata/fuzz).
 FUZZTIME ?= 30s
-FUZZ_TARGETS = ./event:FuzzDecode ./noproxy:FuzzParse ./noproxy:FuzzDecide ./noproxy:FuzzMerge ./noproxy:FuzzLint \
+FUZZ_TARGETS = ./event:FuzzDecode ./event:FuzzSplitAgrees ./noproxy:FuzzParse ./noproxy:FuzzDecide ./noproxy:FuzzMerge ./noproxy:FuzzLint \
 	./redact:FuzzRedactNoPassword ./bot/chatops:FuzzParse ./bot/chatops:FuzzAuthenticate ./configs:FuzzParse
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -4,8 +4,14 @@
 //   - PatchNoProxy appends missing entries to a HostedCluster's
 //     spec.configuration.proxy.noProxy (or OpenShift's Proxy/cluster);
 //   - Expose publishes a hosted Service through NodePorts on a KubeVirt
-//     hosted cluster (a NodePort Service in the hosted cluster, and one in
-//     the control-plane namespace that forwards to the virt-launcher pods);
+//     hosted cluster (seed 004): a NodePort Service in the control-plane
+//     namespace forwards the hosted node ports to the virt-launcher pods;
+//     the hosted Service's own node ports when it already is of type
+//     NodePort (nothing is created in the hosted cluster), else those of a
+//     NodePort copy created in the hosted cluster, on node ports the
+//     request may choose. Node ports out of range or already allocated are
+//     refused before any write, with the nearest free ones
+//     (PortCollisionError);
 //   - Rollback undoes either, using the Undo data a Result carries.
 //
 // Every change is guarded: a proposal is computed from a value the user saw,

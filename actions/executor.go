@@ -27,6 +27,10 @@ type Executor struct {
 	Kube kubernetes.Interface
 	// Hosted reaches a hosted cluster; nil means HostedClient with Kube.
 	Hosted HostedClientFunc
+	// NodePortRange is the management cluster's service-node-port-range,
+	// which exposed node ports are checked against before any write; the
+	// zero value means DefaultNodePortRange (30000-32767).
+	NodePortRange PortRange
 }
 
 // Execute validates req and runs it.

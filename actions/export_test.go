@@ -28,3 +28,6 @@ func CountValidations(t testing.TB, match func(Request) bool) func(Type) int {
 		return n[typ]
 	}
 }
+
+// ErrorReply is the Reply the agent sends for err.
+var ErrorReply = errorReply

@@ -60,14 +60,25 @@ func actionSelector(id string) string {
 	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelActionID: id}).String()
 }
 
-// Expose publishes a hosted Service through NodePorts (seed 004): a NodePort
-// Service in the hosted cluster selecting the app's pods, and a NodePort
-// Service in the control-plane namespace selecting the cluster's
-// virt-launcher pods, forwarding each node port to the same number on the
-// VMs. Only KubeVirt clusters qualify (ErrNotKubeVirt). When the management
-// cluster already allocates one of the node ports, the hosted Service is
-// deleted again and a *PortCollisionError returned. Re-running the same
-// action id returns the Services it created.
+// Expose publishes a hosted Service through NodePorts (seed 004). Only
+// KubeVirt clusters qualify (ErrNotKubeVirt).
+//
+// When the hosted Service already is of type NodePort, as in the runbook,
+// its node ports are forwarded and nothing is created in the hosted
+// cluster: one NodePort Service in the control-plane namespace selecting
+// the cluster's virt-launcher pods, each port with port = targetPort =
+// nodePort = the hosted node port. Otherwise a NodePort copy of the hosted
+// Service is created first, on the node ports the request chooses (the
+// rest allocated by the hosted API server), and then forwarded the same way.
+//
+// Before any write the node ports are checked: inside the node-port range
+// (Executor.NodePortRange), not allocated by any Service of the management
+// cluster (nor, for chosen ones, of the hosted cluster), and accepted by a
+// server-side dry run of the management Service. A refused port returns a
+// *PortCollisionError naming it and the nearest free ports, with nothing
+// written; only a node port the hosted API server allocated can collide
+// after the hosted Service exists, which is then deleted again.
+// Re-running the same action id returns the Services it created.
 func (x *Executor) Expose(ctx context.Context, req Request) (*Result, error) {
 	if req.Type != TypeExposeNodePort {
 		return nil, fmt.Errorf("%w: Expose got a %q request", ErrInvalid, req.Type)
@@ -77,6 +88,14 @@ func (x *Executor) Expose(ctx context.Context, req Request) (*Result, error) {
 		return nil, err
 	}
 	return x.expose(ctx, c)
+}
+
+// nodePortRange is the range node ports are checked against.
+func (x *Executor) nodePortRange() PortRange {
+	if x.NodePortRange.valid() {
+		return x.NodePortRange
+	}
+	return DefaultNodePortRange
 }
 
 // expose is Expose of a validated request.
@@ -111,25 +130,70 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 	if len(hostedSvcs.Items) > 1 || len(mgmtSvcs.Items) > 1 {
 		return nil, fmt.Errorf("%w: action %s owns %d hosted and %d management Services, expected one each; roll it back", ErrConflict, req.ID, len(hostedSvcs.Items), len(mgmtSvcs.Items))
 	}
-	if len(hostedSvcs.Items) == 0 && len(mgmtSvcs.Items) == 1 {
-		return nil, fmt.Errorf("%w: action %s left management Service %s/%s without its hosted Service; roll it back first", ErrConflict, req.ID, cpNS, mgmtSvcs.Items[0].Name)
-	}
 
+	// hostedSvc is the hosted NodePort Service whose node ports are
+	// forwarded: the one an earlier run of this action created, the app's
+	// own when it is of type NodePort, or the one created now.
 	var hostedSvc *corev1.Service
-	createdHosted := false
+	var usage *portUsage
+	forward, createdHosted := false, false
 	if len(hostedSvcs.Items) == 1 {
 		// An earlier run of this action got at least this far.
 		hostedSvc = &hostedSvcs.Items[0]
 	} else {
-		hostedSvc, err = x.createHostedService(ctx, hosted, req, hc)
+		app, err := appService(ctx, hosted, p)
 		if err != nil {
 			return nil, err
 		}
-		createdHosted = true
+		if app.Spec.Type == corev1.ServiceTypeNodePort {
+			forward = true
+			if hostedSvc, err = forwardedService(app, p); err != nil {
+				return nil, err
+			}
+		} else {
+			if len(mgmtSvcs.Items) == 1 {
+				return nil, fmt.Errorf("%w: action %s left management Service %s/%s without its hosted Service; roll it back first", ErrConflict, req.ID, cpNS, mgmtSvcs.Items[0].Name)
+			}
+			if len(app.Spec.Selector) == 0 {
+				// Without a selector the Service's endpoints are managed
+				// by hand; a copy would select nothing.
+				return nil, fmt.Errorf("%w: hosted Service %s/%s has no selector", ErrInvalid, p.Namespace, p.Service)
+			}
+			ports, err := selectPorts(app, p)
+			if err != nil {
+				return nil, err
+			}
+			// The chosen node ports, before anything is written.
+			if usage, err = x.portUsage(ctx, hosted, req.ID); err != nil {
+				return nil, err
+			}
+			planned := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: HostedServiceName(p.Service)}, Spec: corev1.ServiceSpec{Ports: ports}}
+			if err := x.checkPorts(ctx, usage, req, hc, cpNS, planned, true); err != nil {
+				return nil, err
+			}
+			if hostedSvc, err = x.createHostedService(ctx, hosted, req, app, ports, usage); err != nil {
+				return nil, err
+			}
+			createdHosted = true
+		}
 	}
 	res := &Result{ActionID: req.ID, Type: req.Type, Ports: exposedPorts(hostedSvc)}
 	res.Undo = &Undo{ActionID: req.ID, Type: TypeExposeNodePort, Cluster: req.Cluster, Expose: &ExposeUndo{HostedNamespace: p.Namespace}}
 	hostedRef := ObjectRef{Cluster: ClusterHosted, Kind: "Service", Namespace: hostedSvc.Namespace, Name: hostedSvc.Name}
+	// Do not leave a hosted node port of the action's open that nothing
+	// forwards to (the app's own Service is never touched).
+	cleanup := func(err error) error {
+		if forward {
+			if pc := (*PortCollisionError)(nil); errors.As(err, &pc) {
+				pc.Forwarded = true
+			}
+			return err
+		}
+		if derr := deleteService(ctx, hosted, hostedSvc); derr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup of hosted Service %s/%s: %w", hostedSvc.Namespace, hostedSvc.Name, derr))
+		}
+		return err
+	}
 
 	var mgmtSvc *corev1.Service
 	if len(mgmtSvcs.Items) == 1 {
@@ -139,13 +203,20 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 		}
 		res.Outcome = OutcomeUnchanged
 	} else {
+		if usage == nil {
+			if usage, err = x.portUsage(ctx, hosted, req.ID); err != nil {
+				return nil, err
+			}
+		}
+		// Every forwarded node port, before the management write (and,
+		// when forwarding the app's own Service, before any write). The
+		// hosted cluster allocates them already: to hostedSvc.
+		if err := x.checkPorts(ctx, usage, req, hc, cpNS, hostedSvc, false); err != nil {
+			return nil, cleanup(err)
+		}
 		mgmtSvc, err = x.Kube.CoreV1().Services(cpNS).Create(ctx, managementService(req, hc, cpNS, hostedSvc), metav1.CreateOptions{FieldManager: fieldManager})
 		if err != nil {
-			// Do not leave a hosted node port open that nothing forwards to.
-			if derr := deleteService(ctx, hosted, hostedSvc); derr != nil {
-				err = errors.Join(err, fmt.Errorf("cleanup of hosted Service %s/%s: %w", hostedSvc.Namespace, hostedSvc.Name, derr))
-			}
-			return nil, managementCreateError(err, hostedSvc)
+			return nil, cleanup(managementCreateError(err, hostedSvc, usage))
 		}
 		res.Outcome = OutcomeApplied
 		res.Created = append(res.Created, ObjectRef{Cluster: ClusterManagement, Kind: "Service", Namespace: mgmtSvc.Namespace, Name: mgmtSvc.Name})
@@ -164,12 +235,12 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 			res.Endpoints = append(res.Endpoints, net.JoinHostPort(ip, strconv.Itoa(int(port.NodePort))))
 		}
 	}
-	res.Summary = exposeSummary(req, hostedSvc, mgmtSvc, res, len(ips))
+	res.Summary = exposeSummary(req, hostedSvc, mgmtSvc, res, len(ips), forward)
 	return res, nil
 }
 
-func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.Interface, req Request, hc *hypershift.HostedCluster) (*corev1.Service, error) {
-	p := req.Expose
+// appService reads the hosted Service to expose.
+func appService(ctx context.Context, hosted kubernetes.Interface, p *ExposeParams) (*corev1.Service, error) {
 	app, err := hosted.CoreV1().Services(p.Namespace).Get(ctx, p.Service, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -177,15 +248,36 @@ func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.In
 		}
 		return nil, fmt.Errorf("get hosted Service %s/%s: %w", p.Namespace, p.Service, err)
 	}
-	if len(app.Spec.Selector) == 0 {
-		// Without a selector the Service's endpoints are managed by hand;
-		// a copy would select nothing.
-		return nil, fmt.Errorf("%w: hosted Service %s/%s has no selector", ErrInvalid, p.Namespace, p.Service)
-	}
-	ports, err := selectPorts(app, p.Ports)
+	return app, nil
+}
+
+// forwardedService is the app's own NodePort Service restricted to the
+// wanted ports: their node ports are forwarded as they are. Chosen node
+// ports must be the ones it has.
+func forwardedService(app *corev1.Service, p *ExposeParams) (*corev1.Service, error) {
+	ports, err := selectPorts(app, p)
 	if err != nil {
 		return nil, err
 	}
+	out := app.DeepCopy()
+	out.Spec.Ports = out.Spec.Ports[:0]
+	for _, sp := range ports {
+		i := slices.IndexFunc(app.Spec.Ports, func(ap corev1.ServicePort) bool { return ap.Port == sp.Port && ap.Protocol == sp.Protocol })
+		have := app.Spec.Ports[i]
+		switch {
+		case have.NodePort == 0:
+			return nil, fmt.Errorf("%w: hosted Service %s/%s is of type NodePort but port %d has no node port yet", ErrInvalid, app.Namespace, app.Name, have.Port)
+		case sp.NodePort != 0 && sp.NodePort != have.NodePort:
+			return nil, fmt.Errorf("%w: hosted Service %s/%s already is of type NodePort, with node port %d for port %d; its node ports are forwarded as they are, so node port %d cannot be chosen (expose it without node ports, or change the Service's)",
+				ErrInvalid, app.Namespace, app.Name, have.NodePort, have.Port, sp.NodePort)
+		}
+		out.Spec.Ports = append(out.Spec.Ports, have)
+	}
+	return out, nil
+}
+
+func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.Interface, req Request, app *corev1.Service, ports []corev1.ServicePort, usage *portUsage) (*corev1.Service, error) {
+	p := req.Expose
 	svc := &corev1.Service{
 		ObjectMeta: objectMeta(req, p.Namespace, HostedServiceName(p.Service)),
 		Spec: corev1.ServiceSpec{
@@ -202,6 +294,11 @@ func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.In
 	case apierrors.IsAlreadyExists(err):
 		return nil, fmt.Errorf("%w: hosted Service %s/%s exists and does not belong to action %s", ErrConflict, p.Namespace, svc.Name, req.ID)
 	case apierrors.IsInvalid(err):
+		// The hosted API server's own range, or a port allocated since
+		// the check: refused, nothing written.
+		if pc := nodePortRefusal(err, svc, usage, ClusterHosted); pc != nil {
+			return nil, pc
+		}
 		return nil, fmt.Errorf("%w: hosted cluster: %w", ErrRejected, err)
 	}
 	return nil, fmt.Errorf("create hosted Service %s/%s: %w", p.Namespace, svc.Name, err)
@@ -209,15 +306,22 @@ func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.In
 
 // selectPorts copies the wanted ports of app, asking for the requested
 // node ports and leaving the rest to the API server.
-func selectPorts(app *corev1.Service, want []ExposePort) ([]corev1.ServicePort, error) {
+func selectPorts(app *corev1.Service, p *ExposeParams) ([]corev1.ServicePort, error) {
 	var out []corev1.ServicePort
-	if len(want) == 0 {
-		for _, sp := range app.Spec.Ports {
-			out = append(out, nodePortOf(sp, 0))
+	if len(p.Ports) == 0 {
+		if len(p.NodePorts) > len(app.Spec.Ports) {
+			return nil, fmt.Errorf("%w: %d node ports chosen but hosted Service %s/%s has %d ports", ErrInvalid, len(p.NodePorts), app.Namespace, app.Name, len(app.Spec.Ports))
+		}
+		for i, sp := range app.Spec.Ports {
+			var np int32
+			if i < len(p.NodePorts) {
+				np = p.NodePorts[i]
+			}
+			out = append(out, nodePortOf(sp, np))
 		}
 		return out, nil
 	}
-	for _, w := range want {
+	for _, w := range p.Ports {
 		i := slices.IndexFunc(app.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Port == w.Port })
 		if i < 0 {
 			return nil, fmt.Errorf("%w: hosted Service %s/%s has no port %d", ErrInvalid, app.Namespace, app.Name, w.Port)
@@ -292,21 +396,17 @@ func exposedPorts(svc *corev1.Service) []ExposedPort {
 // spec.ports[1].nodePort (pkg/registry/core/service/storage/alloc.go).
 var nodePortField = regexp.MustCompile(`^spec\.ports\[(\d+)\]\.nodePort$`)
 
-// managementCreateError turns the API server's "provided port is already
-// allocated" into a *PortCollisionError naming the port.
-func managementCreateError(err error, hosted *corev1.Service) error {
-	var status apierrors.APIStatus
-	if apierrors.IsInvalid(err) && errors.As(err, &status) && status.Status().Details != nil {
-		for _, c := range status.Status().Details.Causes {
-			m := nodePortField.FindStringSubmatch(c.Field)
-			if m == nil || !strings.Contains(c.Message, "provided port is already allocated") {
-				continue
-			}
-			i, _ := strconv.Atoi(m[1])
-			if i < len(hosted.Spec.Ports) {
-				return &PortCollisionError{NodePort: hosted.Spec.Ports[i].NodePort, Err: err}
-			}
-		}
+// validRange reads the API server's node-port range from its refusal
+// ("provided port is not in the valid range. The range of valid ports is
+// 30000-32767", portallocator.ErrNotInRange).
+var validRange = regexp.MustCompile(`range of valid ports is (\d+)-(\d+)`)
+
+// managementCreateError turns the API server's refusal of node ports
+// ("provided port is already allocated", "not in the valid range") into a
+// *PortCollisionError naming the ports, with free alternatives.
+func managementCreateError(err error, hosted *corev1.Service, usage *portUsage) error {
+	if pc := nodePortRefusal(err, hosted, usage, ClusterManagement); pc != nil {
+		return pc
 	}
 	if apierrors.IsInvalid(err) {
 		return fmt.Errorf("%w: management cluster: %w", ErrRejected, err)
@@ -315,6 +415,158 @@ func managementCreateError(err error, hosted *corev1.Service) error {
 		return fmt.Errorf("%w: management Service %s exists without the action's labels: %w", ErrConflict, hosted.Name, err)
 	}
 	return fmt.Errorf("create management Service: %w", err)
+}
+
+// nodePortRefusal is the *PortCollisionError for an API server's refusal
+// of the node ports of svc in cluster, or nil when err is not one. A range
+// the refusal names replaces the one checked before: it is that server's.
+func nodePortRefusal(err error, svc *corev1.Service, usage *portUsage, cluster string) *PortCollisionError {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return nil
+	}
+	var problems []PortProblem
+	u := *usage
+	for _, c := range status.Status().Details.Causes {
+		m := nodePortField.FindStringSubmatch(c.Field)
+		if m == nil {
+			continue
+		}
+		i, _ := strconv.Atoi(m[1])
+		if i >= len(svc.Spec.Ports) {
+			continue
+		}
+		n := svc.Spec.Ports[i].NodePort
+		switch {
+		case strings.Contains(c.Message, "provided port is already allocated") && cluster == ClusterHosted:
+			problems = append(problems, PortProblem{NodePort: n, Reason: PortAllocatedHosted, Holder: usage.hosted[n]})
+		case strings.Contains(c.Message, "provided port is already allocated"):
+			problems = append(problems, PortProblem{NodePort: n, Reason: PortAllocated, Holder: usage.mgmt[n]})
+		case strings.Contains(c.Message, "not in the valid range"):
+			if r := validRange.FindStringSubmatch(c.Message); r != nil {
+				lo, _ := strconv.ParseInt(r[1], 10, 32)
+				hi, _ := strconv.ParseInt(r[2], 10, 32)
+				if pr := (PortRange{Min: int32(lo), Max: int32(hi)}); pr.valid() {
+					u.rng = pr
+				}
+			}
+			problems = append(problems, PortProblem{NodePort: n, Reason: PortOutOfRange})
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return u.collision(problems, svc, err)
+}
+
+// portUsage is what the node-port checks read: the range and the node ports
+// every Service (but the action's own) allocates in each cluster.
+type portUsage struct {
+	rng    PortRange
+	mgmt   map[int32]string // node port → namespace/name of its Service
+	hosted map[int32]string
+}
+
+func (x *Executor) portUsage(ctx context.Context, hosted kubernetes.Interface, id string) (*portUsage, error) {
+	u := &portUsage{rng: x.nodePortRange()}
+	var err error
+	if u.mgmt, err = nodePortsInUse(ctx, x.Kube, id); err != nil {
+		return nil, fmt.Errorf("list management Services: %w", err)
+	}
+	if u.hosted, err = nodePortsInUse(ctx, hosted, id); err != nil {
+		return nil, fmt.Errorf("list hosted Services: %w", err)
+	}
+	return u, nil
+}
+
+// nodePortsInUse lists the node ports the Services of a cluster allocate,
+// but those of action id.
+func nodePortsInUse(ctx context.Context, kc kubernetes.Interface, id string) (map[int32]string, error) {
+	list, err := kc.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	used := map[int32]string{}
+	for _, s := range list.Items {
+		if s.Labels[LabelManagedBy] == ManagedBy && s.Labels[LabelActionID] == id {
+			continue
+		}
+		for _, sp := range s.Spec.Ports {
+			if sp.NodePort != 0 {
+				used[sp.NodePort] = s.Namespace + "/" + s.Name
+			}
+		}
+	}
+	return used, nil
+}
+
+// checkPorts refuses, before any write, the node ports of svc that are out
+// of range or allocated in the management cluster (and, with hosted, in
+// the hosted cluster), then asks the management API server in a dry run
+// whether it would allocate them; ports still 0 are not checked.
+func (x *Executor) checkPorts(ctx context.Context, u *portUsage, req Request, hc *hypershift.HostedCluster, cpNS string, svc *corev1.Service, hosted bool) error {
+	want := svc.DeepCopy()
+	want.Spec.Ports = slices.DeleteFunc(want.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.NodePort == 0 })
+	if len(want.Spec.Ports) == 0 {
+		return nil
+	}
+	var problems []PortProblem
+	for _, sp := range want.Spec.Ports {
+		n := sp.NodePort
+		if !u.rng.Contains(n) {
+			problems = append(problems, PortProblem{NodePort: n, Reason: PortOutOfRange})
+		} else if holder, ok := u.mgmt[n]; ok {
+			problems = append(problems, PortProblem{NodePort: n, Reason: PortAllocated, Holder: holder})
+		} else if holder, ok := u.hosted[n]; ok && hosted {
+			problems = append(problems, PortProblem{NodePort: n, Reason: PortAllocatedHosted, Holder: holder})
+		}
+	}
+	if len(problems) > 0 {
+		return u.collision(problems, want, nil)
+	}
+	dry := managementService(req, hc, cpNS, want)
+	if _, err := x.Kube.CoreV1().Services(cpNS).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
+		return managementCreateError(err, want, u)
+	}
+	return nil
+}
+
+// collision is the error for problems among the node ports of svc, with
+// the free node ports nearest to each refused one: free in both clusters,
+// inside the range, and none of the ports svc keeps.
+func (u portUsage) collision(problems []PortProblem, svc *corev1.Service, err error) *PortCollisionError {
+	taken := map[int32]bool{}
+	for n := range u.mgmt {
+		taken[n] = true
+	}
+	for n := range u.hosted {
+		taken[n] = true
+	}
+	for _, sp := range svc.Spec.Ports {
+		taken[sp.NodePort] = true
+	}
+	var alts []int32
+	for _, p := range problems {
+		if a, ok := nearestFree(u.rng, p.NodePort, taken); ok {
+			taken[a] = true
+			alts = append(alts, a)
+		}
+	}
+	return &PortCollisionError{NodePort: problems[0].NodePort, PortCollision: PortCollision{Ports: problems, Range: u.rng, Alternatives: alts}, Err: err}
+}
+
+// nearestFree is the port of r closest to n (the higher one on a tie) that
+// is not taken.
+func nearestFree(r PortRange, n int32, taken map[int32]bool) (int32, bool) {
+	c := min(max(n, r.Min), r.Max)
+	for d := int32(0); d <= r.Max-r.Min; d++ {
+		for _, a := range []int32{c + d, c - d} {
+			if r.Contains(a) && !taken[a] {
+				return a, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // deleteService deletes svc if it is still the object that was read (UID
@@ -350,15 +602,25 @@ func (x *Executor) managementNodeIPs(ctx context.Context) ([]string, error) {
 	return ips, nil
 }
 
-func exposeSummary(req Request, hosted, mgmt *corev1.Service, res *Result, nodes int) string {
+func exposeSummary(req Request, hosted, mgmt *corev1.Service, res *Result, nodes int, forwarded bool) string {
 	var b strings.Builder
-	if res.Outcome == OutcomeUnchanged {
+	switch {
+	case res.Outcome == OutcomeUnchanged && forwarded:
+		fmt.Fprintf(&b, "Action %s had already forwarded ", req.ID)
+	case res.Outcome == OutcomeUnchanged:
 		fmt.Fprintf(&b, "Action %s had already exposed ", req.ID)
-	} else {
+	case forwarded:
+		b.WriteString("Forwarded ")
+	default:
 		b.WriteString("Exposed ")
 	}
-	fmt.Fprintf(&b, "hosted Service %s/%s of %s: NodePort Service %s in the hosted cluster, forwarded by %s/%s in the management cluster; node ports",
-		req.Expose.Namespace, req.Expose.Service, req.Cluster, hosted.Name, mgmt.Namespace, mgmt.Name)
+	if forwarded {
+		fmt.Fprintf(&b, "the node ports of hosted NodePort Service %s/%s of %s by %s/%s in the management cluster (nothing created in the hosted cluster); node ports",
+			req.Expose.Namespace, req.Expose.Service, req.Cluster, mgmt.Namespace, mgmt.Name)
+	} else {
+		fmt.Fprintf(&b, "hosted Service %s/%s of %s: NodePort Service %s in the hosted cluster, forwarded by %s/%s in the management cluster; node ports",
+			req.Expose.Namespace, req.Expose.Service, req.Cluster, hosted.Name, mgmt.Namespace, mgmt.Name)
+	}
 	for _, p := range res.Ports {
 		fmt.Fprintf(&b, " %d→%d/%s", p.Port, p.NodePort, p.Protocol)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
@@ -101,8 +102,11 @@ func TestExposeAndRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgmt.expect(t, "expose (management)", "get hostedclusters", "get secrets", "list services", "create services", "list nodes")
-	hostedRec.expect(t, "expose (hosted)", "list services", "get services", "create services")
+	// Node ports are checked (lists, dry run) before the management write;
+	// the hosted API server allocates them, so nothing to check before the
+	// hosted write but to list what is in use (the alternatives).
+	mgmt.expect(t, "expose (management)", "get hostedclusters", "get secrets", "list services", "list services", "create services dry-run", "create services", "list nodes")
+	hostedRec.expect(t, "expose (hosted)", "list services", "get services", "list services", "create services")
 
 	hsvc, err := hosted.Kube.CoreV1().Services(appNS).Get(ctx, "petclinic-hcpbot-np", metav1.GetOptions{})
 	if err != nil {
@@ -233,8 +237,9 @@ func TestExposeNotKubeVirt(t *testing.T) {
 	hostedRec.expect(t, "refused (hosted)")
 }
 
-// The management cluster already allocates the node port: the hosted
-// Service is removed again and the port named.
+// The management cluster already allocates a chosen node port: refused
+// before anything is written, the port and its holder named, with the
+// nearest free port.
 func TestExposePortCollision(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -243,19 +248,7 @@ func TestExposePortCollision(t *testing.T) {
 	petclinic(t, hosted.Kube)
 	cpNS := hypershift.ControlPlaneNamespace(c.Namespace, c.Name)
 	const taken = 30080
-	blocker := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cpNS, Name: "someone-elses"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "x"},
-			Ports: []corev1.ServicePort{{Port: 80, NodePort: taken}}},
-	}
-	if _, err := env.Kube.CoreV1().Services(cpNS).Create(ctx, blocker, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Node ports are global to the management API server, which the whole
-	// package shares: give the port back.
-	t.Cleanup(func() {
-		_ = env.Kube.CoreV1().Services(cpNS).Delete(context.Background(), blocker.Name, metav1.DeleteOptions{})
-	})
+	blocker(t, cpNS, "someone-elses", taken)
 
 	x, mgmt, hostedRec := executor(t)
 	_, err := x.Execute(ctx, exposeReq("expo-0003abcd", c, actions.ExposePort{Port: 8443}, actions.ExposePort{Port: 8080, NodePort: taken}))
@@ -263,9 +256,16 @@ func TestExposePortCollision(t *testing.T) {
 	if !errors.Is(err, actions.ErrPortCollision) || !errors.As(err, &pc) || pc.NodePort != taken {
 		t.Fatalf("err = %v, want a PortCollisionError for %d", err, taken)
 	}
+	want := actions.PortCollision{
+		Ports: []actions.PortProblem{{NodePort: taken, Reason: actions.PortAllocated, Holder: cpNS + "/someone-elses"}},
+		Range: actions.DefaultNodePortRange, Alternatives: []int32{taken + 1},
+	}
+	if !reflect.DeepEqual(pc.PortCollision, want) {
+		t.Errorf("collision %+v, want %+v", pc.PortCollision, want)
+	}
 	t.Logf("error: %v", err)
-	mgmt.expect(t, "collision (management)", "get hostedclusters", "get secrets", "list services", "create services")
-	hostedRec.expect(t, "collision (hosted)", "list services", "get services", "create services", "delete services")
+	mgmt.expect(t, "collision (management)", "get hostedclusters", "get secrets", "list services", "list services")
+	hostedRec.expect(t, "collision (hosted)", "list services", "get services", "list services")
 	if got := serviceNames(t, hosted.Kube, appNS); !slices.Equal(got, []string{"petclinic"}) {
 		t.Errorf("hosted Services left: %v", got)
 	}
@@ -277,7 +277,9 @@ func TestExposePortCollision(t *testing.T) {
 	noSuchPort := exposeReq("expo-0004abcd", c, actions.ExposePort{Port: 9999})
 	noSuchService := exposeReq("expo-0005abcd", c)
 	noSuchService.Expose.Service = "nope"
-	for _, req := range []actions.Request{noSuchPort, noSuchService} {
+	tooManyNodePorts := exposeReq("expo-0006abcd", c)
+	tooManyNodePorts.Expose.NodePorts = []int32{30101, 30102, 30103, 30104}
+	for _, req := range []actions.Request{noSuchPort, noSuchService, tooManyNodePorts} {
 		if _, err := x.Execute(ctx, req); !errors.Is(err, actions.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", req.ID, err)
 		}
@@ -289,4 +291,22 @@ func TestExposePortCollision(t *testing.T) {
 	if got := serviceNames(t, env.Kube, cpNS); !slices.Equal(got, []string{"someone-elses"}) {
 		t.Errorf("management Services: %v", got)
 	}
+}
+
+// blocker allocates nodePort in the management cluster with a Service that
+// is not hcpbot's, given back when the test ends (node ports are global to
+// the management API server, which the whole package shares).
+func blocker(t *testing.T, ns, name string, nodePort int32) {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "x"},
+			Ports: []corev1.ServicePort{{Port: 80, NodePort: nodePort}}},
+	}
+	if _, err := env.Kube.CoreV1().Services(ns).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Kube.CoreV1().Services(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }

@@ -32,6 +32,9 @@ type Reply struct {
 	Result *Result `json:"result,omitempty"`
 	Error  string  `json:"error,omitempty"`
 	Code   Code    `json:"code,omitempty"`
+	// Collision details a CodePortCollision: the refused node ports and
+	// free alternatives (nil from agents that predate it).
+	Collision *PortCollision `json:"collision,omitempty"`
 	// RequestSHA256 is the RequestDigest of the request this answers, when
 	// it was a verified one: a later request with the same id but other
 	// content is not answered with this result.
@@ -89,6 +92,16 @@ func (r Reply) Err() error {
 		}
 		return nil
 	}
+	if r.Code == CodePortCollision && r.Collision != nil {
+		pc := &PortCollisionError{PortCollision: *r.Collision, remote: r.Error}
+		if len(pc.Ports) > 0 {
+			pc.NodePort = pc.Ports[0].NodePort
+		}
+		if pc.remote == "" {
+			pc.remote = ErrPortCollision.Error() + ": node port " + pc.PortCollision.String()
+		}
+		return pc
+	}
 	return fmt.Errorf("%w: %s", r.Code.Err(), r.Error)
 }
 
@@ -105,5 +118,11 @@ func (r Reply) Outcome() (Result, error) {
 func errorReply(err error) Reply {
 	// Error texts may quote proxy URLs from the cluster; the reply is
 	// shown in chat and stored with the proposal.
-	return Reply{Error: redact.RedactText(err.Error()), Code: CodeOf(err)}
+	r := Reply{Error: redact.RedactText(err.Error()), Code: CodeOf(err)}
+	var pc *PortCollisionError
+	if errors.As(err, &pc) && len(pc.Ports) > 0 {
+		c := pc.PortCollision
+		r.Collision = &c
+	}
+	return r
 }

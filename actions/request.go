@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"unicode"
@@ -27,9 +28,11 @@ var (
 	// ErrNotKubeVirt: NodePort exposure needs hosted nodes that are
 	// KubeVirt VMs (virt-launcher pods) in the management cluster.
 	ErrNotKubeVirt = errors.New("not a KubeVirt hosted cluster")
-	// ErrPortCollision: a hosted nodePort is already allocated in the
-	// management cluster. *PortCollisionError names the port.
-	ErrPortCollision = errors.New("nodePort already allocated in the management cluster")
+	// ErrPortCollision: a node port to expose is outside the node-port
+	// range or already allocated (in the management cluster, or in the
+	// hosted cluster for a node port the request chose).
+	// *PortCollisionError names the ports and free alternatives.
+	ErrPortCollision = errors.New("node port unavailable")
 	// ErrRejected: the API server refused the change (validation or an
 	// admission policy), seen in the dry run or the write.
 	ErrRejected = errors.New("change rejected by the API server")
@@ -110,11 +113,22 @@ type NoProxyParams struct {
 }
 
 // ExposeParams names the hosted Service to publish.
+//
+// When that Service already is of type NodePort (seed 004's runbook), its
+// node ports are forwarded as they are and nothing is created in the hosted
+// cluster; node ports may then not be chosen (other than its own). Otherwise
+// a NodePort copy of it is created in the hosted cluster, on the node ports
+// chosen here, the rest allocated by the hosted API server.
 type ExposeParams struct {
 	Namespace string `json:"namespace"`
 	Service   string `json:"service"`
 	// Ports selects Service ports by number; empty means all of them.
 	Ports []ExposePort `json:"ports,omitempty"`
+	// NodePorts chooses node ports when Ports is empty: the Service's
+	// i-th port gets NodePorts[i], ports past the list are allocated. With
+	// Ports, each ExposePort carries its own NodePort and this is empty.
+	// More node ports than the Service has ports is refused by the agent.
+	NodePorts []int32 `json:"nodePorts,omitempty"`
 }
 
 // ExposePort selects one port of the hosted Service.
@@ -123,6 +137,17 @@ type ExposePort struct {
 	// NodePort asks for a specific node port; 0 lets the hosted API server
 	// allocate one. The same number is then used in the management cluster.
 	NodePort int32 `json:"nodePort,omitempty"`
+}
+
+// ChosenNodePorts lists the node ports the request chooses, in order.
+func (e *ExposeParams) ChosenNodePorts() []int32 {
+	out := slices.Clone(e.NodePorts)
+	for _, p := range e.Ports {
+		if p.NodePort != 0 {
+			out = append(out, p.NodePort)
+		}
+	}
+	return out
 }
 
 // RollbackParams carries the Undo of the action to revert.
@@ -326,13 +351,29 @@ func (e *ExposeParams) validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.Duplicate(pp.Child("port"), port.Port))
 		}
 		ports[port.Port] = true
-		// The node-port range is the API server's setting; it decides.
+		// The node-port range is a setting of the management cluster: the
+		// executor checks it (Executor.NodePortRange) before any write.
 		if port.NodePort < 0 || port.NodePort > 65535 {
 			errs = append(errs, field.Invalid(pp.Child("nodePort"), port.NodePort, "must be 0 (allocate) or 1..65535"))
 		} else if port.NodePort != 0 && nodePorts[port.NodePort] {
 			errs = append(errs, field.Duplicate(pp.Child("nodePort"), port.NodePort))
 		}
 		nodePorts[port.NodePort] = true
+	}
+	np := p.Child("nodePorts")
+	switch {
+	case len(e.NodePorts) > 0 && len(e.Ports) > 0:
+		errs = append(errs, field.Forbidden(np, "with ports, each port carries its own nodePort"))
+	case len(e.NodePorts) > maxExposePorts:
+		errs = append(errs, field.TooMany(np, len(e.NodePorts), maxExposePorts))
+	}
+	for i, n := range e.NodePorts {
+		if n < 1 || n > 65535 {
+			errs = append(errs, field.Invalid(np.Index(i), n, "must be 1..65535"))
+		} else if nodePorts[n] {
+			errs = append(errs, field.Duplicate(np.Index(i), n))
+		}
+		nodePorts[n] = true
 	}
 	return errs
 }

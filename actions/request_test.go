@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -30,6 +31,22 @@ func exposeRequest() actions.Request {
 	}
 }
 
+// nodePortsRequest is seed 004's exposure with the runbook's node ports.
+func nodePortsRequest() actions.Request {
+	r := exposeRequest()
+	r.Expose.Ports = nil
+	r.Expose.NodePorts = []int32{30001, 30002, 30003}
+	return r
+}
+
+func manyPorts(n int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = 30000 + int32(i)
+	}
+	return out
+}
+
 func rollbackRequest() actions.Request {
 	return actions.Request{
 		ID: "undo-77aa01", Type: actions.TypeRollback,
@@ -49,9 +66,12 @@ func TestValidateAccepts(t *testing.T) {
 	proxyTarget.NoProxy.Target = actions.TargetProxy
 	allPorts := exposeRequest()
 	allPorts.Expose.Ports = nil
+	seed004 := exposeRequest()
+	seed004.Expose.Ports = nil
+	seed004.Expose.NodePorts = []int32{30001, 30002, 30003}
 	for name, r := range map[string]actions.Request{
 		"noproxy": noProxyRequest(), "proxy-target": proxyTarget,
-		"expose": exposeRequest(), "expose-all-ports": allPorts, "rollback": rollbackRequest(),
+		"expose": exposeRequest(), "expose-all-ports": allPorts, "expose-nodeports": seed004, "rollback": rollbackRequest(),
 	} {
 		if err := r.Validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -92,6 +112,14 @@ func TestValidateRejects(t *testing.T) {
 		"nodeport-negative":      {exposeRequest, func(r *actions.Request) { r.Expose.Ports[0].NodePort = -1 }, "expose.ports[0].nodePort"},
 		"duplicate-port":         {exposeRequest, func(r *actions.Request) { r.Expose.Ports[1].Port = 8080 }, "expose.ports[1].port"},
 		"duplicate-nodeport":     {exposeRequest, func(r *actions.Request) { r.Expose.Ports[1].NodePort = 30001 }, "expose.ports[1].nodePort"},
+		"nodeports-with-ports":   {exposeRequest, func(r *actions.Request) { r.Expose.NodePorts = []int32{30005} }, "expose.nodePorts"},
+		"nodeport-zero":          {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts[1] = 0 }, "expose.nodePorts[1]"},
+		"nodeport-huge":          {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts[2] = 65536 }, "expose.nodePorts[2]"},
+		"nodeports-negative":     {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts[0] = -30001 }, "expose.nodePorts[0]"},
+		"nodeports-duplicate":    {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts[2] = 30001 }, "expose.nodePorts[2]"},
+		"nodeports-too-many":     {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts = manyPorts(33) }, "expose.nodePorts"},
+		"nodeport-too-big":       {exposeRequest, func(r *actions.Request) { r.Expose.Ports[1].NodePort = 70000 }, "expose.ports[1].nodePort"},
+		"ports-too-many":         {exposeRequest, func(r *actions.Request) { r.Expose.Ports = make([]actions.ExposePort, 33) }, "expose.ports"},
 		"service-dns1035":        {exposeRequest, func(r *actions.Request) { r.Expose.Service = "1petclinic" }, "expose.service"},
 		"service-dots":           {exposeRequest, func(r *actions.Request) { r.Expose.Service = "pet.clinic" }, "expose.service"},
 		"namespace-empty":        {exposeRequest, func(r *actions.Request) { r.Expose.Namespace = "" }, "expose.namespace"},
@@ -117,7 +145,7 @@ func TestValidateRejects(t *testing.T) {
 // Requests travel over NATS as JSON: a round trip keeps them intact and
 // still valid.
 func TestRequestJSONRoundTrip(t *testing.T) {
-	for _, r := range []actions.Request{noProxyRequest(), exposeRequest(), rollbackRequest()} {
+	for _, r := range []actions.Request{noProxyRequest(), exposeRequest(), nodePortsRequest(), rollbackRequest()} {
 		data, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
@@ -138,6 +166,88 @@ func TestRequestJSONRoundTrip(t *testing.T) {
 	const want = `{"id":"fix-0001abcd","type":"noproxy-patch","cluster":{"namespace":"clusters","name":"example"},"noProxy":{"expected":".corp.example,192.168.201.0/24","add":["kubernetes","172.31.0.0/16","10.132.0.0/14"]},"requestedBy":"U024BE7LH (alice)"}`
 	if string(data) != want {
 		t.Errorf("wire form\n got %s\nwant %s", data, want)
+	}
+	// A request without chosen node ports is what it always was.
+	old := exposeRequest()
+	old.Expose.Ports = nil
+	data, _ = json.Marshal(old)
+	const wantExpose = `{"id":"expo-9f3k2m","type":"expose-nodeport","cluster":{"namespace":"clusters","name":"example.v2"},"expose":{"namespace":"petclinic","service":"petclinic"},"requestedBy":"alice"}`
+	if string(data) != wantExpose {
+		t.Errorf("wire form\n got %s\nwant %s", data, wantExpose)
+	}
+	data, _ = json.Marshal(nodePortsRequest().Expose)
+	if want := `{"namespace":"petclinic","service":"petclinic","nodePorts":[30001,30002,30003]}`; string(data) != want {
+		t.Errorf("wire form\n got %s\nwant %s", data, want)
+	}
+}
+
+// Requests forged straight onto the validator, as JSON that no bot would
+// send (the agent decodes what arrives over NATS, then validates it): the
+// node ports are held to their bounds, without duplicates or overlaps, and
+// to the count limits.
+func TestValidateForgedNodePorts(t *testing.T) {
+	const head = `{"id":"expo-9f3k2m","type":"expose-nodeport","cluster":{"namespace":"clusters","name":"example"},"requestedBy":"mallory","expose":`
+	for name, tc := range map[string]struct{ expose, want string }{
+		"both ways":        {`{"namespace":"a","service":"b","ports":[{"port":80,"nodePort":30001}],"nodePorts":[30002]}`, "expose.nodePorts"},
+		"zero":             {`{"namespace":"a","service":"b","nodePorts":[0]}`, "expose.nodePorts[0]"},
+		"negative":         {`{"namespace":"a","service":"b","nodePorts":[-1]}`, "expose.nodePorts[0]"},
+		"above 65535":      {`{"namespace":"a","service":"b","nodePorts":[30001,65536]}`, "expose.nodePorts[1]"},
+		"duplicate":        {`{"namespace":"a","service":"b","nodePorts":[30001,30002,30001]}`, "expose.nodePorts[2]"},
+		"port nodeport":    {`{"namespace":"a","service":"b","ports":[{"port":80,"nodePort":65536}]}`, "expose.ports[0].nodePort"},
+		"same nodeport":    {`{"namespace":"a","service":"b","ports":[{"port":80,"nodePort":30001},{"port":81,"nodePort":30001}]}`, "expose.ports[1].nodePort"},
+		"too many":         {`{"namespace":"a","service":"b","nodePorts":[` + strings.Trim(strings.Repeat("30001,", 33), ",") + `]}`, "expose.nodePorts"},
+		"noproxy and expo": {`{"namespace":"a","service":"b"},"noProxy":{"expected":"","add":["kubernetes"]}`, "noProxy"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var r actions.Request
+			if err := json.Unmarshal([]byte(head+tc.expose+`}`), &r); err != nil {
+				t.Fatal(err)
+			}
+			err := r.Validate()
+			if !errors.Is(err, actions.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate() = %v, want ErrInvalid naming %s", err, tc.want)
+			}
+		})
+	}
+	// Out of int32 does not even decode.
+	var r actions.Request
+	if err := json.Unmarshal([]byte(head+`{"namespace":"a","service":"b","nodePorts":[4294997297]}}`), &r); err == nil {
+		t.Errorf("a node port beyond int32 decoded: %+v", r.Expose)
+	}
+}
+
+// A port collision crosses the wire whole: the bot's error is a
+// *PortCollisionError with the agent's ports and alternatives.
+func TestPortCollisionReply(t *testing.T) {
+	pc := &actions.PortCollisionError{NodePort: 30002, PortCollision: actions.PortCollision{
+		Ports: []actions.PortProblem{{NodePort: 30002, Reason: actions.PortAllocated, Holder: "other/holds"}, {NodePort: 40000, Reason: actions.PortOutOfRange}},
+		Range: actions.DefaultNodePortRange, Alternatives: []int32{30004, 32767},
+	}}
+	for _, want := range []string{"30002 is already allocated in the management cluster (Service other/holds)", "40000 is outside the node-port range 30000-32767", "30004, 32767"} {
+		if !strings.Contains(pc.Error(), want) {
+			t.Errorf("%q does not say %q", pc.Error(), want)
+		}
+	}
+	data, err := json.Marshal(actions.ErrorReply(fmt.Errorf("expose: %w", pc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r actions.Reply
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	back := r.Err()
+	var got *actions.PortCollisionError
+	if r.Code != actions.CodePortCollision || !errors.Is(back, actions.ErrPortCollision) || !errors.As(back, &got) {
+		t.Fatalf("reply %s: err %v", data, back)
+	}
+	if !reflect.DeepEqual(got.PortCollision, pc.PortCollision) || got.NodePort != 30002 || back.Error() != "expose: "+pc.Error() {
+		t.Errorf("rebuilt %+v (%q), want %+v", got, back, pc)
+	}
+	// From an agent that predates the details: the code still holds.
+	old := actions.Reply{Code: actions.CodePortCollision, Error: "nodePort already allocated"}.Err()
+	if !errors.Is(old, actions.ErrPortCollision) || errors.As(old, &got) {
+		t.Errorf("reply without details: %v", old)
 	}
 }
 

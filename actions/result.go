@@ -2,6 +2,8 @@ package actions
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // Outcome of an executed action.
@@ -99,15 +101,133 @@ type ExposeUndo struct {
 	HostedNamespace string `json:"hostedNamespace"`
 }
 
-// PortCollisionError says which node port the management cluster already
-// allocates. errors.Is(err, ErrPortCollision) holds.
+// PortRange is an inclusive range of node ports, the API server's
+// --service-node-port-range.
+type PortRange struct {
+	Min int32 `json:"min"`
+	Max int32 `json:"max"`
+}
+
+// DefaultNodePortRange is Kubernetes' (and OpenShift's) default
+// --service-node-port-range.
+var DefaultNodePortRange = PortRange{Min: 30000, Max: 32767}
+
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.Min, r.Max) }
+
+// Contains reports whether port lies in r.
+func (r PortRange) Contains(port int32) bool { return r.Min <= port && port <= r.Max }
+
+func (r PortRange) valid() bool { return 1 <= r.Min && r.Min <= r.Max && r.Max <= 65535 }
+
+// Why a node port is refused.
+const (
+	PortOutOfRange      = "out-of-range"
+	PortAllocated       = "allocated"        // in the management cluster
+	PortAllocatedHosted = "allocated-hosted" // in the hosted cluster
+)
+
+// PortProblem is one refused node port.
+type PortProblem struct {
+	NodePort int32 `json:"nodePort"`
+	// Reason is PortOutOfRange, PortAllocated or PortAllocatedHosted.
+	Reason string `json:"reason"`
+	// Holder is the Service that allocates it (namespace/name), when known.
+	Holder string `json:"holder,omitempty"`
+}
+
+func (p PortProblem) String() string {
+	switch p.Reason {
+	case PortOutOfRange:
+		return fmt.Sprintf("%d is outside the node-port range", p.NodePort)
+	case PortAllocatedHosted:
+		return fmt.Sprintf("%d is already allocated in the hosted cluster%s", p.NodePort, by(p.Holder))
+	}
+	return fmt.Sprintf("%d is already allocated in the management cluster%s", p.NodePort, by(p.Holder))
+}
+
+func by(holder string) string {
+	if holder == "" {
+		return ""
+	}
+	return " (Service " + holder + ")"
+}
+
+// PortCollision is what a refused exposure reports: the node ports that
+// cannot be used, the range they were checked against and the free node
+// ports nearest to them (one per refused port where the range has one).
+// It travels in the Reply, so the bot can show it.
+type PortCollision struct {
+	Ports        []PortProblem `json:"ports"`
+	Range        PortRange     `json:"range"`
+	Alternatives []int32       `json:"alternatives,omitempty"`
+	// Forwarded: the ports are the hosted Service's own (it already is of
+	// type NodePort), which a request cannot choose; the Service's node
+	// ports have to change, or the management cluster's holders go.
+	Forwarded bool `json:"forwarded,omitempty"`
+}
+
+func (c PortCollision) String() string {
+	parts := make([]string, 0, len(c.Ports))
+	for _, p := range c.Ports {
+		s := p.String()
+		if p.Reason == PortOutOfRange {
+			s += " " + c.Range.String()
+		}
+		parts = append(parts, s)
+	}
+	s := strings.Join(parts, "; ")
+	if len(c.Alternatives) > 0 {
+		s += "; nearest free node ports (range " + c.Range.String() + "): " + JoinPorts(c.Alternatives)
+	} else {
+		s += "; no free node port left in the range " + c.Range.String()
+	}
+	if c.Forwarded {
+		s += "; these are the hosted NodePort Service's own node ports, which are forwarded as they are: change them there, or free them in the management cluster"
+	}
+	return s
+}
+
+// JoinPorts writes ports as "30001, 30002".
+func JoinPorts(ports []int32) string {
+	ps := make([]string, len(ports))
+	for i, p := range ports {
+		ps[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(ps, ", ")
+}
+
+// PortCollisionError says which node ports cannot be exposed and why, with
+// free alternatives. errors.Is(err, ErrPortCollision) holds, also for the
+// error a Reply carries back to the bot (Reply.Err).
 type PortCollisionError struct {
+	// NodePort is the first refused port.
 	NodePort int32
-	Err      error
+	PortCollision
+	// Err is the API server's error, if it was the one to refuse.
+	Err error
+	// remote is the agent's text of an error rebuilt from a Reply.
+	remote string
 }
 
 func (e *PortCollisionError) Error() string {
-	return fmt.Sprintf("%v: nodePort %d: %v", ErrPortCollision, e.NodePort, e.Err)
+	if e.remote != "" {
+		return e.remote
+	}
+	s := ErrPortCollision.Error() + ": "
+	if len(e.Ports) > 0 {
+		s += "node port " + e.PortCollision.String()
+	} else {
+		s += fmt.Sprintf("nodePort %d", e.NodePort)
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
 }
 
-func (e *PortCollisionError) Unwrap() []error { return []error{ErrPortCollision, e.Err} }
+func (e *PortCollisionError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrPortCollision}
+	}
+	return []error{ErrPortCollision, e.Err}
+}

@@ -270,13 +270,23 @@ func TestServeInvalidRequests(t *testing.T) {
 
 	wildcard := patchRequest("fix-inval001", c, scenario.SeedNoProxy)
 	wildcard.NoProxy.Add = []string{"*"}
+	// Node ports no bot would send, approved and sealed as if it had.
+	nodePortsTwice := exposeReq("expo-inval005", c)
+	nodePortsTwice.Expose.NodePorts = []int32{30001, 30001}
+	nodePortsBoth := exposeReq("expo-inval006", c, actions.ExposePort{Port: 8080, NodePort: 30001})
+	nodePortsBoth.Expose.NodePorts = []int32{30002}
+	nodePortTooBig := exposeReq("expo-inval007", c)
+	nodePortTooBig.Expose.NodePorts = []int32{65536}
 	unknownField := strings.Replace(string(s.seal(t, patchRequest("fix-inval002", c, scenario.SeedNoProxy))), `"key"`, `"force":true,"key"`, 1)
 	for name, data := range map[string][]byte{
-		"wildcard":      s.seal(t, wildcard),
-		"not json":      []byte("{nope"),
-		"unknown field": []byte(unknownField),
-		"trailing data": append(s.seal(t, patchRequest("fix-inval003", c, scenario.SeedNoProxy)), []byte(` {}`)...),
-		"too large":     []byte(`{"id":"` + strings.Repeat("a", actions.MaxRequestBytes) + `"}`),
+		"wildcard":              s.seal(t, wildcard),
+		"nodePorts twice":       s.seal(t, nodePortsTwice),
+		"nodePorts and ports":   s.seal(t, nodePortsBoth),
+		"nodePort beyond 65535": s.seal(t, nodePortTooBig),
+		"not json":              []byte("{nope"),
+		"unknown field":         []byte(unknownField),
+		"trailing data":         append(s.seal(t, patchRequest("fix-inval003", c, scenario.SeedNoProxy)), []byte(` {}`)...),
+		"too large":             []byte(`{"id":"` + strings.Repeat("a", actions.MaxRequestBytes) + `"}`),
 	} {
 		r := call(t, s, data)
 		if r.Code != actions.CodeInvalid || r.Result != nil || !errors.Is(r.Err(), actions.ErrInvalid) {

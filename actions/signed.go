@@ -222,6 +222,40 @@ func VerifyProposal(keys []string, c ProposalClaims, seal *ProposalSeal) error {
 	return nil
 }
 
+// noteContext separates the signatures of what the bot attaches to a
+// proposal for itself (the diagnosis it fixes) from requests and claims.
+const noteContext = "hcpbot-proposal-note-v1\n"
+
+// SealNote signs data the bot attaches to proposal id for its own later
+// reading; the agent never reads notes.
+func (s *Signer) SealNote(id string, data []byte) (ProposalSeal, error) {
+	sig, err := s.kp.Sign(noteMessage(id, data))
+	if err != nil {
+		return ProposalSeal{}, fmt.Errorf("actions: seal note of %s: %w", id, err)
+	}
+	return ProposalSeal{Key: s.pub, Sig: sig}, nil
+}
+
+// VerifyNote checks that seal is a signature over proposal id's note data
+// by one of keys; the error wraps ErrUnsealed.
+func VerifyNote(keys []string, id string, data []byte, seal *ProposalSeal) error {
+	if seal == nil || len(seal.Sig) == 0 || !slices.Contains(keys, seal.Key) {
+		return fmt.Errorf("%w: note of proposal %s", ErrUnsealed, id)
+	}
+	kp, err := nkeys.FromPublicKey(seal.Key)
+	if err != nil {
+		return fmt.Errorf("%w: note of proposal %s: %w", ErrUnsealed, id, err)
+	}
+	if err := kp.Verify(noteMessage(id, data), seal.Sig); err != nil {
+		return fmt.Errorf("%w: note of proposal %s was changed after it was made", ErrUnsealed, id)
+	}
+	return nil
+}
+
+func noteMessage(id string, data []byte) []byte {
+	return append([]byte(noteContext+id+"\n"), data...)
+}
+
 // ApprovalRecord is the approval store's view of a proposal, as the agent
 // reads it.
 type ApprovalRecord struct {

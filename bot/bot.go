@@ -35,10 +35,15 @@ type Incident struct {
 	// Deleted is set when the incident was resolved because its
 	// HostedCluster was deleted.
 	Deleted bool
+	// Remedy is the approved fix that ran while the incident was open and
+	// how the cluster responds to it (remediation.go); nil without one.
+	Remedy *Remedy
 
 	clearAt time.Time // own time the signals cleared; zero while present
 	n       notifyState
 	lazy    lazyDiagnoses // Diagnoses not yet built for the newest state
+	steps   []step        // the timeline's steps taken from events (remediation.go)
+	rules   []string      // the rules that fired at the last step noted
 }
 
 // Open reports whether the incident is still open.
@@ -73,6 +78,9 @@ type Bot struct {
 	// leader) were looked for after a takeover.
 	stormsChecked bool
 	buf           []*Incident // candidates
+	// remediations are the executed fixes of the approval store, per
+	// cluster, newest first (RecordRemediation).
+	remediations map[diagnose.Key][]Remediation
 }
 
 // New returns a Bot. reg may be nil.
@@ -334,6 +342,7 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prio
 		b.incidents[k] = inc
 	}
 	if len(diags) > 0 {
+		b.noteEvaluation(inc, c, diags, observed)
 		inc.lazy = lazyDiagnoses{stale: true, now: now, observed: observed}
 		if b.cfg.GroupWait == 0 || !inc.n.first.IsZero() {
 			b.wake()
@@ -387,12 +396,15 @@ func (b *Bot) channel(k diagnose.Key, kind string) string {
 	return b.cfg.Channel
 }
 
+// IncidentKeyPrefix starts every incident key, and no action id.
+const IncidentKeyPrefix = "inc-"
+
 // incidentKey is derived from the cluster and the time of the event that
 // opened the incident, so replaying the stream after a restart finds the
 // same key (and bot/notify the same Slack message).
 func incidentKey(k diagnose.Key, opened time.Time) string {
 	sum := sha256.Sum256([]byte(k.String() + "@" + opened.UTC().Format(time.RFC3339Nano)))
-	return "inc-" + hex.EncodeToString(sum[:6])
+	return IncidentKeyPrefix + hex.EncodeToString(sum[:6])
 }
 
 // fingerprint covers what a rendering shows, except durations.
@@ -415,6 +427,9 @@ func fingerprint(inc *Incident) string {
 		if d.Fix != nil {
 			w(d.Fix.After)
 		}
+	}
+	if inc.Remedy != nil {
+		w(remedyShown(*inc.Remedy))
 	}
 	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil))

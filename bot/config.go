@@ -55,6 +55,10 @@ type Config struct {
 	// replica started now would not know it either. 0 means
 	// bus.DefaultEventsMaxAge.
 	PendingHorizon time.Duration
+	// HealDeadline is how long an incident may take to heal after its
+	// approved fix ran before it says "fix applied, not healed" and offers
+	// the rollback. 0 means DefaultHealDeadline.
+	HealDeadline time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }

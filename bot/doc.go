@@ -71,6 +71,23 @@
 //     StormWindow rather than posted one by one. Members stay incidents of
 //     their own: /hcp incidents and /hcp diagnose reach each one.
 //
+// # Following the fix to the end
+//
+// An approved fix that ran while an incident was open becomes its Remedy
+// (remediation.go): the headline keeps the root cause the fix was approved
+// for, the message tracks the rollout (diagnose.Rollout: NodePools
+// updating, kube-apiserver-proxy pods direct N of M, nodes Ready N of M,
+// pods crashlooping), and the resolved message tells the story (root
+// cause, fix, requester and approver, time to fix and to heal) with the
+// timeline in its thread. Not healed within Config.HealDeadline, or a node
+// lost after the fix, and it says so and offers the rollback. The fixes
+// come from the approval store (RecordRemediation; bot/command feeds it
+// from the proposals bucket before the replay starts), and an incident
+// finds its fix by cluster and time, so every replica and every restart
+// arrives at the same remedy and the same timeline (timeline.go: steps
+// from the events by their own time, plus the store's proposal, approval,
+// execution and rollback).
+//
 // What a restart may repeat: a storm's member page cut short by the crash
 // can be listed again in the thread (never a root message).
 //
@@ -81,7 +98,7 @@
 // does: an ordered list of named stages, each taking the incidents still
 // due and returning those it lets on (flush.go has the order and why):
 //
-//	resolve ─▶ silence ─▶ group-wait ─▶ storm ─▶ unchanged ─▶ storm-member
+//	resolve ─▶ remedy ─▶ silence ─▶ group-wait ─▶ storm ─▶ unchanged ─▶ storm-member
 //	   ─▶ resolved-unposted ─▶ silenced ─▶ clearing ─▶ group-interval ─▶ send
 //
 // and for storms settle ─▶ unchanged ─▶ clearing ─▶ group-interval ─▶
@@ -100,6 +117,8 @@
 //	storms.go    storms: forming, revived after a restart, their pipeline
 //	takeover.go  a new leader asks which messages exist
 //	forget.go    what is forgotten, and when
+//	remediation.go  an incident's fix: remedy, rollout, heal deadline
+//	timeline.go  an incident's story, step by step
 //	render.go    the wording: messages, thread replies, storm pages
 //	views.go     the read views (copies) the /hcp answers and digests use
 //	metrics.go   the metrics below

@@ -88,6 +88,9 @@ func (p pipeline[T]) run(f *flushRun, due []T) []T {
 //   - resolve first: an incident whose signals stayed clear long enough
 //     (after a restart, one healed long ago) is handled as resolved from
 //     the start, so it is never rendered open.
+//   - remedy next: an incident whose fix ran shows the fix's root cause
+//     and the rollout, and the heal deadline is checked, before anything
+//     decides what its rendering shows.
 //   - silence before anything decides to post: the group-wait stage must
 //     not post an incident a silence covers.
 //   - group-wait, then storm: only incidents past their group wait are
@@ -105,6 +108,7 @@ func (p pipeline[T]) run(f *flushRun, due []T) []T {
 func (b *Bot) incidentStages() pipeline[*Incident] {
 	return pipeline[*Incident]{
 		{"resolve", b.resolveStage},
+		{"remedy", b.remedyStage},
 		{"silence", b.silenceStage},
 		{"group-wait", b.groupWaitStage},
 		{"storm", b.stormStage},

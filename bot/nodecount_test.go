@@ -190,7 +190,7 @@ func TestSeedNodesNotJoining(t *testing.T) {
 	}
 	p.slack.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
 		for _, m := range rootsAbout(r, ns+"/stuck") {
-			if strings.Contains(m.Text, "tunnelled through the HTTPS proxy") && strings.Contains(string(m.Blocks), "3 of 10 nodes are not joining") {
+			if strings.Contains(m.Text, "tunnelled through the HTTPS proxy") && strings.Contains(string(m.Blocks), "3 of 10 nodes are not joining") && !strings.Contains(string(m.Blocks), "stuck-old") {
 				return true
 			}
 		}

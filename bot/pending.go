@@ -58,4 +58,8 @@ func compactResolved(inc *Incident) {
 	inc.lazy = lazyDiagnoses{}
 	inc.n.state = ""
 	inc.n.evidence = nil
+	inc.rules = nil // its steps stay: its resolution posts the timeline
+	if inc.Remedy != nil {
+		inc.Remedy.Rollout = diagnose.Rollout{}
+	}
 }

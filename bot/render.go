@@ -11,6 +11,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -19,83 +20,276 @@ import (
 // maxEvidence lines go into the message; the rest belongs in the thread.
 const maxEvidence = 8
 
+// maxGlanceText bounds an evidence text in the message (runes): the
+// thread has every line whole.
+const maxGlanceText = 140
+
 var severityIcon = map[diagnose.Severity]string{
 	diagnose.SeverityCritical: "🔴", diagnose.SeverityWarning: "🟠", diagnose.SeverityInfo: "🔵",
 }
 
-// Render builds an incident's message: fallback text and Block Kit within
-// Slack's limits.
+// Render builds an incident's message for a glance: the headline (what
+// and where), the fields (cluster, management cluster, severity, since),
+// the root cause in at most two sentences, the fix or how it rolls out,
+// the evidence grouped by kind, and the buttons. The reasoning and every
+// evidence line go to the thread (incidentReplies). The fallback text
+// says the same as the headline, for notifications.
 func Render(inc *Incident, now time.Time) (string, []slack.Block) {
-	cluster := inc.Cluster.String()
 	if !inc.Open() {
-		title := "resolved"
-		if len(inc.Diagnoses) > 0 {
-			title = inc.Diagnoses[0].Title
-		}
-		if inc.Deleted {
-			title = "cluster deleted"
-		}
-		text := fmt.Sprintf("✅ RESOLVED · %s — %s (after %s)", cluster, title, inc.Resolved.Sub(inc.Opened).Round(time.Second))
-		return text, []slack.Block{
-			slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(text, notify.MaxHeaderText), false, false)),
-			slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType,
-				fmt.Sprintf("Opened %s · resolved %s · incident `%s`", inc.Opened.UTC().Format(time.RFC3339), inc.Resolved.UTC().Format(time.RFC3339), inc.Key), false, false)),
-		}
+		return renderResolved(inc)
 	}
 	d := inc.Diagnoses[0]
-	text := fmt.Sprintf("%s %s · %s — %s", severityIcon[d.Severity], strings.ToUpper(string(d.Severity)), cluster, d.Title)
-	md := func(s string) *slack.TextBlockObject {
-		return slack.NewTextBlockObject(slack.MarkdownType, notify.Truncate(s, notify.MaxSectionText), false, false)
+	title, summary := d.Title, d.Short()
+	rem := inc.Remedy
+	if rem != nil && rem.Cause.Title != "" {
+		// The fix's root cause stays the headline while the cluster
+		// comes back: the diagnoses of the moment are its symptoms.
+		title, summary = rem.Cause.Title, rem.Cause.RootCause
 	}
+	state := severityIcon[d.Severity] + " " + strings.ToUpper(string(d.Severity))
+	switch {
+	case rem == nil:
+	case rem.Status == StatusRollingOut:
+		state = "🛠 FIX APPLIED, ROLLING OUT"
+	case rem.Status == StatusNotHealed:
+		state = "⚠️ FIX APPLIED, NOT HEALED"
+	case rem.Status == StatusRolledBack:
+		state = "↩️ FIX ROLLED BACK"
+	}
+	head := fmt.Sprintf("%s · %s — %s", state, inc.Cluster, title)
 	blocks := []slack.Block{
-		slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(text, notify.MaxHeaderText), false, false)),
-		slack.NewSectionBlock(md("*Root cause*\n"+chatops.EscapeText(d.RootCause)), nil, nil),
-		slack.NewContextBlock("", md(fmt.Sprintf("Confidence *%s* — %s · incident `%s` · open %s",
-			d.Confidence.Level, chatops.EscapeText(d.Confidence.Why), inc.Key, now.Sub(inc.Opened).Round(time.Second)))),
+		slack.NewHeaderBlock(plain(head)),
+		slack.NewSectionBlock(nil, []*slack.TextBlockObject{
+			mdField("Cluster", "`"+chatops.EscapeText(inc.Cluster.Cluster.String())+"`"),
+			mdField("Management cluster", "`"+chatops.EscapeText(inc.Cluster.Source)+"`"),
+			mdField("Severity", fmt.Sprintf("%s %s (confidence %s)", severityIcon[d.Severity], d.Severity, d.Confidence.Level)),
+			mdField("Since", fmt.Sprintf("%s (%s)", inc.Opened.UTC().Format("2006-01-02 15:04 UTC"), now.Sub(inc.Opened).Round(time.Minute))),
+		}, nil),
+		slack.NewSectionBlock(md("*Root cause* — "+chatops.EscapeText(summary)), nil, nil),
 	}
-	if s := inc.Silence; s != nil {
-		blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("🔕 Silenced by <@%s> until %s (`%s`)%s",
-			chatops.EscapeText(s.By), s.Until.UTC().Format("2006-01-02 15:04 UTC"), chatops.EscapeText(s.ID), reasonSuffix(s.Reason)))))
-	}
-	if inc.Storm != "" {
-		blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("Part of storm `%s` (many clusters, one cause)", inc.Storm))))
-	}
-	if d.Trigger != nil {
-		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf("*Trigger* — proxy edit seen %s: noProxy `%s` → `%s`",
-			d.Trigger.At.UTC().Format(time.RFC3339), chatops.EscapeText(d.Trigger.OldNoProxy), chatops.EscapeText(d.Trigger.NewNoProxy))), nil, nil))
-	}
-	var ev strings.Builder
-	for i, e := range d.Evidence {
-		if i == maxEvidence {
-			fmt.Fprintf(&ev, "… and %d more (see thread)\n", len(d.Evidence)-maxEvidence)
-			break
-		}
-		ev.WriteString(evidenceLine(e) + "\n")
-	}
-	if ev.Len() > 0 {
-		blocks = append(blocks, slack.NewSectionBlock(md("*Evidence*\n"+ev.String()), nil, nil))
-	}
-	if d.Fix != nil {
+	if rem != nil {
+		blocks = append(blocks, slack.NewSectionBlock(md(remedyText(rem)), nil, nil))
+	} else if d.Fix != nil {
 		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf("*Proposed fix* — %s `%s` noProxy:\n```%s```",
 			d.Fix.Kind, d.Fix.Target, d.Fix.Diff)), nil, nil))
 	}
-	if len(d.NextSteps) > 0 {
-		blocks = append(blocks, slack.NewSectionBlock(md("*Next steps*\n• "+chatops.EscapeText(strings.Join(d.NextSteps, "\n• "))), nil, nil))
+	if groups := groupEvidence(inc); len(groups) > 0 {
+		label := "*Evidence*"
+		if rem != nil {
+			label = "*Still seen*"
+		}
+		blocks = append(blocks, slack.NewSectionBlock(md(label+"\n"+strings.Join(groups, "\n")), nil, nil))
 	}
-	for _, other := range inc.Diagnoses[1:] {
-		blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("Also: %s %s", severityIcon[other.Severity], chatops.EscapeText(other.Title)))))
+	var ctx []string
+	if s := inc.Silence; s != nil {
+		ctx = append(ctx, fmt.Sprintf("🔕 Silenced by <@%s> until %s (`%s`)%s",
+			chatops.EscapeText(s.By), s.Until.UTC().Format("2006-01-02 15:04 UTC"), chatops.EscapeText(s.ID), reasonSuffix(s.Reason)))
 	}
+	if inc.Storm != "" {
+		ctx = append(ctx, fmt.Sprintf("Part of storm `%s`", inc.Storm))
+	}
+	if d.Trigger != nil && rem == nil {
+		ctx = append(ctx, fmt.Sprintf("Began with the proxy edit seen %s", d.Trigger.At.UTC().Format("15:04 UTC")))
+	}
+	ctx = append(ctx, fmt.Sprintf("Incident `%s` · reasoning, every evidence line and next steps in the thread", inc.Key))
+	blocks = append(blocks, slack.NewContextBlock("", mdList(ctx)...))
+	blocks = append(blocks, slack.NewActionBlock("incident", incidentButtons(inc, d)...))
+	return head, notify.ClampBlocks(blocks)
+}
+
+// incidentButtons are an open incident's buttons: Approve the proposed fix
+// (none once a fix ran), Roll back a fix that did not heal, Silence, Details.
+func incidentButtons(inc *Incident, d diagnose.Diagnosis) []slack.BlockElement {
 	var buttons []slack.BlockElement
-	if d.Fix != nil {
-		approve := slack.NewButtonBlockElement(chatops.ActionApprove, inc.Key, slack.NewTextBlockObject(slack.PlainTextType, "Approve fix", false, false))
+	switch rem := inc.Remedy; {
+	case (rem == nil || rem.Status == StatusRolledBack) && d.Fix != nil:
+		approve := slack.NewButtonBlockElement(chatops.ActionApprove, inc.Key, plain("Approve fix"))
 		approve.Style = slack.StylePrimary
 		buttons = append(buttons, approve)
+	case rem != nil && rem.Status == StatusNotHealed:
+		rollback := slack.NewButtonBlockElement(chatops.ActionRollback, rem.ID, plain("Roll back fix"))
+		rollback.Style = slack.StyleDanger
+		buttons = append(buttons, rollback)
 	}
-	buttons = append(buttons,
-		slack.NewButtonBlockElement(chatops.ActionSilence, inc.Key, slack.NewTextBlockObject(slack.PlainTextType, "Silence", false, false)),
-		slack.NewButtonBlockElement(chatops.ActionDetails, inc.Key, slack.NewTextBlockObject(slack.PlainTextType, "Details", false, false)))
-	blocks = append(blocks, slack.NewActionBlock("incident", buttons...))
+	return append(buttons,
+		slack.NewButtonBlockElement(chatops.ActionSilence, inc.Key, plain("Silence")),
+		slack.NewButtonBlockElement(chatops.ActionDetails, inc.Key, plain("Details")))
+}
+
+// remedyText is the fix section of an incident whose fix ran.
+func remedyText(rem *Remedy) string {
+	var b strings.Builder
+	switch rem.Status {
+	case StatusNotHealed:
+		fmt.Fprintf(&b, "*Fix applied, not healed* — %s. Roll it back below (approved as any change), or look at the evidence.\n", chatops.EscapeText(rem.Why))
+	case StatusRolledBack:
+		fmt.Fprintf(&b, "*Fix rolled back* %s by %s.\n", rem.RolledBackAt.UTC().Format("15:04 UTC"), who(rem.RolledBackBy))
+	default:
+		b.WriteString("*Fix applied — rolling out*\n")
+	}
+	fmt.Fprintf(&b, "`%s` %s %s, approved by %s", rem.ID, rem.Kind, rem.ExecutedAt.UTC().Format("15:04 UTC"), who(rem.ApprovedBy))
+	if rem.RequestedBy != "" && rem.RequestedBy != rem.ApprovedBy {
+		fmt.Fprintf(&b, ", requested by %s", who(rem.RequestedBy))
+	}
+	if rem.Status != StatusRolledBack {
+		fmt.Fprintf(&b, "\n*Progress* — %s", chatops.EscapeText(rem.Rollout.String()))
+	}
+	return b.String()
+}
+
+// renderResolved is a resolved incident's message: the story in one
+// screen. With a fix: the root cause it fixed, the fix, who asked and who
+// approved, and how long fixing and healing took.
+func renderResolved(inc *Incident) (string, []slack.Block) {
+	title := "resolved"
+	if len(inc.Diagnoses) > 0 {
+		title = inc.Diagnoses[0].Title
+	}
+	rem := inc.Remedy
+	if rem != nil && rem.Cause.Title != "" {
+		title = rem.Cause.Title
+	}
+	if inc.Deleted {
+		title = "cluster deleted"
+	}
+	text := fmt.Sprintf("✅ RESOLVED · %s — %s (after %s)", inc.Cluster, title, inc.Resolved.Sub(inc.Opened).Round(time.Second))
+	blocks := []slack.Block{slack.NewHeaderBlock(plain(text))}
+	if rem != nil && !inc.Deleted {
+		fields := []*slack.TextBlockObject{
+			mdField("Fix", fmt.Sprintf("`%s` (%s)", rem.ID, rem.Kind)),
+			mdField("Approved by", who(rem.ApprovedBy)),
+			mdField("Time to fix", rem.ExecutedAt.Sub(inc.Opened).Round(time.Second).String()),
+			mdField("Time to heal", inc.Resolved.Sub(rem.ExecutedAt).Round(time.Second).String()),
+		}
+		if rem.RequestedBy != "" && rem.RequestedBy != rem.ApprovedBy {
+			fields = append(fields, mdField("Requested by", who(rem.RequestedBy)))
+		}
+		if cause := rem.Cause.RootCause; cause != "" {
+			blocks = append(blocks, slack.NewSectionBlock(md("*Root cause* — "+chatops.EscapeText(cause)), nil, nil))
+		}
+		blocks = append(blocks, slack.NewSectionBlock(nil, fields, nil))
+		if rem.Diff != "" {
+			blocks = append(blocks, slack.NewSectionBlock(md("*Change*\n```"+chatops.EscapeText(rem.Diff)+"```"), nil, nil))
+		}
+		if !rem.RolledBackAt.IsZero() {
+			blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("The fix was rolled back %s by %s.",
+				rem.RolledBackAt.UTC().Format(time.RFC3339), who(rem.RolledBackBy)))))
+		}
+	}
+	blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("First symptom %s · resolved %s · incident `%s` · `/hcp timeline %s`",
+		inc.Opened.UTC().Format(time.RFC3339), inc.Resolved.UTC().Format(time.RFC3339), inc.Key, inc.Key))))
 	return text, notify.ClampBlocks(blocks)
+}
+
+// groupEvidence sums an incident's evidence up by kind, one line each:
+// "3 nodes NotReady since 11:04:05 (w-0, w-1, w-2)"; a kind with a single
+// item shows that item.
+func groupEvidence(inc *Incident) []string {
+	type group struct {
+		n     int
+		first diagnose.Evidence
+		names []string
+	}
+	names := func(g *group) string {
+		s := strings.Join(g.names, ", ")
+		if g.n > len(g.names) {
+			s += ", …"
+		}
+		return s
+	}
+	var order []string
+	var nodes *diagnose.NodeImpact // the first diagnosis that counts nodes
+	groups := map[string]*group{}
+	for _, d := range inc.Diagnoses {
+		if nodes == nil {
+			nodes = d.Nodes
+		}
+		for _, e := range d.Evidence {
+			g := groups[e.Kind]
+			if g == nil {
+				g = &group{first: e}
+				groups[e.Kind] = g
+				order = append(order, e.Kind)
+			}
+			g.n++
+			if e.At.Before(g.first.At) {
+				g.first = e
+			}
+			if len(g.names) < 3 {
+				g.names = append(g.names, e.Object[strings.LastIndexByte(e.Object, '/')+1:])
+			}
+		}
+	}
+	out := make([]string, 0, len(order))
+	for i, k := range order {
+		if i == maxEvidence {
+			out = append(out, fmt.Sprintf("• … %d more kinds (see thread)", len(order)-maxEvidence))
+			break
+		}
+		g := groups[k]
+		if k == "node" && nodes != nil && nodes.Text != "" {
+			out = append(out, fmt.Sprintf("• %s — first `%s` (%s)", chatops.EscapeText(nodes.Text), g.first.At.UTC().Format("15:04:05"), chatops.EscapeText(names(g))))
+			continue
+		}
+		if g.n == 1 {
+			// One line at a glance; the whole of it is in the thread.
+			e := g.first
+			if r := []rune(e.Text); len(r) > maxGlanceText {
+				e.Text = string(r[:maxGlanceText]) + "…"
+			}
+			out = append(out, evidenceLine(e))
+			continue
+		}
+		out = append(out, fmt.Sprintf("• %d × %s — first `%s` (%s)", g.n, kindLabel(k), g.first.At.UTC().Format("15:04:05"), chatops.EscapeText(names(g))))
+	}
+	return out
+}
+
+// kindLabel names an evidence kind in a grouped line.
+func kindLabel(kind string) string {
+	switch kind {
+	case "node":
+		return "nodes NotReady or not joining"
+	case "crashloop":
+		return "pods crashlooping"
+	case "apiserver-proxy":
+		return "kube-apiserver-proxy pods in tunnel mode"
+	case "nodepool":
+		return "NodePools unhealthy"
+	case "virt-launcher":
+		return "virt-launcher pods"
+	}
+	return kind
+}
+
+func who(user string) string {
+	switch {
+	case user == "":
+		return "unknown"
+	case strings.HasPrefix(user, actions.SystemRequesterPrefix):
+		return chatops.EscapeText(user)
+	}
+	return "<@" + chatops.EscapeText(user) + ">"
+}
+
+func plain(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(s, notify.MaxHeaderText), false, false)
+}
+
+func md(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.MarkdownType, notify.Truncate(s, notify.MaxSectionText), false, false)
+}
+
+func mdField(label, value string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.MarkdownType, notify.Truncate("*"+label+"*\n"+value, notify.MaxFieldText), false, false)
+}
+
+func mdList(parts []string) []slack.MixedElement {
+	out := make([]slack.MixedElement, 0, len(parts))
+	for _, p := range parts {
+		out = append(out, md(p))
+	}
+	return out
 }
 
 // incidentReplies are the thread replies of a rendering: the full evidence
@@ -111,12 +305,27 @@ func incidentReplies(inc *Incident, first bool, shownTop string, shown map[strin
 	}
 	var out []notify.Reply
 	if first {
-		if len(lines) > maxEvidence {
-			for i, page := range notify.SplitText("*All evidence*\n"+strings.Join(lines, "\n"), notify.MaxSectionText) {
+		// One reply under a new message: the reasoning and every
+		// evidence line (more pages only past Slack's section limit).
+		var b strings.Builder
+		if inc.Open() && len(inc.Diagnoses) > 0 {
+			b.WriteString(reasoning(inc.Diagnoses[0]))
+		}
+		if len(lines) > 0 {
+			b.WriteString("*All evidence*\n" + strings.Join(lines, "\n"))
+		}
+		if b.Len() > 0 {
+			for i, page := range notify.SplitText(b.String(), notify.MaxSectionText) {
 				out = append(out, reply(fmt.Sprintf("evidence-%d", i), page))
 			}
 		}
 		return out
+	}
+	if !inc.Open() && inc.Remedy != nil {
+		// The story, as a postmortem draft, once the fix healed it.
+		for i, page := range notify.SplitText(TimelineText(inc, inc.Timeline()), notify.MaxSectionText) {
+			out = append(out, reply(fmt.Sprintf("timeline-%d", i), page))
+		}
 	}
 	var fresh []string
 	for _, l := range lines {
@@ -146,6 +355,26 @@ func incidentReplies(inc *Incident, first bool, shownTop string, shown map[strin
 		out = append(out, reply(fmt.Sprintf("upd-%d-%s", i, hex.EncodeToString(sum[:6])), page))
 	}
 	return out
+}
+
+// reasoning is the thread's account of a diagnosis: the full root cause,
+// why the bot is as sure as it says, what triggered it, and next steps.
+func reasoning(d diagnose.Diagnosis) string {
+	var b strings.Builder
+	if d.RootCause != "" {
+		fmt.Fprintf(&b, "*Why* — %s\n", chatops.EscapeText(d.RootCause))
+	}
+	if d.Confidence.Level != "" {
+		fmt.Fprintf(&b, "*Confidence %s* — %s\n", d.Confidence.Level, chatops.EscapeText(d.Confidence.Why))
+	}
+	if t := d.Trigger; t != nil {
+		fmt.Fprintf(&b, "*Trigger* — proxy edit seen %s: noProxy `%s` → `%s`\n",
+			t.At.UTC().Format(time.RFC3339), chatops.EscapeText(t.OldNoProxy), chatops.EscapeText(t.NewNoProxy))
+	}
+	if len(d.NextSteps) > 0 {
+		b.WriteString("*Next steps*\n• " + chatops.EscapeText(strings.Join(d.NextSteps, "\n• ")) + "\n")
+	}
+	return b.String()
 }
 
 // topOf is the main diagnosis as the thread names it: "resolved" once
@@ -232,15 +461,12 @@ func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 			sev = d.Severity
 		}
 	}
-	md := func(t string) *slack.TextBlockObject {
-		return slack.NewTextBlockObject(slack.MarkdownType, notify.Truncate(t, notify.MaxSectionText), false, false)
-	}
 	total := len(s.Members)
 	if !s.Open() {
 		text := fmt.Sprintf("✅ RESOLVED · storm of %d hosted clusters (after %s)", total, s.Resolved.Sub(s.Opened).Round(time.Second))
 		return text, []slack.Block{
-			slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(text, notify.MaxHeaderText), false, false)),
-			slack.NewSectionBlock(md("*Shared cause* — all of them "+s.Cause.Text), nil, nil),
+			slack.NewHeaderBlock(plain(text)),
+			slack.NewSectionBlock(md("*Shared cause* — all of them "+chatops.EscapeText(s.Cause.Text)), nil, nil),
 			slack.NewContextBlock("", md(fmt.Sprintf("Opened %s · resolved %s · storm `%s`", s.Opened.UTC().Format(time.RFC3339), s.Resolved.UTC().Format(time.RFC3339), s.Key))),
 		}
 	}
@@ -264,8 +490,8 @@ func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 		fmt.Fprintf(&what, "• %d × %s\n", byTitle[t], chatops.EscapeText(t))
 	}
 	blocks := []slack.Block{
-		slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(text, notify.MaxHeaderText), false, false)),
-		slack.NewSectionBlock(md(fmt.Sprintf("*Shared cause* — all %d %s.", total, s.Cause.Text)), nil, nil),
+		slack.NewHeaderBlock(plain(text)),
+		slack.NewSectionBlock(md(fmt.Sprintf("*Shared cause* — all %d %s.", total, chatops.EscapeText(s.Cause.Text))), nil, nil),
 		slack.NewSectionBlock(md("*Diagnoses*\n"+what.String()), nil, nil),
 	}
 	if nodes.Affected > 0 {

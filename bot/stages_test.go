@@ -166,7 +166,7 @@ func TestIncidentStagesOrder(t *testing.T) {
 	for _, s := range b.incidentStages() {
 		got = append(got, s.name)
 	}
-	want := []string{"resolve", "silence", "group-wait", "storm", "unchanged", "storm-member", "resolved-unposted",
+	want := []string{"resolve", "remedy", "silence", "group-wait", "storm", "unchanged", "storm-member", "resolved-unposted",
 		"silenced", "clearing", "group-interval", "send"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("incident stages %v, want %v", got, want)
@@ -384,11 +384,12 @@ func TestGroupIntervalStage(t *testing.T) {
 
 func TestSendStage(t *testing.T) {
 	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.sendStage }, []stageCase{
-		{name: "a new incident: its message, no reply for few evidence lines",
+		{name: "a new incident: its message, every evidence line in the thread",
 			in: []*Incident{incident("a", t0, handled)}, out: []string{"a"},
 			check: func(t *testing.T, _ *Bot, in []*Incident, r *recorder) {
 				n := in[0].n
-				if len(r.msgs) != 1 || r.msgs[0].Key != in[0].Key || r.msgs[0].Digest == "" || len(r.replies) != 0 {
+				if len(r.msgs) != 1 || r.msgs[0].Key != in[0].Key || r.msgs[0].Digest == "" ||
+					len(r.replies) != 1 || r.replies[0].ID != "evidence-0" || !strings.Contains(r.replies[0].Text, "node/a-0") {
 					t.Fatalf("messages %+v, replies %+v", r.msgs, r.replies)
 				}
 				if !n.rooted || n.dirty || !n.sent.Equal(t0) || n.held != "" {

@@ -35,6 +35,13 @@ type botRun struct {
 // startBot runs a bot with its own notifier on js, like one `hcpbot bot`.
 func startBot(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config) *botRun {
 	t.Helper()
+	return startBotWith(t, js, rec, cfg, nil)
+}
+
+// startBotWith is startBot with before run on the bot before it starts
+// replaying the stream (cmd/hcpbot feeds it the approval store's fixes).
+func startBotWith(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config, before func(*bot.Bot)) *botRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := natstest.Logger(t)
 	store, err := notify.NewKVStore(ctx, js, notify.KVConfig{})
@@ -47,6 +54,9 @@ func startBot(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg 
 		t.Fatal(err)
 	}
 	b := bot.New(cfg, js, n, reg, log)
+	if before != nil {
+		before(b)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = n.Run(ctx) })
 	wg.Go(func() { _ = b.Run(ctx) })
@@ -78,9 +88,12 @@ func stormConfig() bot.Config {
 	return cfg
 }
 
-func roots(rec *slackrec.Recorder) []slackrec.Message {
+func roots(rec *slackrec.Recorder) []slackrec.Message { return rootsIn(rec, channel) }
+
+// rootsIn returns the messages of ch that are not thread replies.
+func rootsIn(rec *slackrec.Recorder, ch string) []slackrec.Message {
 	var out []slackrec.Message
-	for _, m := range rec.Messages(channel) {
+	for _, m := range rec.Messages(ch) {
 		if m.ThreadTS == "" {
 			out = append(out, m)
 		}
@@ -405,9 +418,9 @@ func TestRouteByLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool {
-		return len(r.Messages("C0PROD")) == 1 && len(r.Messages(channel)) == 1
+		return len(rootsIn(r, "C0PROD")) == 1 && len(rootsIn(r, channel)) == 1
 	})
-	if m := rec.Messages("C0PROD")[0]; !strings.Contains(m.Text, "hc-0") {
+	if m := rootsIn(rec, "C0PROD")[0]; !strings.Contains(m.Text, "hc-0") {
 		t.Errorf("prod channel got %q", m.Text)
 	}
 }

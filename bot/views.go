@@ -19,8 +19,12 @@ func (b *Bot) Incidents() []Incident {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.settleAll(nil)
+	now := b.cfg.Now()
 	out := make([]Incident, 0, len(b.incidents))
 	for _, inc := range b.incidents {
+		if len(b.remediations) > 0 {
+			b.checkRemedy(inc, now) // a follower's flush does not
+		}
 		out = append(out, *inc.copy())
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -158,6 +162,15 @@ func (b *Bot) Nodes(k diagnose.Key) (diagnose.NodeCount, bool) {
 func (inc *Incident) copy() *Incident {
 	cp := *inc
 	cp.n = notifyState{}
+	cp.steps = slices.Clone(inc.steps)
+	cp.rules = slices.Clone(inc.rules)
+	if inc.Remedy != nil {
+		r := *inc.Remedy
+		r.Rollout.Updating = slices.Clone(r.Rollout.Updating)
+		r.Rollout.NotReady = slices.Clone(r.Rollout.NotReady)
+		r.Rollout.Crashlooping = slices.Clone(r.Rollout.Crashlooping)
+		cp.Remedy = &r
+	}
 	if inc.Silence != nil {
 		s := *inc.Silence
 		cp.Silence = &s

@@ -114,6 +114,11 @@ type Agent struct {
 	// (its kubelet has not posted status yet) counts as joining rather than
 	// a problem; after it the node is reported as not joining. Default 10m.
 	NodeJoinGrace time.Duration
+	// ServiceNodePortRange is the management cluster's
+	// --service-node-port-range (OpenShift: the Network config's
+	// serviceNodePortRange), which node ports to expose are checked against
+	// before anything is written. Default 30000-32767.
+	ServiceNodePortRange NodePortRange
 	// TrustedKeys are the public keys (nkeys user keys, U…) whose
 	// signature the agent accepts on action requests: the bot's, two
 	// during a key rotation. Default: none, and every action request is
@@ -130,6 +135,14 @@ type Agent struct {
 	// Default: none, trust the bot's check.
 	Approvers []string
 }
+
+// DefaultServiceNodePortRange is Kubernetes' and OpenShift's default.
+var DefaultServiceNodePortRange = NodePortRange{Min: 30000, Max: 32767}
+
+// NodePortRange is an inclusive range of node ports ("30000-32767").
+type NodePortRange struct{ Min, Max int32 }
+
+func (r NodePortRange) String() string { return fmt.Sprintf("%d-%d", r.Min, r.Max) }
 
 // LeaderElection makes only one agent replica watch and publish.
 type LeaderElection struct {
@@ -165,7 +178,11 @@ type Bot struct {
 	// ResolveTimeout is how long an incident must stay clear before it
 	// is marked resolved. Default 5m.
 	ResolveTimeout time.Duration
-	Storm          Storm
+	// HealDeadline is how long an incident may take to heal after its
+	// approved fix ran before it says "fix applied, not healed" and offers
+	// the rollback. Default 30m.
+	HealDeadline time.Duration
+	Storm        Storm
 	// Routes send incidents to channels; the first matching route wins.
 	Routes []Route
 	// DefaultChannel gets every incident no route matches. Required.
@@ -299,6 +316,7 @@ const (
 	DefaultGroupWait           = 5 * time.Second
 	DefaultGroupInterval       = time.Minute
 	DefaultResolveTimeout      = 5 * time.Minute
+	DefaultHealDeadline        = 30 * time.Minute
 	DefaultStormThreshold      = 20
 	DefaultStormWindow         = 30 * time.Second
 	DefaultSlackAPIURL         = "https://slack.com/api/"

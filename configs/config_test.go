@@ -69,9 +69,9 @@ func TestExampleDefaultsMatchCode(t *testing.T) {
 		"streamReplicas": true, "eventsMaxAge": true, "duplicateWindow": true, "listen": true, "opsListen": true,
 		"enabled": true, "leaseName": true, "leaseDuration": true, "renewDeadline": true, "retryPeriod": true,
 		"bufferEvents": true, "hostedProbeInterval": true, "nodeJoinGrace": true, "groupWait": true, "groupInterval": true,
-		"resolveTimeout": true, "threshold": true, "window": true, "apiURL": true, "socketMode": true,
+		"resolveTimeout": true, "healDeadline": true, "threshold": true, "window": true, "apiURL": true, "socketMode": true,
 		"fourEyes": true, "requireFourEyes": true, "proposalTTL": true, "level": true, "format": true, "kubeconfig": true,
-		"noProxyClients": true,
+		"noProxyClients": true, "serviceNodePortRange": true,
 	}
 	for _, line := range strings.Split(Example, "\n") {
 		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
@@ -101,6 +101,7 @@ func TestDefaults(t *testing.T) {
 	}
 	a := c.Agent
 	if a.Listen != ":8080" || a.BufferEvents != 10000 || a.HostedProbeInterval != 15*time.Second || a.NodeJoinGrace != 10*time.Minute ||
+		a.ServiceNodePortRange != (NodePortRange{30000, 32767}) ||
 		a.LeaderElection != (LeaderElection{Enabled: true, LeaseName: "hcpbot-agent", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}) {
 		t.Errorf("agent = %+v", a)
 	}
@@ -142,6 +143,11 @@ func TestRejected(t *testing.T) {
 		{"bad duration", "agent:\n  source: mgmt-1\n  hostedProbeInterval: 15 seconds\n", 3, "agent.hostedProbeInterval", `"15 seconds" is not a duration`},
 		{"join grace too short", "agent:\n  source: mgmt-1\n  nodeJoinGrace: 1s\n", 3, "agent.nodeJoinGrace", "must be at least 10s"},
 		{"join grace too long", "agent:\n  source: mgmt-1\n  nodeJoinGrace: 48h\n", 3, "agent.nodeJoinGrace", "at most 24h"},
+		{"node-port range not a range", "agent:\n  source: mgmt-1\n  serviceNodePortRange: \"30000\"\n", 3, "agent.serviceNodePortRange", "must be MIN-MAX"},
+		{"node-port range reversed", "agent:\n  source: mgmt-1\n  serviceNodePortRange: 32767-30000\n", 3, "agent.serviceNodePortRange", "1 <= MIN <= MAX"},
+		{"node-port range past 65535", "agent:\n  source: mgmt-1\n  serviceNodePortRange: 30000-70000\n", 3, "agent.serviceNodePortRange", "must be MIN-MAX"},
+		{"node-port range from 0", "agent:\n  source: mgmt-1\n  serviceNodePortRange: 0-100\n", 3, "agent.serviceNodePortRange", "1 <= MIN"},
+		{"node-port range with signs", "agent:\n  source: mgmt-1\n  serviceNodePortRange: +30000-32767\n", 3, "agent.serviceNodePortRange", "must be MIN-MAX"},
 		{"duration without unit", "nats:\n  eventsMaxAge: 72\nagent:\n  source: mgmt-1\n", 2, "nats.eventsMaxAge", "has no unit"},
 		{"negative duration", botBase + "  groupWait: -5s\n", 6, "bot.groupWait", "must not be negative"},
 		{"bad cron", botBase + "digests:\n  - name: daily\n    schedule: \"0 25 * * *\"\n    channel: C0123456789\n", 8, "digests[0].schedule", "is not a cron schedule"},

@@ -191,6 +191,16 @@ func (d *decoder) agent(n *yaml.Node, path string, a *Agent) bool {
 				a.NodeJoinGrace = t
 			}
 		}},
+		{"serviceNodePortRange", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok {
+				r, err := parseNodePortRange(s)
+				if err != nil {
+					d.problem(v, p, "%q: %v", s, err)
+					return
+				}
+				a.ServiceNodePortRange = r
+			}
+		}},
 		{"trustedKeys", func(v *yaml.Node, p string) {
 			d.uniqueStrings(v, p, &a.TrustedKeys, func(s string) string {
 				if !nkeys.IsValidPublicUserKey(s) {
@@ -275,6 +285,11 @@ func (d *decoder) bot(n *yaml.Node, path string, b *Bot) bool {
 		{"resolveTimeout", func(v *yaml.Node, p string) {
 			if t, ok := d.duration(v, p, time.Second); ok {
 				b.ResolveTimeout = t
+			}
+		}},
+		{"healDeadline", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Second); ok {
+				b.HealDeadline = t
 			}
 		}},
 		{"storm", func(v *yaml.Node, p string) {
@@ -977,6 +992,9 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 		}
 		a.HostedProbeInterval = orDuration(a.HostedProbeInterval, DefaultHostedProbeInterval)
 		a.NodeJoinGrace = orDuration(a.NodeJoinGrace, DefaultNodeJoinGrace)
+		if a.ServiceNodePortRange == (NodePortRange{}) {
+			a.ServiceNodePortRange = DefaultServiceNodePortRange
+		}
 	}
 	if b := c.Bot; b != nil {
 		b.Listen = orString(b.Listen, DefaultBotListen)
@@ -986,6 +1004,7 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 		}
 		b.GroupInterval = orDuration(b.GroupInterval, DefaultGroupInterval)
 		b.ResolveTimeout = orDuration(b.ResolveTimeout, DefaultResolveTimeout)
+		b.HealDeadline = orDuration(b.HealDeadline, DefaultHealDeadline)
 		if b.Storm.Threshold == 0 {
 			b.Storm.Threshold = DefaultStormThreshold
 		}
@@ -1099,4 +1118,19 @@ var kindOfEventType = map[string]string{
 	string(event.TypeProxyChange):    diagnose.RuleRiskyProxyChange,
 	string(event.TypeAPIServerProxy): diagnose.RuleProxyTunnel,
 	string(event.TypeOCPProxy):       diagnose.RuleManagementProxyLint,
+}
+
+// parseNodePortRange reads "MIN-MAX" as kube-apiserver's
+// --service-node-port-range does: 1 <= MIN <= MAX <= 65535.
+func parseNodePortRange(s string) (NodePortRange, error) {
+	lo, hi, ok := strings.Cut(s, "-")
+	a, errA := strconv.ParseUint(lo, 10, 16)
+	b, errB := strconv.ParseUint(hi, 10, 16)
+	if !ok || errA != nil || errB != nil {
+		return NodePortRange{}, fmt.Errorf("must be MIN-MAX, e.g. 30000-32767")
+	}
+	if a < 1 || a > b {
+		return NodePortRange{}, fmt.Errorf("must be MIN-MAX with 1 <= MIN <= MAX <= 65535")
+	}
+	return NodePortRange{Min: int32(a), Max: int32(b)}, nil
 }

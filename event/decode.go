@@ -4,6 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	// The v2 implementation of encoding/json with v1 semantics (names
+	// matched case-insensitively, duplicates and invalid UTF-8 accepted as
+	// encoding/json does): the standard library's own from Go 1.27 on,
+	// which this module then aliases. It decodes a node event in half the
+	// time with a fifth of the allocations (make bench, B1).
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // Decode parses and checks an encoded event. The error, if any, wraps one
@@ -34,6 +41,7 @@ func DecodeAll(data []byte) (Event, Payload, error) {
 			return e, p, nil
 		}
 	}
+	// Errors keep encoding/json's types, which Describe reads.
 	var e Event
 	if err := json.Unmarshal(data, &e); err != nil {
 		// A newer major version may have reshaped fields this version's
@@ -50,18 +58,27 @@ func DecodeAll(data []byte) (Event, Payload, error) {
 }
 
 // decodeParsed is the rest of DecodeAll for a split event: env decoded,
-// the payload's bytes not yet read.
+// the payload's bytes not yet read. It decodes with jsonv1, which must
+// agree with encoding/json on every input it accepts (FuzzSplitAgrees);
+// its errors are never returned: DecodeAll decodes the event again whole.
 func decodeParsed(env []byte, payload []byte) (Event, Payload, error) {
 	var e Event
-	if err := json.Unmarshal(env, &e); err != nil {
+	if err := jsonv1.Unmarshal(env, &e); err != nil {
 		return Event{}, nil, err
 	}
 	e.Payload = bytes.Clone(payload)
-	return checked(e)
+	return checkedWith(e, jsonv1.Unmarshal)
 }
 
 // checked checks and normalises a decoded event and decodes its payload.
 func checked(e Event) (Event, Payload, error) {
+	return checkedWith(e, json.Unmarshal)
+}
+
+// unmarshaler is json.Unmarshal or jsonv1.Unmarshal.
+type unmarshaler func(data []byte, v any) error
+
+func checkedWith(e Event, unmarshal unmarshaler) (Event, Payload, error) {
 	if e.Version > Version {
 		return e, nil, fmt.Errorf("%w: v %d, this build reads up to %d", ErrUnsupportedVersion, e.Version, Version)
 	}
@@ -85,7 +102,7 @@ func checked(e Event) (Event, Payload, error) {
 	if !e.Type.Known() {
 		return e, nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
 	}
-	p, err := e.DecodePayload()
+	p, err := e.decodePayload(unmarshal)
 	if err != nil {
 		return Event{}, nil, err
 	}
@@ -105,41 +122,45 @@ func checked(e Event) (Event, Payload, error) {
 //
 // The error wraps ErrUnknownType or ErrMalformed.
 func (e Event) DecodePayload() (Payload, error) {
+	return e.decodePayload(json.Unmarshal)
+}
+
+func (e Event) decodePayload(unmarshal unmarshaler) (Payload, error) {
 	switch e.Type {
 	case TypeHostedCluster:
-		return decodeAs[HostedClusterState](e)
+		return decodeAs[HostedClusterState](e, unmarshal)
 	case TypeProxyChange:
-		return decodeAs[ProxyChange](e)
+		return decodeAs[ProxyChange](e, unmarshal)
 	case TypeNodePool:
-		return decodeAs[NodePoolState](e)
+		return decodeAs[NodePoolState](e, unmarshal)
 	case TypeNode:
-		return decodeAs[NodeReadiness](e)
+		return decodeAs[NodeReadiness](e, unmarshal)
 	case TypeCrashLoop:
-		return decodeAs[PodCrashLoop](e)
+		return decodeAs[PodCrashLoop](e, unmarshal)
 	case TypeAPIServerProxy:
-		return decodeAs[KubeAPIServerProxy](e)
+		return decodeAs[KubeAPIServerProxy](e, unmarshal)
 	case TypeVirtLauncher:
-		return decodeAs[VirtLauncher](e)
+		return decodeAs[VirtLauncher](e, unmarshal)
 	case TypeReachability:
-		return decodeAs[Reachability](e)
+		return decodeAs[Reachability](e, unmarshal)
 	case TypeOCPProxy:
-		return decodeAs[OpenShiftProxy](e)
+		return decodeAs[OpenShiftProxy](e, unmarshal)
 	case TypeSnapshotDone:
-		return decodeAs[SnapshotDone](e)
+		return decodeAs[SnapshotDone](e, unmarshal)
 	case TypeNodeSummary:
-		return decodeAs[NodeSummary](e)
+		return decodeAs[NodeSummary](e, unmarshal)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
 }
 
-func decodeAs[P Payload](e Event) (Payload, error) {
+func decodeAs[P Payload](e Event, unmarshal unmarshaler) (Payload, error) {
 	// json.Unmarshal accepts null for a struct and leaves it zero; a
 	// missing payload must not pass for an empty one.
 	if !isJSONObject(e.Payload) {
 		return nil, fmt.Errorf("%w: %s payload is not a JSON object", ErrMalformed, e.Type)
 	}
 	var p P
-	if err := json.Unmarshal(e.Payload, &p); err != nil {
+	if err := unmarshal(e.Payload, &p); err != nil {
 		return nil, fmt.Errorf("%w: %s payload: %w", ErrMalformed, e.Type, err)
 	}
 	return p.sanitized(), nil

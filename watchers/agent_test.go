@@ -108,8 +108,8 @@ func startReplica(t *testing.T, s *stream, identity string, source string) *repl
 	log := natstest.Logger(t)
 	m := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(s.js, 1000, m, log)
-	agent := newAgent(t, ctx, watchers.Config{Source: source, Identity: identity, SnapshotWait: 10 * time.Second, ProbeInterval: 300 * time.Millisecond},
-		env.Kube, env.Dynamic, pub, m, log)
+	agent := newEnvAgent(t, ctx, watchers.Config{Source: source, Identity: identity, SnapshotWait: 10 * time.Second, ProbeInterval: 300 * time.Millisecond},
+		pub, m, log)
 	pub.OnResync(agent.Resync)
 	r := &replica{cancel: cancel, done: make(chan struct{}), metrics: m}
 	var wg sync.WaitGroup
@@ -138,6 +138,24 @@ func newAgent(t *testing.T, ctx context.Context, cfg watchers.Config, kube kuber
 	t.Helper()
 	kf := informers.NewSharedInformerFactory(kube, 0)
 	df := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	return runAgentOn(t, ctx, cfg, kube, kf, df, pub, m, log)
+}
+
+// newEnvAgent is newAgent on the shared management API server with the
+// factories cmd/hcpbot uses (watchers.NewInformerFactories).
+func newEnvAgent(t *testing.T, ctx context.Context, cfg watchers.Config, pub watchers.Publisher, m *watchers.Metrics, log zerolog.Logger) *watchers.Agent {
+	t.Helper()
+	kf, df, err := watchers.NewInformerFactories(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runAgentOn(t, ctx, cfg, env.Kube, kf, df, pub, m, log)
+}
+
+func runAgentOn(t *testing.T, ctx context.Context, cfg watchers.Config, kube kubernetes.Interface,
+	kf informers.SharedInformerFactory, df dynamicinformer.DynamicSharedInformerFactory,
+	pub watchers.Publisher, m *watchers.Metrics, log zerolog.Logger) *watchers.Agent {
+	t.Helper()
 	agent, err := watchers.New(cfg, kube, kf, df, pub, m, log)
 	if err != nil {
 		t.Fatal(err)

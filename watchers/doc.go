@@ -8,7 +8,10 @@
 // on them and the caller starts them; they live as long as the process, so
 // a replica that does not lead keeps warm caches and a new leader's Run
 // starts from them (queueing every cached object, as a fresh informer's
-// adds would). Informer handlers only enqueue a key; one sync function per
+// adds would). NewInformerFactories builds them on clients whose lists wait
+// for an API server that refuses connections (InformerConfig), so that
+// living through an outage does not leave them backed off for a minute
+// after it. Informer handlers only enqueue a key; one sync function per
 // kind reads the object from its lister (cached: the one lister-get and
 // decode preamble), derives the fact it states (facts.go) and publishes it
 // when the fact changed.

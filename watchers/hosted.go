@@ -32,6 +32,10 @@ const (
 	ServiceCANamespace      = "openshift-service-ca-operator"
 	APIServerProxyNamespace = "kube-system"
 	APIServerProxySelector  = "k8s-app=kube-apiserver-proxy"
+	// apiProxyPodPrefix + node is the mirror pod of a worker's
+	// kube-apiserver-proxy static pod (the kubelet names mirror pods
+	// <pod>-<node>).
+	apiProxyPodPrefix = "kube-apiserver-proxy-"
 )
 
 // hostedCluster is one HostedCluster's watch: an informer on its admin

@@ -204,7 +204,13 @@ func TestAPIServerOutages(t *testing.T) {
 	if err := env.CP.Management.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The management informers live for the process (a standby keeps warm
+	// caches). Their lists wait for the server inside the attempt
+	// (watchers.InformerConfig) instead of backing off to client-go's
+	// [30 s, 60 s), so the change comes soon after the server is back.
+	back := time.Now()
 	s.waitFor(t, "NodePool change made during the outage, published after", 1, isType[event.NodePoolState](cluster))
+	t.Logf("NodePool change published %s after the management API server was back", time.Since(back).Round(100*time.Millisecond))
 	// The node that recovered meanwhile is no longer listed as a problem,
 	// so a consumer clears it.
 	done := s.waitFor(t, "snapshot of the hosted cluster after the outage", 2, func(e event.Event, p event.Payload) bool {

@@ -56,7 +56,11 @@ func startStuckPublisher(t *testing.T, ensure bool) *stuckPublisher {
 	if err := sp.pub.Publish(ctx, publisherEvent(t, 0)); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, natstest.Timeout, "the first event stored", func() bool { return sp.stored(t) == 1 })
+	// Acknowledged, not only stored: an ack still on its way when the
+	// stream goes (a busy machine) would make the first event a held one.
+	testenv.Eventually(t, natstest.Timeout, "the first event stored and acknowledged", func() bool {
+		return sp.stored(t) == 1 && counterOf(t, sp.reg, "hcpbot_agent_events_published_total", "") == 1
+	})
 	if err := conn.JS.DeleteStream(ctx, event.StreamName); err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +112,11 @@ func (sp *stuckPublisher) surfaces(t *testing.T, more bool) {
 	if got := strings.Count(sp.logs.String(), "NATS refuses the agent's events"); got != 1 {
 		t.Errorf("%d log lines for one episode, want 1:\n%s", got, sp.logs.String())
 	}
-	if strings.Contains(sp.logs.String(), "publish failed; retrying") {
-		t.Errorf("per-retry warnings for a known problem:\n%s", sp.logs.String())
+	// An attempt may time out before the refusal is seen (a busy machine):
+	// that warning is right. Once the problem is known, retries are quiet.
+	logs := sp.logs.String()
+	if _, after, _ := strings.Cut(logs, "NATS refuses the agent's events"); strings.Contains(after, "publish failed; retrying") {
+		t.Errorf("per-retry warnings for a known problem:\n%s", logs)
 	}
 }
 

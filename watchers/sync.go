@@ -222,8 +222,21 @@ func (a *Agent) syncHostedObject(ctx context.Context, k key) error {
 // objectGone reports a deleted hosted Node or a crashlooping pod that went
 // away (a Deployment replaces pods: the old one's loop is over).
 func (a *Agent) objectGone(ctx context.Context, k key, ref *event.ClusterRef) {
+	if k.kind == kindAPIProxyPod {
+		// A static pod the kubelet renders again (a rollout reaching the
+		// node) is replaced, not removed: its mirror pod goes and comes
+		// back under the same name. Its last state stays, so that the new
+		// rendering is published as the change it is (tunnel → haproxy),
+		// not taken for the first sighting of a healthy pod, which is no
+		// news. The node's deletion ends it (here and in the bot).
+		return
+	}
 	prev := a.state(k)
 	a.forgetKey(k)
+	if k.kind == kindNode {
+		proxyPod := apiProxyPodPrefix + k.name
+		a.forget(func(x key) bool { return x.kind == kindAPIProxyPod && x.cluster == k.cluster && x.name == proxyPod })
+	}
 	if prev == "" || prev == stateJoining { // never published
 		return
 	}

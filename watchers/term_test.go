@@ -6,9 +6,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 	"github.com/hcpbot/hcpbot/watchers"
 )
@@ -36,8 +41,11 @@ func TestAgentSecondTermOnWarmCaches(t *testing.T) {
 	t.Cleanup(stopAll)
 	pub := watchers.NewJetStreamPublisher(s.js, 1000, m, log)
 	go pub.Run(pctx)
-	agent := newAgent(t, pctx, watchers.Config{Source: "mgmt-terms", Identity: "terms-0", SnapshotWait: 10 * time.Second},
-		env.Kube, env.Dynamic, pub, m, log)
+	kf := informers.NewSharedInformerFactory(env.Kube, 0)
+	df := dynamicinformer.NewDynamicSharedInformerFactory(env.Dynamic, 0)
+	agent := runAgentOn(t, pctx, watchers.Config{Source: "mgmt-terms", Identity: "terms-0", SnapshotWait: 10 * time.Second},
+		env.Kube, kf, df, pub, m, log)
+	nodePools := df.ForResource(hypershift.NodePoolGVR).Lister().ByNamespace(ns)
 	term := func() (stop func()) {
 		tctx, cancel := context.WithCancel(pctx)
 		done := make(chan error, 1)
@@ -61,6 +69,30 @@ func TestAgentSecondTermOnWarmCaches(t *testing.T) {
 	if err := scenario.SetNodePoolHealth(ctx, env.Dynamic, ns, "terms-np", false); err != nil {
 		t.Fatal(err)
 	}
+	// The second term snapshots what its warm cache holds. Under load the
+	// watch event may reach the cache after the term began, and the agent
+	// then rightly publishes it live; this test is about the snapshot, so
+	// it starts the term once the cache has the change.
+	testenv.Eventually(t, 30*time.Second, "the warm cache to see the failed NodePool", func() bool {
+		o, err := nodePools.Get("terms-np")
+		if err != nil {
+			return false
+		}
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			return false
+		}
+		np, err := hypershift.FromUnstructured[hypershift.NodePool](u)
+		if err != nil {
+			return false
+		}
+		for _, c := range np.Status.Conditions {
+			if c.Type == "AllNodesHealthy" {
+				return c.Status == "False"
+			}
+		}
+		return false
+	})
 	stop = term()
 	t.Cleanup(stop)
 	s.waitFor(t, "the NodePool that failed between terms, in the second term's snapshot", 1, func(e event.Event, p event.Payload) bool {

@@ -102,3 +102,68 @@ func (s *Store) scan(ctx context.Context, f func(Proposal)) error {
 		}
 	}
 }
+
+// Follow passes fn every proposal in the bucket, then every change to
+// one, until ctx ends. It returns once the proposals present at the call
+// were passed (so a caller can load them before it replays anything
+// else); the changes follow on a goroutine of its own. With a sealer, a
+// record whose seal does not verify is left out, and a Cause whose
+// CauseSeal does not is dropped: what fn shows of them would be someone
+// else's words.
+func (s *Store) Follow(ctx context.Context, fn func(Proposal)) error {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("approval: follow proposals: %w", err)
+	}
+	pass := func(e jetstream.KeyValueEntry) {
+		var p Proposal
+		if err := json.Unmarshal(e.Value(), &p); err != nil {
+			return
+		}
+		if s.sealer != nil {
+			keys := []string{s.sealer.PublicKey()}
+			claims, err := p.Claims()
+			if err != nil || actions.VerifyProposal(keys, claims, p.Seal) != nil {
+				return
+			}
+			if p.Cause != nil {
+				note, err := json.Marshal(p.Cause)
+				if err != nil || actions.VerifyNote(keys, p.ID, note, p.CauseSeal) != nil {
+					p.Cause = nil // rewritten: not the bot's words
+				}
+			}
+		}
+		p.Revision = e.Revision()
+		fn(p)
+	}
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				switch {
+				case !ok:
+					return
+				case e == nil: // the end of the current values
+					close(ready)
+				default:
+					pass(e)
+				}
+			}
+		}
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-done:
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("approval: follow proposals: %w", err)
+		}
+		return errors.New("approval: follow proposals: watch closed")
+	}
+}

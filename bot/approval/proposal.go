@@ -93,6 +93,13 @@ type Proposal struct {
 	RolledBackBy string    `json:"rolledBackBy,omitempty"`
 	RolledBackAt time.Time `json:"rolledBackAt,omitzero"`
 
+	// Cause is the diagnosis the change was proposed for (ForDiagnosis);
+	// nil for a change a person asked for without one (expose).
+	Cause *Cause `json:"cause,omitempty"`
+	// CauseSeal is the bot's signature over Cause (with a sealer): the
+	// bot shows Cause in Slack, so a rewritten one is dropped on reading.
+	CauseSeal *actions.ProposalSeal `json:"causeSeal,omitempty"`
+
 	// Seal is the bot's signature over the fields fixed at Propose
 	// (Claims), when the Store has a sealer.
 	Seal *actions.ProposalSeal `json:"seal,omitempty"`
@@ -100,6 +107,13 @@ type Proposal struct {
 	// Revision is the bucket revision this value was read at or written
 	// as; not stored.
 	Revision uint64 `json:"-"`
+}
+
+// Cause is the diagnosis a change was proposed for, as the bot showed it.
+type Cause struct {
+	Rule    string `json:"rule"`
+	Title   string `json:"title"`
+	Summary string `json:"summary,omitempty"`
 }
 
 // Expired reports whether a pending proposal can no longer be approved at

@@ -93,6 +93,9 @@ func describe(req actions.Request) (summary, diff string) {
 			}
 			ports = "ports " + strings.Join(ps, ", ")
 		}
+		if chosen := req.Expose.ChosenNodePorts(); len(chosen) > 0 {
+			ports += "; node ports " + actions.JoinPorts(chosen)
+		}
 		summary = fmt.Sprintf("expose Service %s/%s (%s) of %s on NodePorts", req.Expose.Namespace, req.Expose.Service, ports, req.Cluster)
 	case req.Type == actions.TypeRollback && req.Rollback != nil:
 		summary = fmt.Sprintf("roll back %s (%s) on %s", req.Rollback.Undo.ActionID, req.Rollback.Undo.Type, req.Cluster)

@@ -127,7 +127,10 @@ func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, pol
 	}, nil
 }
 
-type proposeOptions struct{ source string }
+type proposeOptions struct {
+	source string
+	cause  *Cause
+}
 
 // ProposeOption configures Propose.
 type ProposeOption func(*proposeOptions)
@@ -136,6 +139,13 @@ type ProposeOption func(*proposeOptions)
 // request; the dispatcher routes on it and audit records carry it.
 func ForSource(source string) ProposeOption {
 	return func(o *proposeOptions) { o.source = source }
+}
+
+// ForDiagnosis records the diagnosis a fix is proposed for: the incident
+// it heals keeps it as its headline while the fix rolls out, and names it
+// when resolved. It is what the bot showed, not part of the change.
+func ForDiagnosis(rule, title, summary string) ProposeOption {
+	return func(o *proposeOptions) { o.cause = &Cause{Rule: rule, Title: title, Summary: summary} }
 }
 
 // Propose stores req as a pending proposal by requestedBy and audits it.
@@ -158,7 +168,7 @@ func (s *Store) Propose(ctx context.Context, req actions.Request, requestedBy st
 	now := s.now().UTC()
 	p := Proposal{
 		ID: req.ID, Request: req, Source: o.source, RequestedBy: requestedBy, FourEyes: s.policy.FourEyes,
-		CreatedAt: now, ExpiresAt: now.Add(s.policy.TTL), State: StatePending,
+		CreatedAt: now, ExpiresAt: now.Add(s.policy.TTL), State: StatePending, Cause: o.cause,
 	}
 	if s.sealer != nil {
 		claims, err := p.Claims()
@@ -170,6 +180,17 @@ func (s *Store) Propose(ctx context.Context, req actions.Request, requestedBy st
 			return Proposal{}, fmt.Errorf("approval: propose: %w", err)
 		}
 		p.Seal = &seal
+		if p.Cause != nil {
+			note, err := json.Marshal(p.Cause)
+			if err != nil {
+				return Proposal{}, fmt.Errorf("approval: propose: %w", err)
+			}
+			cs, err := s.sealer.SealNote(p.ID, note)
+			if err != nil {
+				return Proposal{}, fmt.Errorf("approval: propose: %w", err)
+			}
+			p.CauseSeal = &cs
+		}
 	}
 	data, err := json.Marshal(p)
 	if err != nil {

@@ -297,6 +297,10 @@ func TestChaosCommandInjection(t *testing.T) {
 		"expose clusters/example shop/web 80,,443",
 		"expose clusters/example shop/web 80-90",
 		"expose clusters/example shop/web "+portList(MaxPorts+1),
+		"expose clusters/example shop/web nodeports "+portList(MaxPorts+1),
+		"expose clusters/example shop/web nodeports 30001$(id)",
+		"expose clusters/example shop/web nodeports 30001,-30002",
+		"expose clusters/example shop/web nodeports ３０００１",
 		"noproxy check clusters/example api.corp.example:80;id",
 	)
 	add("noproxy_add_star_space",

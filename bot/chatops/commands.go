@@ -29,7 +29,11 @@ type Status struct{ Cluster *ClusterRef }
 type Incidents struct{}
 
 // Diagnose runs the diagnosis of a cluster now.
-type Diagnose struct{ Cluster ClusterRef }
+// Exactly one of Cluster and IncidentID is set (an incident's cluster).
+type Diagnose struct {
+	Cluster    ClusterRef
+	IncidentID string
+}
 
 // FixNoProxy proposes the noProxy fix for a cluster, with extra entries the
 // user wants added (canonical, see ParseNoProxyEntry; nil if none).
@@ -39,13 +43,16 @@ type FixNoProxy struct {
 }
 
 // Expose publishes a Service of the hosted cluster through NodePorts on the
-// management cluster. Ports restricts the Service ports (nil: all); whether
-// they fit the NodePort range is the action's business.
+// management cluster. Ports restricts the Service ports (nil: all).
+// NodePorts chooses node ports, in order: for Ports when given (at most one
+// each), else for the Service's ports; whether they fit the node-port range
+// and are free is the action's business (checked before any write).
 type Expose struct {
 	Cluster   ClusterRef
 	Namespace string // DNS-1123 label
 	Service   string // DNS-1035 label, as Service names are
 	Ports     []int32
+	NodePorts []int32
 }
 
 // Rollback undoes an applied action.
@@ -66,6 +73,9 @@ type Silence struct {
 	Duration   time.Duration
 	Reason     string
 }
+
+// Timeline shows an incident's timeline.
+type Timeline struct{ IncidentID string }
 
 // Audit shows the last N audit entries; 0 leaves the count to the handler.
 type Audit struct{ N int }
@@ -92,6 +102,7 @@ func (Approve) Name() string      { return "approve" }
 func (Reject) Name() string       { return "reject" }
 func (Silence) Name() string      { return "silence" }
 func (Audit) Name() string        { return "audit" }
+func (Timeline) Name() string     { return "timeline" }
 func (DigestNow) Name() string    { return "digest now" }
 func (NoProxyCheck) Name() string { return "noproxy check" }
 
@@ -106,6 +117,7 @@ func (Approve) command()      {}
 func (Reject) command()       {}
 func (Silence) command()      {}
 func (Audit) command()        {}
+func (Timeline) command()     {}
 func (DigestNow) command()    {}
 func (NoProxyCheck) command() {}
 
@@ -116,8 +128,13 @@ func (c Status) String() string {
 	}
 	return "status " + c.Cluster.String()
 }
-func (Incidents) String() string  { return "incidents" }
-func (c Diagnose) String() string { return "diagnose " + c.Cluster.String() }
+func (Incidents) String() string { return "incidents" }
+func (c Diagnose) String() string {
+	if c.IncidentID != "" {
+		return "diagnose " + c.IncidentID
+	}
+	return "diagnose " + c.Cluster.String()
+}
 func (c FixNoProxy) String() string {
 	s := "fix noproxy " + c.Cluster.String()
 	if len(c.Add) > 0 {
@@ -128,13 +145,20 @@ func (c FixNoProxy) String() string {
 func (c Expose) String() string {
 	s := "expose " + c.Cluster.String() + " " + c.Namespace + "/" + c.Service
 	if len(c.Ports) > 0 {
-		ps := make([]string, len(c.Ports))
-		for i, p := range c.Ports {
-			ps[i] = strconv.Itoa(int(p))
-		}
-		s += " " + strings.Join(ps, ",")
+		s += " " + joinPorts(c.Ports)
+	}
+	if len(c.NodePorts) > 0 {
+		s += " " + nodePortsWord + " " + joinPorts(c.NodePorts)
 	}
 	return s
+}
+
+func joinPorts(ports []int32) string {
+	ps := make([]string, len(ports))
+	for i, p := range ports {
+		ps[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(ps, ",")
 }
 func (c Rollback) String() string { return "rollback " + c.ActionID }
 func (c Approve) String() string  { return "approve " + c.ActionID }
@@ -146,6 +170,7 @@ func (c Silence) String() string {
 	}
 	return join("silence "+target+" "+formatDuration(c.Duration), c.Reason)
 }
+func (c Timeline) String() string { return "timeline " + c.IncidentID }
 func (c Audit) String() string {
 	if c.N == 0 {
 		return "audit"

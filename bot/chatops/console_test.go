@@ -8,8 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
+
+	"github.com/hcpbot/hcpbot/bot/notify"
 )
 
 func TestConsole(t *testing.T) {
@@ -56,7 +59,7 @@ func TestConsole(t *testing.T) {
 	for _, want := range []string{
 		"ok: status clusters/example as ops-admin\n",
 		"== Open incidents ==\n*inc-0a1b2c* clusters/example (https://console.example/c) <degraded> for @U0ALICE\n----\nsince 10:02\n" +
-			"[Approve: /hcp approve act-7f3k9q]  [Details: hcp_details inc-0a1b2c]\n",
+			"[Approve: /hcp approve act-7f3k9q]  [Details: /hcp diagnose inc-0a1b2c]\n",
 		"too many arguments\nusage: /hcp status [cluster]\n",
 		"/hcp fix noproxy <cluster> [--add ENTRY,...] — propose",
 		"Usage: `/hcp silence <cluster|incident-id> <duration> [reason...]`",
@@ -134,6 +137,10 @@ func TestPlainTextAndEscaping(t *testing.T) {
 	}
 	if len(blocks) != 60 {
 		t.Error("wire changed the caller's blocks")
+	}
+	// A text Slack would refuse (msg_too_long) is cut to its limit.
+	if w := (Reply{Text: strings.Repeat("x", 50000)}).wire(); utf8.RuneCountInString(w.Text) != notify.MaxMessageText {
+		t.Errorf("text of %d characters, want %d", utf8.RuneCountInString(w.Text), notify.MaxMessageText)
 	}
 }
 

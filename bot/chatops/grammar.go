@@ -1,6 +1,7 @@
 package chatops
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -43,13 +44,14 @@ func init() {
 		{verb: "help", args: "[command]", summary: "list the commands, or explain one", parse: parseHelp},
 		{verb: "status", args: "[cluster]", summary: "state of all clusters, or of one", parse: parseStatus},
 		{verb: "incidents", summary: "open incidents", parse: noArgs(Incidents{})},
-		{verb: "diagnose", args: "<cluster>", summary: "diagnose a cluster now", parse: parseDiagnose},
+		{verb: "diagnose", args: "<cluster|incident-id>", summary: "diagnose a cluster now", parse: parseDiagnose},
 		{verb: "fix", sub: "noproxy", args: "<cluster> [--add ENTRY,...]", summary: "propose a noProxy fix (needs approval)", parse: parseFixNoProxy},
-		{verb: "expose", args: "<cluster> <namespace>/<service> [port,...]", summary: "expose a hosted Service through NodePorts (needs approval)", parse: parseExpose},
+		{verb: "expose", args: "<cluster> <namespace>/<service> [port,...] [nodeports N,...]", summary: "expose a hosted Service through NodePorts, on node ports you may choose (needs approval)", parse: parseExpose},
 		{verb: "rollback", args: "<action-id>", summary: "undo an applied action", parse: parseIDCommand(func(id string) Command { return Rollback{ActionID: id} })},
 		{verb: "approve", args: "<action-id>", summary: "approve a proposed action", parse: parseIDCommand(func(id string) Command { return Approve{ActionID: id} })},
 		{verb: "reject", args: "<action-id> [reason...]", summary: "reject a proposed action", parse: parseReject},
 		{verb: "silence", args: "<cluster|incident-id> <duration> [reason...]", summary: "mute a cluster or incident (e.g. 2h, 1d; at most 30d)", parse: parseSilence},
+		{verb: "timeline", args: "<incident-id>", summary: "an incident's story, step by step (a postmortem draft)", parse: parseTimeline},
 		{verb: "audit", args: "[n]", summary: "last n audit entries", parse: parseAudit},
 		{verb: "digest", sub: "now", summary: "post the digest now", parse: noArgs(DigestNow{})},
 		{verb: "noproxy", sub: "check", args: "<cluster> <host[:port]>", summary: "would this cluster's clients bypass the proxy for host?", parse: parseNoProxyCheck},
@@ -200,6 +202,9 @@ func parseDiagnose(args []string) (Command, error) {
 	if err := arity(args, 1, 1); err != nil {
 		return nil, err
 	}
+	if !strings.Contains(args[0], "/") && ValidID(args[0]) {
+		return Diagnose{IncidentID: args[0]}, nil // what the Details button does
+	}
 	c, err := ParseClusterRef(args[0])
 	if err != nil {
 		return nil, err
@@ -256,13 +261,39 @@ func parseExpose(args []string) (Command, error) {
 		return nil, hintf("service %s is not a valid Service name (DNS-1035 label)", quote(svc))
 	}
 	cmd := Expose{Cluster: c, Namespace: ns, Service: svc}
-	if len(args) > 2 {
-		if cmd.Ports, err = parsePorts(args[2:]); err != nil {
+	portToks, nodeToks := args[2:], []string(nil)
+	if i := slices.IndexFunc(portToks, func(w string) bool { return asciiLower(w) == nodePortsWord }); i >= 0 {
+		portToks, nodeToks = portToks[:i], portToks[i+1:]
+		if len(nodeToks) == 0 {
+			return nil, hintError(nodePortsWord + " needs N,... (comma-separated node ports, e.g. 30001,30002)")
+		}
+	}
+	if len(portToks) > 0 {
+		if cmd.Ports, err = parsePorts(portToks); err != nil {
 			return nil, err
+		}
+	}
+	if nodeToks == nil {
+		return cmd, nil
+	}
+	if cmd.NodePorts, err = parseNodePorts(nodeToks); err != nil {
+		return nil, err
+	}
+	if len(cmd.Ports) > 0 {
+		// Node ports pair with the ports in the same place: a port listed
+		// twice would shift the pairs.
+		if n := countPorts(portToks); n != len(cmd.Ports) {
+			return nil, hintError("a port is listed twice; with nodeports each port pairs with the node port in the same place")
+		}
+		if len(cmd.NodePorts) > len(cmd.Ports) {
+			return nil, hintf("%d node ports for %d ports: at most one node port per port, in the same order", len(cmd.NodePorts), len(cmd.Ports))
 		}
 	}
 	return cmd, nil
 }
+
+// nodePortsWord introduces the chosen node ports of expose.
+const nodePortsWord = "nodeports"
 
 func parseIDCommand(mk func(id string) Command) func([]string) (Command, error) {
 	return func(args []string) (Command, error) {
@@ -275,6 +306,17 @@ func parseIDCommand(mk func(id string) Command) func([]string) (Command, error) 
 		}
 		return mk(id), nil
 	}
+}
+
+func parseTimeline(args []string) (Command, error) {
+	if err := arity(args, 1, 1); err != nil {
+		return nil, err
+	}
+	id, err := parseID("incident id", args[0])
+	if err != nil {
+		return nil, err
+	}
+	return Timeline{IncidentID: id}, nil
 }
 
 func parseReject(args []string) (Command, error) {

@@ -74,6 +74,7 @@ func (r Reply) wire() wireReply {
 		// mentions such as <!channel>.
 		w.Text = notify.Truncate(notify.PlainText(w.Blocks), notify.MaxSectionText)
 	}
+	w.Text = notify.Truncate(w.Text, notify.MaxMessageText) // longer is msg_too_long
 	return w
 }
 
@@ -117,6 +118,7 @@ var buttonCommands = map[string]string{
 	ActionApprove:  "approve",
 	ActionReject:   "reject",
 	ActionRollback: "rollback",
+	ActionDetails:  "diagnose",
 }
 
 // PlainText renders a reply for a terminal: Block Kit flattened to lines
@@ -129,6 +131,10 @@ func PlainText(r Reply) string {
 	}
 	return unMrkdwn(r.Text)
 }
+
+// ConsoleStyle is how a terminal spells Block Kit: mrkdwn undone, buttons
+// as the commands that do the same. The console notifier uses it too.
+func ConsoleStyle() notify.TextStyle { return consoleStyle }
 
 // consoleStyle is how the chat console spells Block Kit.
 var consoleStyle = notify.TextStyle{
@@ -146,6 +152,9 @@ func buttonText(b *slack.ButtonBlockElement) string {
 	}
 	if cmd, ok := buttonCommands[b.ActionID]; ok && ValidID(b.Value) {
 		return "[" + label + ": " + Prefix + " " + cmd + " " + b.Value + "]"
+	}
+	if b.ActionID == ActionSilence && ValidID(b.Value) {
+		return "[" + label + ": " + Prefix + " silence " + b.Value + " 4h]"
 	}
 	if b.URL != "" {
 		return "[" + label + ": " + b.URL + "]"

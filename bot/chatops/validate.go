@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -191,6 +192,37 @@ func parsePorts(tokens []string) ([]int32, error) {
 		return nil, hintf("at most %d ports", MaxPorts)
 	}
 	return out, nil
+}
+
+// parseNodePorts reads a comma-separated list of node ports, each 1..65535
+// (the node-port range is the management cluster's setting: the agent
+// checks it), none twice, at most MaxPorts.
+func parseNodePorts(tokens []string) ([]int32, error) {
+	var out []int32
+	for _, tok := range tokens {
+		for p := range strings.SplitSeq(tok, ",") {
+			n, err := parsePort(p)
+			if err != nil {
+				return nil, hintf("node port %s is not a number between 1 and 65535", quote(p))
+			}
+			if slices.Contains(out, n) {
+				return nil, hintf("node port %d is listed twice", n)
+			}
+			if out = append(out, n); len(out) > MaxPorts {
+				return nil, hintf("at most %d node ports", MaxPorts)
+			}
+		}
+	}
+	return out, nil
+}
+
+// countPorts counts the entries of a port list, duplicates included.
+func countPorts(tokens []string) int {
+	n := 0
+	for _, tok := range tokens {
+		n += strings.Count(tok, ",") + 1
+	}
+	return n
 }
 
 // isASCII reports whether s holds only ASCII, which every name in the

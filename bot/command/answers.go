@@ -62,6 +62,14 @@ const maxReply = 3500
 
 func (c *Handler) status(ref *chatops.ClusterRef) chatops.Reply {
 	var b strings.Builder
+	// Incidents meant for a channel the bot cannot post to reach nobody:
+	// that comes first, whatever cluster was asked about.
+	if c.Delivery != nil {
+		for _, p := range c.Delivery.Unpostable() {
+			fmt.Fprintf(&b, "cannot post to <#%s>: %s (since %s)\n", p.Channel, p.Error, p.Since.UTC().Format("2006-01-02 15:04 UTC"))
+		}
+	}
+	clusters := 0
 	for _, k := range c.Bot.Clusters() {
 		if ref != nil && (k.Cluster != event.ClusterRef{Namespace: ref.Namespace, Name: ref.Name} || (ref.Mgmt != "" && ref.Mgmt != k.Source)) {
 			continue
@@ -79,9 +87,10 @@ func (c *Handler) status(ref *chatops.ClusterRef) chatops.Reply {
 			state = string(diags[0].Severity) + ": " + diags[0].Title
 		}
 		fmt.Fprintf(&b, "%s: %s\n", k, chatops.EscapeText(state))
+		clusters++
 	}
-	if b.Len() == 0 {
-		return chatops.Reply{Text: "No hosted clusters known yet."}
+	if clusters == 0 {
+		b.WriteString("No hosted clusters known yet.")
 	}
 	return chatops.Reply{Text: b.String()}
 }

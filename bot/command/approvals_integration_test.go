@@ -187,14 +187,7 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	if inc.Key == "" {
 		t.Fatalf("no seed incident with a fix: %+v", e.cmds.Bot.Incidents())
 	}
-	noProxy := func() string {
-		u, err := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(e.ns).Get(ctx, "kv", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy")
-		return got
-	}
+	noProxy := func() string { return e.noProxy(t) }
 
 	call := e.slack.press("U0STRANGER", chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "not allowed") })
 	if call.JSON["replace_original"] == true {

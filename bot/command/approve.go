@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,8 +81,10 @@ func (a *Changes) outcome(ctx context.Context, p approval.Proposal, user string,
 		text = fmt.Sprintf("`%s` was executed, but its audit record could not be written: %s", id, errText(err))
 	case errors.Is(err, approval.ErrAudit):
 		text = fmt.Sprintf("`%s` was not run: the approval could not be written to the audit trail.", id)
+	case errors.Is(err, actions.ErrPortCollision):
+		text = fmt.Sprintf("`%s` was not applied: %s%s", id, errText(err), collisionAdvice(p, err))
 	case errors.Is(err, actions.ErrInvalid), errors.Is(err, actions.ErrRejected), errors.Is(err, actions.ErrConflict),
-		errors.Is(err, actions.ErrNotKubeVirt), errors.Is(err, actions.ErrPortCollision):
+		errors.Is(err, actions.ErrNotKubeVirt):
 		text = fmt.Sprintf("`%s` was not applied: %s", id, errText(err))
 	default:
 		text = fmt.Sprintf("`%s` failed: %s", id, errText(err))
@@ -95,6 +98,65 @@ func (a *Changes) outcome(ctx context.Context, p approval.Proposal, user string,
 		return chatops.Reply{Text: text, InChannel: true, Blocks: textBlocks(text, slack.NewActionBlock("undo-"+p.ID, btn))}
 	}
 	return chatops.Reply{Text: text, InChannel: true}
+}
+
+// collisionAdvice says what to do about refused node ports: propose again
+// on the free ones the agent found (the command, when the request chose
+// the refused ports), or move the hosted NodePort Service's own.
+func collisionAdvice(p approval.Proposal, err error) string {
+	var pc *actions.PortCollisionError
+	x := p.Request.Expose
+	if !errors.As(err, &pc) || x == nil || len(pc.Alternatives) == 0 {
+		return ""
+	}
+	if pc.Forwarded {
+		return fmt.Sprintf("\n`%s/%s` is of type NodePort in the hosted cluster, so its own node ports are forwarded: give it free ones there (nearest: %s), or free them in the management cluster, then propose again.",
+			esc(x.Namespace), esc(x.Service), actions.JoinPorts(pc.Alternatives))
+	}
+	if again, ok := exposeAgain(p, pc); ok {
+		return fmt.Sprintf("\nPropose again on free node ports: `/hcp %s`", esc(again))
+	}
+	return fmt.Sprintf("\nPropose again choosing free node ports with `nodeports` (nearest: %s).", actions.JoinPorts(pc.Alternatives))
+}
+
+// exposeAgain is the expose command of p with each refused node port
+// replaced by its alternative; false when a refused port was not one the
+// request chose (the hosted API server allocated it).
+func exposeAgain(p approval.Proposal, pc *actions.PortCollisionError) (string, bool) {
+	x := p.Request.Expose
+	cmd := chatops.Expose{
+		Cluster:   chatops.ClusterRef{Mgmt: p.Source, Namespace: p.Request.Cluster.Namespace, Name: p.Request.Cluster.Name},
+		Namespace: x.Namespace, Service: x.Service,
+	}
+	nodePorts := slices.Clone(x.NodePorts)
+	if len(x.Ports) > 0 {
+		nodePorts = nil
+		for _, ep := range x.Ports {
+			cmd.Ports = append(cmd.Ports, ep.Port)
+			nodePorts = append(nodePorts, ep.NodePort)
+		}
+	}
+	for i, prob := range pc.Ports {
+		j := slices.Index(nodePorts, prob.NodePort)
+		if j < 0 || i >= len(pc.Alternatives) {
+			return "", false
+		}
+		nodePorts[j] = pc.Alternatives[i]
+	}
+	// Node ports left to the hosted API server pair as 0 with their
+	// port; the grammar has no place for them past the last chosen one.
+	for len(nodePorts) > 0 && nodePorts[len(nodePorts)-1] == 0 {
+		nodePorts = nodePorts[:len(nodePorts)-1]
+	}
+	if slices.Contains(nodePorts, 0) {
+		return "", false
+	}
+	cmd.NodePorts = nodePorts
+	s := cmd.String()
+	if _, err := chatops.Parse(s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 func targetKind(req actions.Request) string {

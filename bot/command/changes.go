@@ -86,8 +86,8 @@ func (a *Changes) RunExpiry(ctx context.Context, every time.Duration) error {
 // could not be stored, with the answer to give. warning is set when the
 // proposal is stored but its audit record is not (its approval will be
 // audited, and refused if that fails too).
-func (a *Changes) propose(ctx context.Context, k diagnose.Key, req actions.Request, user string) (p approval.Proposal, warning string, refused chatops.Reply, ok bool) {
-	p, err := a.Store.Propose(ctx, req, user, approval.ForSource(k.Source))
+func (a *Changes) propose(ctx context.Context, k diagnose.Key, req actions.Request, user string, opts ...approval.ProposeOption) (p approval.Proposal, warning string, refused chatops.Reply, ok bool) {
+	p, err := a.Store.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
 	warning, refused, ok = a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
 	return p, warning, refused, ok
 }

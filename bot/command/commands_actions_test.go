@@ -134,21 +134,22 @@ func auditKinds(t *testing.T, l *audit.Log) map[audit.Kind]int {
 func TestNewCommandsUsage(t *testing.T) {
 	c := &command.Handler{Bot: botKnowing(t)}
 	for line, want := range map[string]string{
-		"expose":                       "/hcp expose <cluster> <namespace>/<service> [port,...]",
-		"expose clusters/web":          "/hcp expose <cluster> <namespace>/<service> [port,...]",
-		"expose clusters/web web":      "/hcp expose <cluster> <namespace>/<service> [port,...]",
-		"expose clusters/web a/B_ad":   "/hcp expose",
-		"expose clusters/web a/b 0":    "/hcp expose",
-		"rollback":                     "/hcp rollback <action-id>",
-		"rollback act-x y":             "/hcp rollback <action-id>",
-		"rollback NOT-AN-ID":           "/hcp rollback <action-id>",
-		"silence clusters/web":         "/hcp silence <cluster|incident-id> <duration> [reason...]",
-		"silence clusters/web forever": "/hcp silence",
-		"silence clusters/web 90d":     "/hcp silence",
-		"silence what 2h":              "/hcp silence",
-		"audit x":                      "/hcp audit [n]",
-		"audit 0":                      "/hcp audit [n]",
-		"audit 1 2":                    "/hcp audit [n]",
+		"expose":                                "/hcp expose <cluster> <namespace>/<service> [port,...] [nodeports N,...]",
+		"expose clusters/web":                   "/hcp expose <cluster> <namespace>/<service> [port,...] [nodeports N,...]",
+		"expose clusters/web web":               "/hcp expose <cluster> <namespace>/<service> [port,...] [nodeports N,...]",
+		"expose clusters/web a/b nodeports 1,1": "/hcp expose",
+		"expose clusters/web a/B_ad":            "/hcp expose",
+		"expose clusters/web a/b 0":             "/hcp expose",
+		"rollback":                              "/hcp rollback <action-id>",
+		"rollback act-x y":                      "/hcp rollback <action-id>",
+		"rollback NOT-AN-ID":                    "/hcp rollback <action-id>",
+		"silence clusters/web":                  "/hcp silence <cluster|incident-id> <duration> [reason...]",
+		"silence clusters/web forever":          "/hcp silence",
+		"silence clusters/web 90d":              "/hcp silence",
+		"silence what 2h":                       "/hcp silence",
+		"audit x":                               "/hcp audit [n]",
+		"audit 0":                               "/hcp audit [n]",
+		"audit 1 2":                             "/hcp audit [n]",
 	} {
 		out := console(t, c, "UREQ0001", line)
 		// The console prints Slack's "Usage: `...`" as "usage: ...".

@@ -65,3 +65,25 @@ func TestStatusSaysWhyNotWatched(t *testing.T) {
 		t.Errorf("status once watched: %s", got)
 	}
 }
+
+// delivery is a notifier that cannot post to some channels.
+type delivery []notify.ChannelProblem
+
+func (d delivery) Unpostable() []notify.ChannelProblem { return d }
+
+// `/hcp status` says first which channels the bot cannot post to, and
+// why, since when: incidents meant for them reach nobody.
+func TestStatusShowsUnpostableChannels(t *testing.T) {
+	b := bot.New(bot.Config{Channel: "C0INCIDENTS"}, nil, notify.NewConsole(io.Discard), nil, zerolog.Nop())
+	since := time.Date(2026, 12, 5, 4, 50, 0, 0, time.UTC)
+	c := &command.Handler{Bot: b, Delivery: delivery{{Channel: "C0INCIDENTS", Error: "not_in_channel", Since: since}}}
+	got := c.HandleCommand(context.Background(), chatops.Request{Command: chatops.Status{}}).Text
+	want := "cannot post to <#C0INCIDENTS>: not_in_channel (since 2026-12-05 04:50 UTC)\nNo hosted clusters known yet."
+	if got != want {
+		t.Errorf("status:\n%s\nwant\n%s", got, want)
+	}
+	c.Delivery = delivery{}
+	if got := c.HandleCommand(context.Background(), chatops.Request{Command: chatops.Status{}}).Text; got != "No hosted clusters known yet." {
+		t.Errorf("status with every channel fine: %q", got)
+	}
+}

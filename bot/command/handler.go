@@ -8,9 +8,11 @@ import (
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/event"
 )
@@ -31,6 +33,8 @@ type Correlator interface {
 	// Incidents and Storms are every incident and storm, open ones first.
 	Incidents() []bot.Incident
 	Storms() []bot.StormState
+	// Timeline is an incident's story; ok is false for an unknown key.
+	Timeline(key string) (inc bot.Incident, steps []bot.Step, ok bool)
 }
 
 var _ Correlator = (*bot.Bot)(nil)
@@ -52,6 +56,15 @@ type Handler struct {
 	Audit audit.Reader
 	// Now is the clock for silences; nil means time.Now.
 	Now func() time.Time
+	// Delivery says which channels the bot cannot post to, for `status`;
+	// nil shows none. *notify.Slack implements it.
+	Delivery Delivery
+}
+
+// Delivery is the part of the notifier `status` reads.
+type Delivery interface {
+	// Unpostable lists the channels Slack refuses posts to.
+	Unpostable() []notify.ChannelProblem
 }
 
 // Defaults of the commands that take an optional number or duration.
@@ -78,6 +91,9 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 	case chatops.Status:
 		return c.status(cmd.Cluster)
 	case chatops.Diagnose:
+		if cmd.IncidentID != "" {
+			return c.HandleAction(ctx, chatops.ActionRequest{Origin: r.Origin, ActionID: chatops.ActionDetails, Value: cmd.IncidentID})
+		}
 		k, reply, ok := c.resolve(cmd.Cluster)
 		if !ok {
 			return reply
@@ -94,13 +110,22 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		diags, _ := c.Bot.Diagnose(k)
 		for _, d := range diags {
 			if d.Fix != nil && d.Fix.Kind == "noproxy" {
-				return c.Changes.ProposeNoProxy(ctx, k, d.Fix, cmd.Add, r.UserID)
+				return c.Changes.ProposeNoProxy(ctx, k, d.Fix, cmd.Add, r.UserID, forDiagnosis(d))
 			}
 		}
 		return chatops.Reply{Text: fmt.Sprintf("No noProxy fix is proposed for %s: its noProxy already makes HyperShift bypass the proxy, or no proxy is set.", k)}
 	case chatops.Approve:
 		if c.Changes == nil {
 			return unavailable(cmd)
+		}
+		if strings.HasPrefix(cmd.ActionID, bot.IncidentKeyPrefix) {
+			// An open incident's key approves its fix, as its button
+			// does: the console shows the button as this command.
+			for _, inc := range c.Bot.Incidents() {
+				if inc.Key == cmd.ActionID && inc.Open() {
+					return c.approveIncidentFix(ctx, chatops.ActionRequest{Origin: r.Origin}, inc)
+				}
+			}
 		}
 		return c.Changes.Approve(ctx, cmd.ActionID, r.UserID)
 	case chatops.Reject:
@@ -134,6 +159,8 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		return c.silence(ctx, cmd, r.UserID)
 	case chatops.Audit:
 		return c.audit(ctx, cmd.N)
+	case chatops.Timeline:
+		return c.timeline(ctx, cmd.IncidentID)
 	}
 	return unavailable(r.Command)
 }
@@ -181,10 +208,16 @@ func (c *Handler) approveIncidentFix(ctx context.Context, r chatops.ActionReques
 	diags, _ := c.Bot.Diagnose(inc.Cluster)
 	for _, d := range diags {
 		if d.Fix != nil && d.Fix.Kind == "noproxy" {
-			return c.Changes.ApproveFix(ctx, inc.Cluster, d.Fix, r.UserID)
+			return c.Changes.ApproveFix(ctx, inc.Cluster, d.Fix, r.UserID, forDiagnosis(d))
 		}
 	}
 	return chatops.Reply{Text: fmt.Sprintf("No fix to approve for %s any more: its noProxy no longer needs one.", esc(inc.Cluster.String()))}
+}
+
+// forDiagnosis records on a proposal the diagnosis it fixes, for the
+// incident that follows the fix (bot.Remediation).
+func forDiagnosis(d diagnose.Diagnosis) approval.ProposeOption {
+	return approval.ForDiagnosis(d.Rule, d.Title, d.Short())
 }
 
 // decision makes the reply to a decided proposal replace the message that
@@ -228,11 +261,33 @@ func (c *Handler) expose(ctx context.Context, cmd chatops.Expose, user string) c
 	if s, ok := c.Bot.HostedCluster(k); ok {
 		hc = &s
 	}
-	p := actions.ExposeParams{Namespace: cmd.Namespace, Service: cmd.Service}
-	for _, port := range cmd.Ports {
-		p.Ports = append(p.Ports, actions.ExposePort{Port: port})
+	p, err := exposeParams(cmd)
+	if err != nil {
+		return chatops.Reply{Text: "Cannot propose that change: " + errText(err)}
 	}
 	return c.Changes.ProposeExpose(ctx, k, hc, p, user)
+}
+
+// exposeParams turns the command into the request's parameters: chosen
+// node ports pair with the listed ports in order, or, without ports, with
+// the Service's ports (ExposeParams.NodePorts).
+func exposeParams(cmd chatops.Expose) (actions.ExposeParams, error) {
+	p := actions.ExposeParams{Namespace: cmd.Namespace, Service: cmd.Service}
+	if len(cmd.Ports) == 0 {
+		p.NodePorts = cmd.NodePorts
+		return p, nil
+	}
+	if len(cmd.NodePorts) > len(cmd.Ports) {
+		return p, fmt.Errorf("%w: %d node ports for %d ports", actions.ErrInvalid, len(cmd.NodePorts), len(cmd.Ports))
+	}
+	for i, port := range cmd.Ports {
+		ep := actions.ExposePort{Port: port}
+		if i < len(cmd.NodePorts) {
+			ep.NodePort = cmd.NodePorts[i]
+		}
+		p.Ports = append(p.Ports, ep)
+	}
+	return p, nil
 }
 
 func unavailable(cmd chatops.Command) chatops.Reply {

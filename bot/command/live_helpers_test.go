@@ -17,6 +17,7 @@ import (
 	"github.com/slack-go/slack"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hcpbot/hcpbot/actions"
@@ -27,6 +28,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -236,6 +238,17 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	}
 	return &liveEnv{ns: ns, c: c, hosted: hosted, store: store, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
 		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS, queue: queue}
+}
+
+// noProxy reads the HostedCluster's noProxy from the API server.
+func (e *liveEnv) noProxy(t *testing.T) string {
+	t.Helper()
+	u, err := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(e.ns).Get(context.Background(), "kv", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy")
+	return got
 }
 
 // petclinic is the seed 004 app in the hosted cluster.

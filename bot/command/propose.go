@@ -24,9 +24,9 @@ import (
 // fix, plus the entries the user added, computed from the value the
 // diagnosis saw (fix.Before) so that the agent refuses it if the cluster
 // has changed since.
-func (a *Changes) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, add []string, user string) chatops.Reply {
+func (a *Changes) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, add []string, user string, opts ...approval.ProposeOption) chatops.Reply {
 	req := noProxyRequest(k, fix, add)
-	p, warning, refused, ok := a.propose(ctx, k, req, user)
+	p, warning, refused, ok := a.propose(ctx, k, req, user, opts...)
 	if !ok {
 		return refused
 	}
@@ -56,7 +56,7 @@ const fixPrefix = "fix-"
 // approver, on this button or the proposal's, approves it and runs it. The
 // proposal of a fix has an id derived from its content, so that every
 // press on the incident meets the same pending proposal.
-func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, user string) chatops.Reply {
+func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, user string, opts ...approval.ProposeOption) chatops.Reply {
 	if err := a.Store.Authorize(ctx, user); err != nil {
 		a.auditRefusal(ctx, k, user, fmt.Errorf("approve the diagnosed fix: %w", err))
 		text, _ := refusal("approve", "the fix of "+esc(k.String()), approval.Proposal{}, err)
@@ -64,7 +64,7 @@ func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.
 	}
 	req := noProxyRequest(k, fix, nil)
 	if !a.Store.FourEyes() {
-		p, warning, refused, ok := a.propose(ctx, k, req, DiagnosisRequester)
+		p, warning, refused, ok := a.propose(ctx, k, req, DiagnosisRequester, opts...)
 		if !ok {
 			return refused
 		}
@@ -92,7 +92,7 @@ func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.
 		case !errors.Is(err, approval.ErrNotFound):
 			return chatops.Reply{Text: "Could not read the proposal: " + errText(err)}
 		}
-		p, err = a.Store.Propose(ctx, req, user, approval.ForSource(k.Source))
+		p, err = a.Store.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
 		if errors.Is(err, approval.ErrExists) && attempt == 0 {
 			attempt++
 			continue
@@ -227,11 +227,60 @@ func exposePlan(id string, k diagnose.Key, params actions.ExposeParams, infraID 
 	}
 	cpNS := hypershift.ControlPlaneNamespace(k.Cluster.Namespace, k.Cluster.Name)
 	return fmt.Sprintf("Will create, labelled `%s=%s`:\n"+
-		"• hosted cluster: Service `%s/%s`, type NodePort, selecting the pods of `%s/%s` (its selector), %s; the hosted API server allocates a node port for each\n"+
 		"• management cluster: Service `%s/%s`, type NodePort, selecting `%s=%s,%s=%s` (the cluster's virt-launcher pods), one port per hosted node port N with port = targetPort = nodePort = N\n"+
-		"Reachable afterwards on any management node at those node ports. Refused at execution if a node port is already taken in the management cluster.",
+		"• hosted cluster, only if `%s/%s` is not of type NodePort already (if it is, its own node ports are the ones forwarded and nothing is created there%s): Service `%s/%s`, type NodePort, selecting the pods of `%s/%s` (its selector), %s; %s\n"+
+		"Reachable afterwards on any management node at those node ports. Node ports are checked before anything is written: one outside the management cluster's node-port range or already allocated (there, or in the hosted cluster when chosen) is refused, with the nearest free ones.%s",
 		actions.LabelActionID, id,
-		esc(params.Namespace), esc(actions.HostedServiceName(params.Service)), esc(params.Namespace), esc(params.Service), ports,
 		esc(cpNS), esc(actions.ManagementServiceName(id)),
-		hypershift.LabelClusterName, infraID, hypershift.LabelKubeVirt, hypershift.VirtLauncher)
+		hypershift.LabelClusterName, infraID, hypershift.LabelKubeVirt, hypershift.VirtLauncher,
+		esc(params.Namespace), esc(params.Service), ownOnly(params),
+		esc(params.Namespace), esc(actions.HostedServiceName(params.Service)), esc(params.Namespace), esc(params.Service), ports,
+		chosenNodePorts(params), outsideDefaultRange(params))
+}
+
+// ownOnly: chosen node ports of a Service that has its own must be those.
+func ownOnly(params actions.ExposeParams) string {
+	if len(params.ChosenNodePorts()) == 0 {
+		return ""
+	}
+	return "; the node ports chosen here must then be its own"
+}
+
+// chosenNodePorts says which node ports the hosted Service is asked for.
+func chosenNodePorts(params actions.ExposeParams) string {
+	const allocated = "the hosted API server allocates a node port for each"
+	if len(params.NodePorts) > 0 {
+		s := "node ports " + actions.JoinPorts(params.NodePorts) + " for its ports in order"
+		return s + ", the hosted API server allocating any further ones"
+	}
+	var pairs []string
+	for _, p := range params.Ports {
+		if p.NodePort != 0 {
+			pairs = append(pairs, fmt.Sprintf("%d→%d", p.Port, p.NodePort))
+		}
+	}
+	if len(pairs) == 0 {
+		return allocated
+	}
+	s := "node ports " + strings.Join(pairs, ", ")
+	if len(pairs) < len(params.Ports) {
+		s += ", the hosted API server allocating the others"
+	}
+	return s
+}
+
+// outsideDefaultRange warns about chosen node ports outside Kubernetes'
+// default range: the bot does not know the management cluster's.
+func outsideDefaultRange(params actions.ExposeParams) string {
+	var out []int32
+	for _, n := range params.ChosenNodePorts() {
+		if !actions.DefaultNodePortRange.Contains(n) {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\nNote: node ports %s lie outside the default range %s: refused unless the management cluster's range was widened to include them.",
+		actions.JoinPorts(out), actions.DefaultNodePortRange)
 }

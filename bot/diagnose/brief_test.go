@@ -63,9 +63,9 @@ func TestCloneIsIndependent(t *testing.T) {
 }
 
 // TestPriorDiagnosesTheStateBefore: Prior, taken before a fact is applied,
-// diagnoses the state before it — for a node's fact (one entry restored
-// for the call) and any other (a clone) — and leaves the cluster as the
-// fact made it.
+// diagnoses the state before it — for a node's or a node summary's fact
+// (one entry restored for the call) and any other (a clone) — and leaves
+// the cluster as the fact made it.
 func TestPriorDiagnosesTheStateBefore(t *testing.T) {
 	c := build(t, hcFact(t, seedHC(""), at(0)), nodeFact(t, "worker-a", event.ConditionFalse, at(1), at(1)))
 	for _, f := range []fact{
@@ -74,6 +74,11 @@ func TestPriorDiagnosesTheStateBefore(t *testing.T) {
 		nodeFact(t, "worker-b", event.ConditionTrue, at(4), at(4)),
 		crashFact(t, "openshift-service-ca-operator", "service-ca-operator-abc", "E0101 failed checking apiserver connectivity", 3, at(5)),
 		nodeDeleted(t, "worker-a", at(6)),
+		// a node summary: the first, then one that changes the counts
+		summaryFact(t, event.NodeSummary{Total: 24, Ready: 23, NotReady: 1}, at(7)),
+		summaryFact(t, event.NodeSummary{Total: 24, Ready: 20, NotReady: 4}, at(8)),
+		nodeFact(t, "worker-c", event.ConditionFalse, at(9), at(9)),
+		summaryFact(t, event.NodeSummary{Total: 30, Ready: 29, NotReady: 1}, at(10)),
 	} {
 		want := render(Diagnose(c, at(7)))
 		prior := c.Prior(f.e, f.p)

@@ -68,10 +68,14 @@ type ProxyChangeRef struct {
 // Diagnosis explains a problem of one Cluster. It is deterministic for a
 // given state: evidence is sorted, strings are built from facts only.
 type Diagnosis struct {
-	Rule       string // the Rule's ID
-	Severity   Severity
-	Title      string // one line
-	RootCause  string // a few sentences
+	Rule      string // the Rule's ID
+	Severity  Severity
+	Title     string // one line
+	RootCause string // a few sentences: the reasoning, for the thread
+	// Summary is the root cause for a glance: at most two short
+	// sentences naming what is wrong and the fix. Empty: the first two
+	// sentences of RootCause stand for it (Diagnosis.Short).
+	Summary    string
 	Confidence Confidence
 	Evidence   []Evidence // sorted by time, then kind, object, text
 	Fix        *Fix       // nil when no fix is offered
@@ -87,9 +91,31 @@ type Diagnosis struct {
 	Nodes *NodeImpact
 }
 
+// Short returns the root cause for a glance: Summary, else the first two
+// sentences of RootCause.
+func (d Diagnosis) Short() string {
+	if d.Summary != "" {
+		return d.Summary
+	}
+	s, n := d.RootCause, 0
+	for i := 0; i < len(s)-1; i++ {
+		if s[i] == '.' && s[i+1] == ' ' {
+			if n++; n == 2 {
+				return s[:i+1]
+			}
+		}
+	}
+	return s
+}
+
 // NodeImpact is "Affected of Total nodes": Total from the agent's node
 // summary, so storms add up real cluster sizes.
-type NodeImpact struct{ Affected, Total int }
+type NodeImpact struct {
+	Affected, Total int
+	// Text says it for a glance: "3 of 10 nodes are NotReady", "… not
+	// joining", or both.
+	Text string
+}
 
 // Explained is the set of symptoms earlier rules of a run have explained.
 type Explained struct {

@@ -113,7 +113,7 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	d := Diagnosis{
 		Severity: sev,
 		Title:    nodesTitle(nodes, total) + " in " + c.label(),
-		Nodes:    &NodeImpact{Affected: len(nodes), Total: max(total, len(nodes))},
+		Nodes:    &NodeImpact{Affected: len(nodes), Total: max(total, len(nodes)), Text: nodesPart(nodes, max(total, len(nodes)))},
 	}
 	var ev, vmEv []Evidence
 	vmDown, vmKnown := 0, 0

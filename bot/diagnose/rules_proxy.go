@@ -137,7 +137,8 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	}
 	if len(s.nodes) > 0 {
 		parts = append(parts, nodesPart(s.nodes, c.nodeTotal()))
-		d.Nodes = &NodeImpact{Affected: len(s.nodes), Total: max(c.nodeTotal(), len(s.nodes))}
+		total := max(c.nodeTotal(), len(s.nodes))
+		d.Nodes = &NodeImpact{Affected: len(s.nodes), Total: total, Text: nodesPart(s.nodes, total)}
 		var ev []Evidence
 		for _, e := range s.nodes {
 			ev = append(ev, note(nodeEvidence(e)))
@@ -175,6 +176,16 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		}
 	}
 	d.RootCause = cause
+	if d.Fix != nil && len(d.Fix.Add) > 0 {
+		them := "them"
+		if len(d.Fix.Add) == 1 {
+			them = "it"
+		}
+		d.Summary = fmt.Sprintf("The noProxy of %s lacks %s, so its workers tunnel API traffic through the HTTPS proxy. Fix: add %s to spec.configuration.proxy.noProxy.",
+			c.key.Cluster, strings.Join(d.Fix.Add, ", "), them)
+	} else {
+		d.Summary = fmt.Sprintf("The noProxy of %s does not make HyperShift bypass the HTTPS proxy for the API server, so its workers tunnel API traffic through the proxy.", c.key.Cluster)
+	}
 
 	level, why := ConfidenceMedium, fmt.Sprintf("%s of symptoms", plural(s.kinds(), "kind", "kinds"))
 	if s.kinds() >= 2 && (len(s.signature) > 0 || s.connectFailures()) {

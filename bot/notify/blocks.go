@@ -6,20 +6,29 @@ import (
 	"unicode/utf8"
 
 	"github.com/slack-go/slack"
+
+	"github.com/hcpbot/hcpbot/bot/notify/blockkit"
 )
 
-// Slack's Block Kit and message limits, in characters. Slack rejects a
+// Slack's Block Kit and message limits, in characters (the table is
+// package blockkit's, which also validates against it). Slack rejects a
 // message over a block limit with invalid_blocks, which would lose the
 // whole update, so the notifier clamps rather than trusts.
 const (
-	MaxBlocks          = 50    // blocks per message
-	MaxSectionText     = 3000  // a section's text
-	MaxSectionFields   = 10    // fields per section
-	MaxFieldText       = 2000  // one section field
-	MaxHeaderText      = 150   // a header's plain_text
-	MaxContextElements = 10    // elements of a context block
-	MaxMessageText     = 40000 // Slack truncates text beyond this
+	MaxBlocks          = blockkit.MaxBlocks          // blocks per message
+	MaxSectionText     = blockkit.MaxSectionText     // a section's text
+	MaxSectionFields   = blockkit.MaxSectionFields   // fields per section
+	MaxFieldText       = blockkit.MaxFieldText       // one section field
+	MaxHeaderText      = blockkit.MaxHeaderText      // a header's plain_text
+	MaxContextElements = blockkit.MaxContextElements // elements of a context block
+	MaxMessageText     = blockkit.MaxMessageText     // longer is msg_too_long
 )
+
+// ValidateBlocks says which of Block Kit's limits blocks break, as Slack
+// would (a *blockkit.Error with code invalid_blocks); nil if none. What
+// ClampBlocks returns passes, unless it breaks a limit clamping cannot
+// repair (a duplicate block_id, an empty text, a mrkdwn header, ...).
+func ValidateBlocks(blocks []slack.Block) error { return blockkit.ValidateBlocks(blocks) }
 
 // ellipsis marks a cut; one character, so limits stay easy to reason about.
 const ellipsis = "…"
@@ -106,25 +115,45 @@ func SplitText(s string, limit int) []string {
 }
 
 // ClampBlocks returns a copy of blocks within Slack's limits: texts are
-// truncated with Truncate, surplus fields and context elements dropped, and
-// beyond MaxBlocks the tail is replaced by a context block saying how many
-// blocks were left out. The input is not modified. Unknown block types pass
-// unchanged.
+// truncated with Truncate, surplus fields, context and actions elements
+// dropped, and beyond MaxBlocks the tail is replaced by a context block
+// saying how many blocks were left out — except a last actions block (a
+// message's buttons), which is kept after it. The input is not modified.
+// Unknown block types pass unchanged.
 func ClampBlocks(blocks []slack.Block) []slack.Block {
 	if blocks == nil {
 		return nil
 	}
-	out := make([]slack.Block, 0, min(len(blocks), MaxBlocks))
-	for i, b := range blocks {
-		if i == MaxBlocks-1 && len(blocks) > MaxBlocks {
-			out = append(out, slack.NewContextBlock("",
-				slack.NewTextBlockObject(slack.MarkdownType,
-					fmt.Sprintf("_%d more blocks not shown_", len(blocks)-i), false, false)))
-			break
+	if len(blocks) <= MaxBlocks {
+		out := make([]slack.Block, len(blocks))
+		for i, b := range blocks {
+			out[i] = clampBlock(b)
 		}
+		return out
+	}
+	var tail []slack.Block
+	if last := blocks[len(blocks)-1]; isActions(last) {
+		tail = []slack.Block{clampBlock(last)}
+	}
+	keep := MaxBlocks - 1 - len(tail)
+	out := make([]slack.Block, 0, MaxBlocks)
+	for _, b := range blocks[:keep] {
 		out = append(out, clampBlock(b))
 	}
-	return out
+	out = append(out, slack.NewContextBlock("",
+		slack.NewTextBlockObject(slack.MarkdownType,
+			fmt.Sprintf("_%d more blocks not shown_", len(blocks)-keep-len(tail)), false, false)))
+	return append(out, tail...)
+}
+
+func isActions(b slack.Block) bool {
+	switch v := b.(type) {
+	case *slack.ActionBlock:
+		return v != nil
+	case slack.ActionBlock:
+		return true
+	}
+	return false
 }
 
 func clampBlock(b slack.Block) slack.Block {
@@ -155,8 +184,37 @@ func clampBlock(b slack.Block) slack.Block {
 		return &c
 	case slack.ContextBlock:
 		return clampContext(v)
+	case *slack.ActionBlock:
+		if v == nil || v.Elements == nil {
+			return b
+		}
+		c := *v
+		c.Elements = clampActions(v.Elements)
+		return &c
+	case slack.ActionBlock:
+		if v.Elements != nil {
+			v.Elements = clampActions(v.Elements)
+		}
+		return v
 	}
 	return b
+}
+
+// clampActions drops elements beyond Slack's limit and shortens button
+// labels. A button's value is data, never cut: one too long breaks the
+// message (ValidateBlocks says so) rather than the button.
+func clampActions(e *slack.BlockElements) *slack.BlockElements {
+	els := e.ElementSet[:min(len(e.ElementSet), blockkit.MaxActionsElements)]
+	out := &slack.BlockElements{ElementSet: make([]slack.BlockElement, len(els))}
+	for i, el := range els {
+		if btn, isButton := el.(*slack.ButtonBlockElement); isButton && btn != nil {
+			c := *btn
+			c.Text = clampText(c.Text, blockkit.MaxButtonText)
+			el = &c
+		}
+		out.ElementSet[i] = el
+	}
+	return out
 }
 
 func clampSection(s slack.SectionBlock) slack.SectionBlock {
@@ -177,7 +235,7 @@ func clampContext(c slack.ContextBlock) slack.ContextBlock {
 	c.ContextElements.Elements = make([]slack.MixedElement, len(els))
 	for i, e := range els {
 		if t, isText := e.(*slack.TextBlockObject); isText {
-			e = clampText(t, MaxSectionText)
+			e = clampText(t, blockkit.MaxContextText)
 		}
 		c.ContextElements.Elements[i] = e
 	}

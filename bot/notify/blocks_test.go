@@ -2,6 +2,7 @@ package notify
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -89,5 +90,54 @@ func TestClampBlocks(t *testing.T) {
 	}
 	if _, err := json.Marshal(out); err != nil {
 		t.Errorf("marshal: %v", err)
+	}
+	// What ClampBlocks lets through, Slack accepts: the two share one table.
+	if err := ValidateBlocks(out); err != nil {
+		t.Errorf("clamped blocks break a limit: %v", err)
+	}
+	if err := ValidateBlocks(in); err == nil {
+		t.Errorf("the unclamped blocks pass validation")
+	}
+}
+
+// TestClampActions: buttons beyond Slack's 25 are dropped and long labels
+// cut; the caller's buttons are untouched and the result validates.
+func TestClampActions(t *testing.T) {
+	long := strings.Repeat("y", 200)
+	var btns []slack.BlockElement
+	for i := range 30 {
+		btns = append(btns, slack.NewButtonBlockElement(fmt.Sprintf("a%d", i), "v",
+			slack.NewTextBlockObject(slack.PlainTextType, long, false, false)))
+	}
+	in := []slack.Block{slack.NewActionBlock("acts", btns...)}
+	if err := ValidateBlocks(in); err == nil {
+		t.Fatal("30 buttons of 200 characters pass validation")
+	}
+	out := ClampBlocks(in)
+	if err := ValidateBlocks(out); err != nil {
+		t.Errorf("clamped: %v", err)
+	}
+	if got := len(out[0].(*slack.ActionBlock).Elements.ElementSet); got != 25 {
+		t.Errorf("%d elements, want 25", got)
+	}
+
+	// A message too long for Slack keeps its buttons at the end.
+	var many []slack.Block
+	for range 70 {
+		many = append(many, slack.NewDividerBlock())
+	}
+	many = append(many, in[0])
+	out = ClampBlocks(many)
+	if len(out) != MaxBlocks || !isActions(out[MaxBlocks-1]) {
+		t.Fatalf("%d blocks, last %T; want %d ending with the actions", len(out), out[len(out)-1], MaxBlocks)
+	}
+	if raw, _ := json.Marshal(out[MaxBlocks-2]); !strings.Contains(string(raw), "22 more blocks not shown") {
+		t.Errorf("note = %s", raw)
+	}
+	if err := ValidateBlocks(out); err != nil {
+		t.Errorf("clamped: %v", err)
+	}
+	if btns[0].(*slack.ButtonBlockElement).Text.Text != long {
+		t.Errorf("input modified")
 	}
 }

@@ -103,18 +103,30 @@ func (q *chanQueue) call(ctx context.Context, method string, fn func(context.Con
 	outcome := outcomeOK
 	if err != nil {
 		retry, outcome = classify(err)
+		if code := errorCode(err); code != "" {
+			q.s.m.errors.WithLabelValues(errorLabel(code)).Inc()
+		}
 	}
 	q.s.m.calls.WithLabelValues(method, outcome).Inc()
 	return ts, retry, err
 }
 
-// options renders a message for chat.postMessage or chat.update.
+// fallbackText is how long the text of a fallback may be: Slack
+// recommends keeping a message's text under 4,000 characters, and always
+// takes that much.
+const fallbackText = 4000
+
+// options renders a message for chat.postMessage or chat.update; textOnly
+// renders the fallback: the text alone, at most fallbackText long.
 func options(text string, blocks []slack.Block, textOnly, update bool, threadTS string, extra ...slack.MsgOption) []slack.MsgOption {
 	if text == "" {
 		text = Truncate(PlainText(blocks), MaxSectionText)
 	}
 	if text == "" {
 		text = "(no text)"
+	}
+	if textOnly {
+		text = Truncate(text, fallbackText)
 	}
 	opts := []slack.MsgOption{slack.MsgOptionText(text, false)}
 	switch {
@@ -131,10 +143,21 @@ func options(text string, blocks []slack.Block, textOnly, update bool, threadTS 
 	return append(opts, extra...)
 }
 
-// fallback arranges a text-only retry of an item whose blocks Slack
-// rejected; it is tried once.
+// fallback arranges a retry of an item Slack refused for its form, as its
+// text alone cut to fallbackText: after invalid_blocks (blocks over a
+// limit) or msg_too_long (a text too long). It is tried once; refused
+// again, the item is dropped.
 func fallback(err error, blocks []slack.Block, textOnly *bool) bool {
-	if errorCode(err) != "invalid_blocks" || len(blocks) == 0 || *textOnly {
+	if *textOnly {
+		return false
+	}
+	switch errorCode(err) {
+	case "invalid_blocks":
+		if len(blocks) == 0 {
+			return false
+		}
+	case "msg_too_long":
+	default:
 		return false
 	}
 	*textOnly = true

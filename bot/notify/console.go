@@ -21,6 +21,8 @@ import (
 type Console struct {
 	w    io.Writer
 	wake chan struct{}
+	// style spells Block Kit for the terminal (SetStyle); zero: PlainText.
+	style TextStyle
 
 	mu      sync.Mutex
 	queue   []any // Message or Reply
@@ -37,6 +39,11 @@ func NewConsole(w io.Writer) *Console {
 	return &Console{w: w, wake: make(chan struct{}, 1),
 		printed: map[string]uint64{}, replies: map[string]struct{}{}}
 }
+
+// SetStyle sets how the console spells Block Kit, e.g. chatops'
+// ConsoleStyle: mrkdwn escapes undone, buttons as the commands they run.
+// Call it before Run.
+func (c *Console) SetStyle(s TextStyle) { c.style = s }
 
 // Upsert implements Notifier.
 func (c *Console) Upsert(_ context.Context, m Message) error {
@@ -132,7 +139,7 @@ func (c *Console) renderMessage(m Message) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "● %s %s in %s (v%d)\n", verb, m.Key, m.Channel, m.Version)
-	writeIndented(&b, body(m.Text, m.Blocks), "  ")
+	writeIndented(&b, c.body(m.Text, m.Blocks), "  ")
 	return b.String()
 }
 
@@ -148,15 +155,18 @@ func (c *Console) renderReply(r Reply) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "  ↳ %s reply\n", r.Key)
-	writeIndented(&b, body(r.Text, r.Blocks), "    ")
+	writeIndented(&b, c.body(r.Text, r.Blocks), "    ")
 	return b.String()
 }
 
 // body prefers the blocks, which carry the fields; the text is Slack's
 // notification fallback and often a summary of them.
-func body(text string, blocks []slack.Block) string {
-	if s := PlainText(blocks); s != "" {
+func (c *Console) body(text string, blocks []slack.Block) string {
+	if s := c.style.PlainText(blocks); s != "" {
 		return s
+	}
+	if c.style.Inline != nil {
+		return c.style.Inline(text)
 	}
 	return text
 }

@@ -147,6 +147,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		return ts, err
 	})
 	now = time.Now()
+	q.s.posted(p.channel, err, now)
 	switch {
 	case err == nil:
 		q.settle(p, postSent, p.record(actx, ts, c.rev, true))
@@ -154,7 +155,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		q.succeeded()
 		p.log.Debug().Str("channel", p.channel).Str("ts", ts).Msg("posted")
 	case fallback(err, p.blocks, p.textOnly):
-		p.log.Warn().Err(err).Msg("Slack rejected the blocks; retrying with text only")
+		p.log.Warn().Err(err).Msg("Slack refused the message (blocks or text over a limit); retrying as its text alone")
 	case !retry:
 		if c.rev != 0 {
 			q.release(actx, p.id, c.rev)
@@ -162,7 +163,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		orphans := q.settle(p, postRefused, Record{})
 		q.s.m.dropped.WithLabelValues(p.kind).Inc()
 		q.s.m.dropped.WithLabelValues(kindReply).Add(float64(orphans))
-		p.log.Error().Err(err).Str("channel", p.channel).Int("replies_dropped", orphans).
+		refusedLog(p.log, err).Str("channel", p.channel).Int("replies_dropped", orphans).
 			Msg("Slack refused the post for good; dropped")
 	default:
 		q.failed(now, methodPost, k.key, err)
@@ -318,6 +319,7 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 		return ts, err
 	})
 	now := time.Now()
+	q.s.posted(channel, err, now)
 	if err == nil {
 		saved := q.save(actx, k.key, Record{Channel: channel, TS: ts, Version: msg.Version, Digest: msg.Digest}, rev, false)
 		q.mu.Lock()
@@ -329,7 +331,7 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 		return
 	}
 	if fallback(err, msg.Blocks, &up.textOnly) {
-		q.s.log.Warn().Err(err).Str("key", k.key).Msg("Slack rejected the blocks; retrying with text only")
+		q.s.log.Warn().Err(err).Str("key", k.key).Msg("Slack refused the message (blocks or text over a limit); retrying as its text alone")
 		return
 	}
 	if !retry {
@@ -339,9 +341,19 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 		q.removeUpsert(k, up)
 		q.mu.Unlock()
 		q.s.m.dropped.WithLabelValues(kindUpdate).Inc()
-		q.s.log.Error().Err(err).Str("key", k.key).Str("channel", channel).Uint64("version", msg.Version).
+		refusedLog(q.s.log, err).Str("key", k.key).Str("channel", channel).Uint64("version", msg.Version).
 			Msg("Slack refused the update for good; dropped")
 		return
 	}
 	q.failed(now, methodUpdate, k.key, err)
+}
+
+// refusedLog is the log event of an item Slack refused for good: an error,
+// except when the channel refuses everything, which posted logged once
+// for the channel.
+func refusedLog(log zerolog.Logger, err error) *zerolog.Event {
+	if unpostable(err) {
+		return log.Debug().Err(err)
+	}
+	return log.Error().Err(err)
 }

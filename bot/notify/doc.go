@@ -21,8 +21,15 @@
 // 5xx answers, timeouts and network errors pause the channel with capped
 // exponential backoff with jitter and are retried forever; application
 // errors (channel_not_found, not_in_channel, invalid_blocks, ...) are
-// permanent: the item is logged, counted and dropped, except that rejected
-// blocks are retried once as text only.
+// permanent: the item is counted (hcpbot_slack_errors_total{error}) and
+// dropped, never retried, except that a message refused for its form
+// (invalid_blocks, msg_too_long) is sent once more as its text alone, cut
+// to 4,000 characters. A channel refused for a reason only a person can fix
+// (channel_not_found, not_in_channel, is_archived, token_revoked, ...) is
+// logged once when it goes bad and once when a post there succeeds again,
+// and listed by Unpostable meanwhile (`/hcp status` shows it); each new
+// rendering for it is still tried once. blockkit holds the limits Slack
+// checks; ClampBlocks keeps messages within them.
 //
 // # Coalescing, order and priority
 //
@@ -80,6 +87,8 @@
 //	hcpbot_slack_coalesced_total, hcpbot_slack_unchanged_total,
 //	hcpbot_slack_deduplicated_total,
 //	hcpbot_slack_duplicate_roots_total
+//	hcpbot_slack_errors_total{error}               Slack's error code, or "other"
+//	hcpbot_slack_unpostable_channels
 //
 // There is no channel label: channel ids are not secret, but their number
 // is not ours to bound.
@@ -91,7 +100,8 @@
 // deliver, the one claim → look up → post → record sequence of roots and
 // replies; updateRoot) → claim.go (claims and records in the Store),
 // recover.go (finding a post whose ts was lost), call.go (one Slack call,
-// retry or not) → store.go (Store, MemoryStore, KVStore). blocks.go keeps
+// retry or not), health.go (channels Slack refuses) → store.go (Store,
+// MemoryStore, KVStore). blocks.go keeps
 // messages within Block Kit's limits; text.go renders Block Kit as text,
 // for the console notifier, fallback texts and chatops' console.
 package notify

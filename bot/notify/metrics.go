@@ -34,6 +34,8 @@ type metrics struct {
 	deduplicated   prometheus.Counter
 	duplicateRoots prometheus.Counter
 	recovered      prometheus.Counter
+	errors         *prometheus.CounterVec
+	unpostable     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -79,12 +81,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "hcpbot_slack_recovered_posts_total",
 			Help: "Posts whose answer was lost, found in Slack by their metadata instead of being posted again.",
 		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hcpbot_slack_errors_total",
+			Help: "Slack Web API calls answered with an error code, by code (channel_not_found, not_in_channel, is_archived, token_revoked, invalid_blocks, msg_too_long, ...; other).",
+		}, []string{"error"}),
+		unpostable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hcpbot_slack_unpostable_channels",
+			Help: "Channels whose last post or update Slack refused for a reason only a person can fix (not_in_channel, is_archived, ...).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.calls, m.depth, m.retryAfter, m.latency,
-		m.dropped, m.coalesced, m.unchanged, m.deduplicated, m.duplicateRoots, m.recovered} {
+		m.dropped, m.coalesced, m.unchanged, m.deduplicated, m.duplicateRoots, m.recovered, m.errors, m.unpostable} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("notify: register metrics: %w", err)
 		}

@@ -151,6 +151,7 @@ type Slack struct {
 	m       *metrics
 	update  *gate // chat.update is limited per workspace, shared by channels
 	pending atomic.Int64
+	health  channelHealth
 
 	mu       sync.Mutex
 	queues   map[string]*chanQueue
@@ -179,6 +180,7 @@ func NewSlack(cfg SlackConfig) (*Slack, error) {
 		m:      m,
 		update: newGate(cfg.UpdateRate, cfg.UpdateBurst),
 		queues: map[string]*chanQueue{},
+		health: channelHealth{bad: map[string]ChannelProblem{}},
 	}
 	if s.store == nil {
 		s.store = NewMemoryStore()

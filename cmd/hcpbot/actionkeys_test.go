@@ -19,6 +19,7 @@ import (
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 )
 
 // What the agent section of the config file says about action requests
@@ -48,39 +49,12 @@ func TestAllAgentEnforcesConfiguredKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			ns, hosted, nodes, kubeconfig := allCluster(t, "keys")
-			seed, signer := signingSeed(t)
 			_, other := signingSeed(t)
-			srv := natstest.RunServer(t)
-			rec := slackrec.New(t)
-			botAddr, opsAddr := freeAddr(t), freeAddr(t)
-			const channel, secret = "C0KEYS0001", "test-signing-secret"
-			cfg := fmt.Sprintf(`nats:
-  urls: [%q]
-agent:
-  source: mgmt-keys
-  kubeconfig: %s
-  listen: %q
-  leaderElection: {namespace: %s}
-%sbot:
-  listen: %q
-  opsListen: %q
-  groupWait: 0s
-  defaultChannel: %s
-slack:
-  apiURL: %q
-  botTokenEnv: TEST_SLACK_BOT_TOKEN
-  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
-approvals:
-  approvers: [U0KEYS0001, U0KEYS0002]
-  fourEyes: false
-  signingKeyFile: %s
-`, srv.ClientURL(), kubeconfig, freeAddr(t), ns, tc.agent(signer, other), botAddr, opsAddr, channel, rec.APIURL(), seed)
-			logs := startMode(t, "all", cfg, map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-test", "TEST_SLACK_SIGNING_SECRET": secret, "POD_NAME": "keys-0"})
-			waitReady(t, opsAddr)
+			hcp, logs := startAllForActions(t, "keys", ns, kubeconfig, func(signer string) string { return tc.agent(signer, other) },
+				"  approvers: [U0KEYS0001, U0KEYS0002]\n  fourEyes: false\n")
 			if err := scenario.SetNodeReady(ctx, hosted.Kube, nodes[0], corev1.ConditionFalse, "KubeletNotReady", "x"); err != nil {
 				t.Fatal(err)
 			}
-			hcp := slashCommander{t: t, url: "http://" + botAddr + "/slack/commands", secret: secret, channel: channel, rec: rec}
 			var id string
 			testenv.Eventually(t, 60*time.Second, "noProxy fix proposed", func() bool {
 				reply := hcp.run(ctx, "fix noproxy "+ns+"/keys", "U0KEYS0001", func(s string) bool {
@@ -102,6 +76,42 @@ approvals:
 			}
 		})
 	}
+}
+
+// startAllForActions starts `hcpbot all` (source mgmt-<name>) on the
+// management cluster of kubeconfig, with a fresh approval signing key:
+// agent(signer) adds agent settings, approvals holds the approvals
+// section's other settings. It returns the signed /hcp sender, ready.
+func startAllForActions(t *testing.T, name, ns, kubeconfig string, agent func(signer string) string, approvals string) (*slashCommander, *syncbuf.Buffer) {
+	t.Helper()
+	seed, signer := signingSeed(t)
+	srv := natstest.RunServer(t)
+	rec := slackrec.New(t)
+	botAddr, opsAddr := freeAddr(t), freeAddr(t)
+	const secret = "test-signing-secret"
+	channel := "C0" + strings.ToUpper(name) + "0001"
+	cfg := fmt.Sprintf(`nats:
+  urls: [%q]
+agent:
+  source: mgmt-%s
+  kubeconfig: %s
+  listen: %q
+  leaderElection: {namespace: %s}
+%sbot:
+  listen: %q
+  opsListen: %q
+  groupWait: 0s
+  defaultChannel: %s
+slack:
+  apiURL: %q
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+approvals:
+%s  signingKeyFile: %s
+`, srv.ClientURL(), name, kubeconfig, freeAddr(t), ns, agent(signer), botAddr, opsAddr, channel, rec.APIURL(), approvals, seed)
+	logs := startMode(t, "all", cfg, map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-test", "TEST_SLACK_SIGNING_SECRET": secret, "POD_NAME": name + "-0"})
+	waitReady(t, opsAddr)
+	return &slashCommander{t: t, url: "http://" + botAddr + "/slack/commands", secret: secret, channel: channel, rec: rec}, logs
 }
 
 // signingSeed writes a new approval signing key (an nkey user seed) to a

@@ -21,8 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -70,7 +68,8 @@ type agentFlags struct {
 	logLevel       string
 	logFormat      string
 	probeInterval  time.Duration
-	nodeJoinGrace  time.Duration // 0: watchers.DefaultNodeJoinGrace
+	nodeJoinGrace  time.Duration     // 0: watchers.DefaultNodeJoinGrace
+	nodePortRange  actions.PortRange // zero: actions.DefaultNodePortRange
 	lease          watchers.LeaderConfig
 	// Which action requests the agent runs (actions.Verifier).
 	trustedKeys     []string
@@ -281,23 +280,23 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	executor, err := newExecutor(cfg)
 	if err != nil {
 		return err
 	}
+	executor.NodePortRange = f.nodePortRange
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := watchers.NewMetrics(reg)
 	pub := watchers.NewJetStreamPublisher(conn.JS, f.bufferEvents, metrics, log)
 	// The management informers live as long as the process, across leader
 	// terms (a replica that does not lead keeps its caches warm); the
-	// agent registers its informers, then they start.
-	kf := informers.NewSharedInformerFactory(kube, 0)
-	df := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	// agent registers its informers, then they start. Their clients wait
+	// for an API server that refuses connections (watchers.InformerConfig).
+	kf, df, err := watchers.NewInformerFactories(cfg)
+	if err != nil {
+		return err
+	}
 	agent, err := watchers.New(watchers.Config{Source: f.source, Identity: f.identity, ProbeInterval: f.probeInterval, NodeJoinGrace: f.nodeJoinGrace}, kube, kf, df, pub, metrics, log)
 	if err != nil {
 		return usageErrorf("%v", err)
@@ -606,7 +605,8 @@ func agentFlagsFromConfig(cfg *configs.Config, getenv func(string) string) agent
 		streamReplicas: n.StreamReplicas,
 		leaderElect:    a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
 		identity: getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval, nodeJoinGrace: a.NodeJoinGrace,
-		logLevel: cfg.Log.Level, logFormat: cfg.Log.Format,
+		nodePortRange: actions.PortRange{Min: a.ServiceNodePortRange.Min, Max: a.ServiceNodePortRange.Max},
+		logLevel:      cfg.Log.Level, logFormat: cfg.Log.Format,
 		lease:       watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
 		trustedKeys: a.TrustedKeys, requireFourEyes: a.RequireFourEyes, approvers: a.Approvers,
 	}

@@ -245,7 +245,9 @@ func joinURLs(urls []string) string {
 func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, reg *prometheus.Registry, opened *atomic.Bool, log zerolog.Logger) error {
 	log = log.With().Str("component", "bot").Logger()
 
-	var notifier notify.Notifier = notify.NewConsole(c.stdout)
+	console := notify.NewConsole(c.stdout)
+	console.SetStyle(chatops.ConsoleStyle())
+	var notifier notify.Notifier = console
 	if sec.SlackBotToken != "" {
 		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{}, bus.WithReplicas(cfg.NATS.StreamReplicas))
 		if err != nil {
@@ -278,6 +280,9 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	}
 	b := bot.New(bcfg, conn.JS, notifier, reg, log)
 	commands := &botcmd.Handler{Bot: b, Audit: auditLog, Silences: silences}
+	if n, isSlack := notifier.(*notify.Slack); isSlack {
+		commands.Delivery = n // `/hcp status` lists the channels Slack refuses
+	}
 	var acts *botcmd.Changes
 	if cfg.Approvals != nil {
 		if acts, err = newApprovals(ctx, cfg, sec, signer, conn, auditLog); err != nil {
@@ -377,6 +382,13 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 			}
 		})
 	}
+	if acts != nil && acts.Store != nil {
+		// The fixes already executed are known before the events replay,
+		// so each incident's timeline comes out the same on every run.
+		if err := botcmd.FollowFixes(ctx, acts.Store, b); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
 	if c.chat != nil {
 		c.chat(b, commands)
 	}
@@ -460,6 +472,7 @@ func botConfig(c *configs.Bot, leader func() bool) bot.Config {
 			return c.Channel(configs.Incident{Source: k.Source, Namespace: k.Cluster.Namespace, Cluster: k.Cluster.Name, Kind: kind, Labels: labels})
 		},
 		GroupWait: c.GroupWait, GroupInterval: c.GroupInterval, ResolveTimeout: c.ResolveTimeout,
+		HealDeadline:   c.HealDeadline,
 		StormThreshold: c.Storm.Threshold, StormWindow: c.Storm.Window,
 		Clients: clientsOf(c),
 		Leader:  leader,

@@ -44,9 +44,19 @@ func TestDemoScript(t *testing.T) {
 		"approved " + id + " on clusters/proxied by U00000BOB",
 		"executed " + id + " on clusters/proxied by U00000BOB",
 		"kubernetes",
+		// The incident follows the fix to the end.
+		"kube-apiserver-proxy direct 0 of 3", "✅ RESOLVED", "Time to heal", "Approved by: @U00000BOB", "Timeline of",
+		// Buttons as the commands they run.
+		"[Approve fix: /hcp approve inc-",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	// The console is a terminal: no Slack escapes, no block placeholders.
+	for _, unwanted := range []string{"&gt;", "&lt;", "&amp;", "[actions block]", "<@U"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("demo output shows %q", unwanted)
 		}
 	}
 	if strings.Contains(out, "panic") {

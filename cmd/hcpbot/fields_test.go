@@ -16,6 +16,9 @@ import (
 	"github.com/slack-go/slack"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -105,6 +108,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		botSigning   = p("bot fixture: signing key", bf.signingKey)
 		storeDir     = p("embedded store", proveStoreDir)
 		botResolve   = p("bot fixture: resolution", bf.resolve)
+		botHeal      = p("bot fixture: heal deadline", bf.healDeadline)
 		botApprovals = p("bot fixture: approvals", bf.approvals)
 		appTokenFile = p("Socket Mode app token file", proveAppTokenFile)
 		matchType    = p("match.type refused", proveMatchTypeRefused)
@@ -115,6 +119,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		agentFile    = p("TestAgentCommandConfigFile", TestAgentCommandConfigFile)
 		agentRenew   = p("TestAgentStepsDownAfterRenewDeadline", TestAgentStepsDownAfterRenewDeadline)
 		agentBuffer  = p("TestAgentBufferEventsFullThenRestated", TestAgentBufferEventsFullThenRestated)
+		agentRange   = p("TestAllAgentNodePortRange", TestAllAgentNodePortRange)
 	)
 	return map[string]fieldRow{
 		"nats.urls":            {proof: botStream},
@@ -139,6 +144,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"agent.bufferEvents":                 {proof: agentBuffer},
 		"agent.hostedProbeInterval":          {proof: agentFile},
 		"agent.nodeJoinGrace":                {proof: agentJoin},
+		"agent.serviceNodePortRange":         {proof: agentRange},
 		"agent.trustedKeys":                  {proof: keys},
 		"agent.requireFourEyes":              {proof: keys},
 		"agent.approvers":                    {proof: keys},
@@ -147,6 +153,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"bot.groupWait":                      {proof: botStorm},
 		"bot.groupInterval":                  {proof: botResolve},
 		"bot.resolveTimeout":                 {proof: botResolve},
+		"bot.healDeadline":                   {proof: botHeal},
 		"bot.storm.threshold":                {proof: botStorm},
 		"bot.storm.window":                   {proof: botStorm},
 		"bot.routes[].match.source":          {proof: routes},
@@ -196,6 +203,7 @@ type botFixture struct {
 	slackAddr      string
 	secret, token  string
 	signingPub     string
+	signingSeed    []byte
 	published      time.Time
 	digestSchedule string
 	resolveRef     event.ClusterRef
@@ -230,6 +238,7 @@ func (f *botFixture) start(t *testing.T) {
 			t.Fatal(err)
 		}
 		seed, _ := kp.Seed()
+		f.signingSeed = seed
 		f.signingPub, _ = kp.PublicKey()
 		// Fires every 2 s, but only in the hours it is in Kolkata (UTC+5:30):
 		// read in UTC it would not fire at all.
@@ -249,6 +258,7 @@ bot:
   groupWait: 6s
   groupInterval: 5s
   resolveTimeout: 2s
+  healDeadline: 3s
   storm: {threshold: 2, window: 2s}
   routes:
     - match: {namespace: fp-win}
@@ -742,6 +752,65 @@ func (f *botFixture) resolve(t *testing.T) {
 	// before sending: allow for the first post's transit.
 	if d := resolved.Sub(first); d < 4*time.Second || d > 50*time.Second {
 		t.Errorf("resolution posted %s after the first message, want about groupInterval (5s) or more, well under the default 1m", d)
+	}
+}
+
+// healDeadline: bot.healDeadline — a fix executed on an incident that does
+// not heal is "not healed" 3 s after it ran (the default 30m would keep it
+// "rolling out"), with the rollback offered. The fix is written to the
+// proposals bucket as another bot replica would (sealed with the bot's
+// key), and the bot learns it from there.
+func (f *botFixture) healDeadline(t *testing.T) {
+	f.start(t)
+	ctx := context.Background()
+	f.rec.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
+		for _, m := range rootsIn(r, fpWindow) {
+			if strings.Contains(m.Text, "mgmt-fp-1/fp-win/hc-0") {
+				return true
+			}
+		}
+		return false
+	})
+	conn := f.conn(t)
+	log, err := audit.Open(ctx, conn.JS, audit.WithReplicas(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := actions.NewSigner(f.signingSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{"U0FPAPPR01", "U0FPAPPR02"}, FourEyes: true},
+		approval.WithReplicas(3), approval.WithSealer(signer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := actions.Request{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: "fp-win", Name: "hc-0"},
+		NoProxy: &actions.NoProxyParams{Target: actions.TargetHostedCluster, Expected: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16", "10.132.0.0/14"}}}
+	p, err := store.Propose(ctx, req, "U0FPAPPR01", approval.ForSource("mgmt-fp-1"),
+		approval.ForDiagnosis("proxy-tunnel", "API traffic of fp-win/hc-0 on mgmt-fp-1 is tunnelled through the HTTPS proxy", "The noProxy of fp-win/hc-0 lacks kubernetes."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Approve(ctx, p.ID, "U0FPAPPR02", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	executed, err := store.MarkExecuted(ctx, p.ID, actions.Result{ActionID: p.ID, Type: actions.TypeNoProxyPatch, Outcome: actions.OutcomeApplied, Summary: "patched"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notHealed time.Time
+	f.rec.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
+		for _, c := range r.CallsTo("chat.update") {
+			if c.Channel == fpWindow && strings.Contains(c.Form.Get("text"), "NOT HEALED") && strings.Contains(c.Form.Get("blocks"), p.ID) {
+				notHealed = c.Time
+				return true
+			}
+		}
+		return false
+	})
+	if d := notHealed.Sub(executed.ExecutedAt); d < 3*time.Second {
+		t.Errorf("not healed %s after the fix ran, before healDeadline (3s)", d)
 	}
 }
 

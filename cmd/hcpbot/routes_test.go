@@ -81,14 +81,14 @@ slack:
 	want := map[string]string{kindCh: "rt-a/hc-nodes", sourceCh: "rt-b/hc-0", nsCh: "rt-ns/hc-0", clusterCh: "rt-a/hc-1", selCh: "rt-sel/hc-0", defCh: "rt-a/hc-0"}
 	rec.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
 		for ch := range want {
-			if len(r.Messages(ch)) == 0 {
+			if len(rootsIn(r, ch)) == 0 {
 				return false
 			}
 		}
 		return true
 	})
 	for ch, cluster := range want {
-		ms := rec.Messages(ch)
+		ms := rootsIn(rec, ch) // the incident's message; its thread holds the reasoning
 		if len(ms) != 1 || !strings.Contains(ms[0].Text, cluster) {
 			var texts []string
 			for _, m := range ms {

@@ -442,6 +442,17 @@ func KubeAPIServerProxy(ctx context.Context, kc kubernetes.Interface, node strin
 	return err
 }
 
+// RerenderKubeAPIServerProxy is a rollout reaching node: the kubelet
+// replaces the static pod with the newly rendered one, so its mirror pod
+// is deleted and created again, in mode.
+func RerenderKubeAPIServerProxy(ctx context.Context, kc kubernetes.Interface, node string, mode Mode) error {
+	err := kc.CoreV1().Pods("kube-system").Delete(ctx, "kube-apiserver-proxy-"+node, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete kube-apiserver-proxy pod: %w", err)
+	}
+	return KubeAPIServerProxy(ctx, kc, node, mode)
+}
+
 // VirtLaunchers creates one virt-launcher pod per hosted node in the
 // control-plane namespace of the management cluster, with KubeVirt's labels
 // and the node's InternalIP as pod IP.

@@ -40,12 +40,7 @@ func Storm(source, namespace string, clusters, nodes int, start time.Time, opts 
 	for i := range clusters {
 		ref := event.ClusterRef{Namespace: namespace, Name: fmt.Sprintf("hc-%d", i)}
 		at := start.Add(time.Duration(i) * time.Millisecond)
-		hc := event.HostedClusterState{
-			Platform: "KubeVirt", InfraID: ref.Name + "-x7k2p", Version: "4.18.12",
-			Proxy:       event.ProxySpec{HTTPProxy: StormProxy, HTTPSProxy: StormProxy, NoProxy: SeedNoProxy, TrustedCA: "user-ca-bundle"},
-			NetworkType: "OVNKubernetes", ClusterNetwork: []string{"10.132.0.0/14"}, ServiceNetwork: []string{"172.31.0.0/16"},
-			ControlPlaneEndpoint: &event.Endpoint{Host: "192.168.126.50", Port: int32(30000 + i%2000)},
-		}
+		hc := StormHostedCluster(i)
 		if o.labels != nil {
 			hc.Labels = o.labels(i)
 		}
@@ -62,15 +57,51 @@ func Storm(source, namespace string, clusters, nodes int, start time.Time, opts 
 				return nil, err
 			}
 		}
-		pod := "service-ca-operator-6d5f7b9c4-x2x9z"
-		crash := event.PodCrashLoop{Namespace: "openshift-service-ca-operator", Pod: pod, Container: "service-ca-operator", RestartCount: 7,
+		crash := event.PodCrashLoop{Namespace: stormOperatorNS, Pod: stormOperatorPod, Container: "service-ca-operator", RestartCount: 7,
 			WaitingReason: "CrashLoopBackOff", LastTerminationMessage: SeedConnectivityMessage, ExitCode: 255, FinishedAt: at}
-		if err := add(ref, event.ObjectRef{Kind: "Pod", Namespace: crash.Namespace, Name: pod, UID: "uid-sca-" + ref.Name, Hosted: true}, crash,
-			"crashloop:service-ca-operator:7", at.Add(time.Millisecond)); err != nil {
+		if err := add(ref, stormOperatorRef(ref), crash, "crashloop:service-ca-operator:7", at.Add(time.Millisecond)); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// StormHostedCluster is the HostedClusterState of cluster i of a Storm:
+// KubeVirt behind StormProxy with the seed 000 noProxy.
+func StormHostedCluster(i int) event.HostedClusterState {
+	return event.HostedClusterState{
+		Platform: "KubeVirt", InfraID: fmt.Sprintf("hc-%d-x7k2p", i), Version: "4.18.12",
+		Proxy:       event.ProxySpec{HTTPProxy: StormProxy, HTTPSProxy: StormProxy, NoProxy: SeedNoProxy, TrustedCA: "user-ca-bundle"},
+		NetworkType: "OVNKubernetes", ClusterNetwork: []string{"10.132.0.0/14"}, ServiceNetwork: []string{"172.31.0.0/16"},
+		ControlPlaneEndpoint: &event.Endpoint{Host: "192.168.126.50", Port: int32(30000 + i%2000)},
+	}
+}
+
+// The service-ca-operator pod every Storm cluster has crashlooping.
+const (
+	stormOperatorNS  = "openshift-service-ca-operator"
+	stormOperatorPod = "service-ca-operator-6d5f7b9c4-x2x9z"
+)
+
+func stormOperatorRef(ref event.ClusterRef) event.ObjectRef {
+	return event.ObjectRef{Kind: "Pod", Namespace: stormOperatorNS, Name: stormOperatorPod, UID: "uid-sca-" + ref.Name, Hosted: true}
+}
+
+// StormOperatorRecovered is the service-ca-operator of a Storm cluster
+// running and ready again at at.
+func StormOperatorRecovered(source string, ref event.ClusterRef, at time.Time) (event.Event, error) {
+	return event.New(source, &ref, stormOperatorRef(ref),
+		event.PodCrashLoop{Namespace: stormOperatorNS, Pod: stormOperatorPod, Container: "service-ca-operator", Cleared: true}, "running", at)
+}
+
+// APIServerProxy is the kube-apiserver-proxy static pod of node n of a
+// Storm (or NodeFleet) cluster as the agent reports it: rendered with the
+// kubernetes-default-proxy container (tunnel) or plain haproxy (direct).
+func APIServerProxy(source string, ref event.ClusterRef, n int, mode event.ProxyMode, at time.Time) (event.Event, error) {
+	node := fmt.Sprintf("%s-np-%d", ref.Name, n)
+	pod := "kube-apiserver-proxy-" + node
+	return event.New(source, &ref, event.ObjectRef{Kind: "Pod", Namespace: "kube-system", Name: pod, UID: "uid-" + pod + "-" + string(mode), Hosted: true},
+		event.KubeAPIServerProxy{Pod: pod, Node: node, Mode: mode}, "rv:"+string(mode), at)
 }
 
 // StormOption changes the clusters of a Storm.

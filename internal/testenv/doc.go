@@ -7,7 +7,9 @@
 //     hosted clusters and are reached, like in HyperShift, through an admin
 //     kubeconfig Secret named by the HostedCluster's status.kubeconfig.name.
 //   - NATS: package natstest (embedded JetStream server; 3-node cluster).
-//   - Slack: package slackrec (Web API recorder on slacktest; signed requests).
+//   - Slack: package slackrec (Web API recorder on slacktest; signed requests;
+//     Block Kit limits enforced), package golden (Block Kit JSON of each
+//     message kind in testdata/golden, checked against the same limits).
 //
 // A test package opts in with a TestMain:
 //

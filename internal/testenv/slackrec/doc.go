@@ -13,8 +13,24 @@
 //		return len(r.Messages("C0INCIDENTS")) == 1
 //	})
 //
-// FailFor injects 429s, 5xx answers or hung requests for a period;
-// FailSequence chains such periods (429, then 5xx, then hangs, ...).
+// It also serves conversations.history, users.info (AddUser) and
+// usergroups.users.list (SetUserGroup); WithResponse stubs any other method.
+//
+// Every message posted, updated or sent to a response_url is checked
+// against Block Kit's documented limits (package bot/notify/blockkit): one
+// over them is answered invalid_blocks (a text over 40,000 characters
+// msg_too_long), as Slack answers it, and recorded (BlockViolations). Any
+// such message fails the test at its end unless the test called
+// ExpectInvalid: no test of a correct bot sends one.
+//
+// SetChannel makes a channel not found, one the bot is not a member of, or
+// archived, and RevokeToken revokes a token: the recorder then answers
+// channel_not_found, not_in_channel, is_archived or token_revoked on the
+// methods Slack would.
+//
+// FailFor injects 429s (with Retry-After), 5xx answers or hung requests for
+// a period, on every method served; FailSequence chains such periods (429,
+// then 5xx, then hangs, ...).
 // ResponseURL hands out response_url endpoints served by the same recorder.
 //
 // Socket Mode: apps.connections.open, called with an app-level token

@@ -63,6 +63,7 @@ type Call struct {
 	// Status is the HTTP status answered; 0 when the client went away first.
 	Status  int
 	Channel string
+	token   string // never shown: Calls are printed in failures
 }
 
 // Message is a message in the recorder's store.
@@ -105,7 +106,8 @@ func WithUpdateRate(perSecond float64, burst int) Option {
 }
 
 // WithResponse makes the recorder answer method with body encoded as JSON,
-// for the odd method (users.info, ...) a test needs beyond the built-in ones.
+// for the odd method a test needs beyond the built-in ones (it replaces a
+// built-in answer too).
 func WithResponse(method string, body any) Option {
 	return func(o *options) { o.responses[method] = body }
 }
@@ -132,6 +134,13 @@ type Recorder struct {
 
 	socketsOpened []string      // app-level tokens, by apps.connections.open
 	sockets       []*SocketConn // connected, in order
+
+	blockViolations []BlockViolation // kept across Reset
+	expectInvalid   bool
+	channels        map[string]ChannelState
+	revoked         map[string]bool // tokens; "" is all
+	users           map[string]User
+	groups          map[string][]string
 }
 
 // New starts a Recorder on loopback and stops it when tb ends.
@@ -143,7 +152,9 @@ func New(tb testing.TB, opts ...Option) *Recorder {
 			update:    limit{50.0 / 60, 10},
 			responses: map[string]any{},
 		},
-		done: make(chan struct{}),
+		done:   make(chan struct{}),
+		users:  map[string]User{},
+		groups: map[string][]string{},
 	}
 	for _, o := range opts {
 		o(&r.opts)
@@ -169,6 +180,7 @@ func New(tb testing.TB, opts ...Option) *Recorder {
 	tb.Cleanup(func() {
 		close(r.done)
 		r.srv.Stop()
+		r.checkLimits(tb)
 	})
 	return r
 }
@@ -241,8 +253,9 @@ func (r *Recorder) failing(now time.Time) (fault, bool) {
 	return fault{}, false
 }
 
-// Reset forgets calls, messages, counters, limits and failures. Timestamps
-// keep increasing across a reset.
+// Reset forgets calls, messages, counters, limits, failures, channel states
+// and revoked tokens; not block violations (BlockViolations), users and
+// user groups. Timestamps keep increasing across a reset.
 func (r *Recorder) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -257,6 +270,8 @@ func (r *Recorder) clear() {
 	r.limited, r.violations = 0, 0
 	r.faults = nil
 	r.urlUses = map[string]int{}
+	r.channels = map[string]ChannelState{}
+	r.revoked = map[string]bool{}
 }
 
 // Calls returns every call recorded so far, in the order they were answered.
@@ -455,6 +470,7 @@ func readCall(req *http.Request) Call {
 		c.Form = req.Form
 	}
 	c.Channel = c.Form.Get("channel")
+	c.token = tokenOf(req, c.Form)
 	if rest, found := strings.CutPrefix(c.Method, "response/"); found {
 		c.Method = MethodResponseURL
 		ch, _, _ := strings.Cut(rest, "/")
@@ -507,6 +523,9 @@ func (r *Recorder) decide(c *Call, path string, now time.Time) reply {
 			return fail(http.StatusServiceUnavailable, "service_unavailable")
 		}
 	}
+	if rep, refused := r.refuse(c); refused {
+		return rep
+	}
 	if key != "" && lim.rate > 0 {
 		b := r.buckets[key]
 		if b == nil {
@@ -534,11 +553,15 @@ func (r *Recorder) decide(c *Call, path string, now time.Time) reply {
 		return r.replies(c)
 	case "conversations.history":
 		return r.history(c)
+	case "users.info":
+		return r.userInfo(c)
+	case "usergroups.users.list":
+		return r.groupMembers(c)
 	case "auth.test":
 		return ok(map[string]any{"url": "https://" + TeamDomain + ".slack.com/", "team": TeamDomain,
 			"user": "hcpbot", "team_id": TeamID, "user_id": BotUserID, "bot_id": BotID})
 	case MethodResponseURL:
-		return r.respond(path)
+		return r.respond(c, path)
 	}
 	return fail(http.StatusOK, "unknown_method")
 }
@@ -562,14 +585,13 @@ func (r *Recorder) rateLimited(wait time.Duration) reply {
 	return rep
 }
 
-// readBlocks returns a chat.* call's blocks and whether they parse, as Slack
-// checks.
-func readBlocks(c *Call) (json.RawMessage, bool) {
+// readBlocks returns a chat.* call's blocks; validate checks them.
+func readBlocks(c *Call) json.RawMessage {
 	s := c.Form.Get("blocks")
 	if s == "" {
-		return nil, true
+		return nil
 	}
-	return json.RawMessage(s), json.Valid([]byte(s))
+	return json.RawMessage(s)
 }
 
 func (r *Recorder) post(c *Call, ephemeral bool, now time.Time) reply {
@@ -577,12 +599,12 @@ func (r *Recorder) post(c *Call, ephemeral bool, now time.Time) reply {
 		return fail(http.StatusOK, "channel_not_found")
 	}
 	text := c.Form.Get("text")
-	blocks, valid := readBlocks(c)
-	switch {
-	case !valid:
-		return fail(http.StatusOK, "invalid_blocks")
-	case text == "" && blocks == nil && c.Form.Get("attachments") == "":
+	blocks := readBlocks(c)
+	if text == "" && blocks == nil && c.Form.Get("attachments") == "" {
 		return fail(http.StatusOK, "no_text")
+	}
+	if rep, valid := r.validate(c, text, blocks); !valid {
+		return rep
 	}
 	r.lastTS = max(r.lastTS+1, now.UnixMicro())
 	m := &Message{
@@ -608,9 +630,9 @@ func (r *Recorder) update(c *Call) reply {
 	if m == nil || m.Ephemeral {
 		return fail(http.StatusOK, "message_not_found")
 	}
-	blocks, valid := readBlocks(c)
-	if !valid {
-		return fail(http.StatusOK, "invalid_blocks")
+	blocks := readBlocks(c)
+	if rep, valid := r.validate(c, c.Form.Get("text"), blocks); !valid {
+		return rep
 	}
 	// Slack keeps what an update leaves out; "[]" clears the blocks.
 	if c.Form.Has("text") {
@@ -672,10 +694,16 @@ func (r *Recorder) history(c *Call) reply {
 
 // respond serves a response_url, which Slack stops accepting after a few
 // posts. The error code for a used-up URL is a guess.
-func (r *Recorder) respond(path string) reply {
+func (r *Recorder) respond(c *Call, path string) reply {
 	r.urlUses[path]++
 	if r.urlUses[path] > responseURLUses {
 		return fail(http.StatusNotFound, "used_url")
+	}
+	text, blocks := responseBody(c)
+	if rep, valid := r.validate(c, text, blocks); !valid {
+		// Like an incoming webhook, a response_url says so in its status.
+		rep.status = http.StatusBadRequest
+		return rep
 	}
 	return ok(map[string]any{})
 }

@@ -89,6 +89,7 @@ func TestPostMessageValidates(t *testing.T) {
 
 func TestRawBodies(t *testing.T) {
 	rec := slackrec.New(t)
+	rec.ExpectInvalid() // the broken blocks at the end
 	do := func(contentType, body string) map[string]any {
 		t.Helper()
 		resp, err := http.Post(rec.APIURL()+"chat.postMessage", contentType, strings.NewReader(body))
@@ -118,6 +119,9 @@ func TestRawBodies(t *testing.T) {
 
 	if got := do("application/x-www-form-urlencoded", "channel=C0FORM&blocks=%5B%7B"); got["error"] != "invalid_blocks" {
 		t.Errorf("broken blocks answered %v", got)
+	}
+	if v := rec.BlockViolations(); len(v) != 1 || v[0].Channel != "C0FORM" {
+		t.Errorf("BlockViolations = %v", v)
 	}
 }
 

@@ -1,0 +1,133 @@
+package command_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/internal/scenario"
+)
+
+func serviceVersions(t *testing.T, kc kubernetes.Interface) map[string]string {
+	t.Helper()
+	v, err := scenario.ServiceVersions(context.Background(), kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Seed 004 end to end, as the runbook does it: petclinic's hosted Service
+// already is of type NodePort on 30001–30003. From Slack, `/hcp expose`
+// proposes, a second approver approves, and the agent creates one
+// management Service forwarding exactly 30001–30003 (port = targetPort =
+// nodePort, selecting the VMs by cluster.x-k8s.io/cluster-name=<infraID>)
+// and nothing in the hosted cluster; the approved rollback deletes that
+// Service only. With 30002 then held by another management Service, the
+// approval is answered with the collision and the nearest free port, and
+// no object is created or changed on either side.
+func TestExposeSeed004Live(t *testing.T) {
+	e := newLiveEnv(t)
+	ctx := context.Background()
+	cpNS := hypershift.ControlPlaneNamespace(e.ns, "kv")
+	runbookPorts := scenario.Seed004NodePorts
+	if err := scenario.SetNodePorts(ctx, e.hosted.Kube, appNS, "petclinic", runbookPorts); err != nil {
+		t.Fatal(err)
+	}
+	hostedBefore := serviceVersions(t, e.hosted.Kube)
+
+	reply := e.slack.command("expose "+e.cluster+" "+appNS+"/petclinic", requester, hasID)
+	id := actionID.FindString(reply)
+	if id == "" || !strings.Contains(reply, "hcpbot-np-"+id) || !strings.Contains(reply, "is not of type NodePort already") {
+		t.Fatalf("expose proposal: %q", reply)
+	}
+	call := e.slack.press(approver1, chatops.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
+	txt := call.Form.Get("text")
+	if !strings.Contains(txt, "and applied") || !strings.Contains(txt, "nothing created in the hosted cluster") {
+		t.Fatalf("approval answered %q", txt)
+	}
+	msvc, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, actions.ManagementServiceName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{hypershift.LabelClusterName: e.c.InfraID, hypershift.LabelKubeVirt: hypershift.VirtLauncher}; !maps.Equal(msvc.Spec.Selector, want) || msvc.Spec.Type != corev1.ServiceTypeNodePort {
+		t.Errorf("management Service %s selector %v", msvc.Spec.Type, msvc.Spec.Selector)
+	}
+	var forwarded []int32
+	for _, mp := range msvc.Spec.Ports {
+		if mp.Port != mp.NodePort || mp.TargetPort != intstr.FromInt32(mp.NodePort) {
+			t.Errorf("management port %+v: want port = targetPort = nodePort", mp)
+		}
+		forwarded = append(forwarded, mp.NodePort)
+	}
+	if !slices.Equal(forwarded, runbookPorts) {
+		t.Errorf("management Service forwards %v, want exactly %v", forwarded, runbookPorts)
+	}
+	if got := serviceVersions(t, e.hosted.Kube); !maps.Equal(got, hostedBefore) {
+		t.Errorf("hosted Services changed:\n got %v\nwant %v", got, hostedBefore)
+	}
+
+	// The rollback, approved by another approver, deletes that one Service.
+	reply = e.slack.command("rollback "+id, requester, func(s string) bool { return rollbackIDs.MatchString(s) || strings.Contains(s, id) })
+	rb := rollbackIDs.FindString(reply)
+	if rb == "" {
+		t.Fatalf("rollback proposal: %q", reply)
+	}
+	if r := e.slack.command("approve "+rb, approver2, func(s string) bool { return strings.Contains(s, rb) }); !strings.Contains(r, "rolled-back") {
+		t.Fatalf("rollback approval: %q", r)
+	}
+	if _, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, msvc.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("management Service after rollback: %v", err)
+	}
+	if got := serviceVersions(t, e.hosted.Kube); !maps.Equal(got, hostedBefore) {
+		t.Errorf("hosted Services after rollback:\n got %v\nwant %v", got, hostedBefore)
+	}
+
+	// 30002 taken in the management cluster: refused before any write.
+	holder := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cpNS, Name: "holds-30002"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "other"},
+			Ports: []corev1.ServicePort{{Port: 80, NodePort: 30002}}},
+	}
+	if _, err := env.Kube.CoreV1().Services(cpNS).Create(ctx, holder, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Kube.CoreV1().Services(cpNS).Delete(context.Background(), holder.Name, metav1.DeleteOptions{})
+	})
+	mgmtBefore := serviceVersions(t, env.Kube)
+	reply = e.slack.command("expose "+e.cluster+" "+appNS+"/petclinic", requester, hasID)
+	id = actionID.FindString(reply)
+	call = e.slack.press(approver1, chatops.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
+	txt = call.Form.Get("text")
+	t.Logf("collision reply: %s", txt)
+	for _, want := range []string{
+		"was not applied", "30002 is already allocated in the management cluster (Service " + cpNS + "/holds-30002)",
+		"nearest free node ports (range 30000-32767): 30004", "give it free ones there (nearest: 30004)",
+	} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("collision reply lacks %q", want)
+		}
+	}
+	if got := serviceVersions(t, env.Kube); !maps.Equal(got, mgmtBefore) {
+		t.Errorf("management Services changed:\n got %v\nwant %v", got, mgmtBefore)
+	}
+	if got := serviceVersions(t, e.hosted.Kube); !maps.Equal(got, hostedBefore) {
+		t.Errorf("hosted Services changed:\n got %v\nwant %v", got, hostedBefore)
+	}
+	if p, _ := e.store.Get(ctx, id); p.State != approval.StateFailed {
+		t.Errorf("refused exposure is %s, want failed", p.State)
+	}
+}
