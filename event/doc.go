@@ -39,7 +39,7 @@
 //
 // Each type is one lower-case word and has one payload struct:
 //
-//	hostedcluster   HostedClusterState  platform, infraID, version, proxy, networks, API endpoints, conditions
+//	hostedcluster   HostedClusterState  platform, infraID, version, proxy, trusted CA summary, networks, API endpoints, conditions
 //	proxychange     ProxyChange         old and new proxy spec of a HostedCluster or Proxy/cluster, noProxy diff
 //	nodepool        NodePoolState       replicas and conditions
 //	node            NodeReadiness       Ready condition, providerID, internal IP of a hosted node

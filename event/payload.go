@@ -149,10 +149,32 @@ type HostedClusterState struct {
 	APIServer *Endpoint `json:"apiServer,omitempty"`
 	// ControlPlaneEndpoint is status.controlPlaneEndpoint, the external API
 	// address the workers dial.
-	ControlPlaneEndpoint *Endpoint   `json:"controlPlaneEndpoint,omitempty"`
-	KubeconfigSecret     string      `json:"kubeconfigSecret,omitempty"` // status.kubeconfig.name
-	Conditions           []Condition `json:"conditions,omitempty"`
-	Deleted              bool        `json:"deleted,omitempty"`
+	ControlPlaneEndpoint *Endpoint `json:"controlPlaneEndpoint,omitempty"`
+	KubeconfigSecret     string    `json:"kubeconfigSecret,omitempty"` // status.kubeconfig.name
+	// TrustedCA summarises the ConfigMap named by Proxy.TrustedCA; nil when
+	// the proxy names none. Never the certificates themselves.
+	TrustedCA  *CABundle   `json:"trustedCABundle,omitempty"`
+	Conditions []Condition `json:"conditions,omitempty"`
+	Deleted    bool        `json:"deleted,omitempty"`
+}
+
+// CABundle is what the agent read from a proxy's trusted CA ConfigMap (key
+// ca-bundle.crt in the HostedCluster's namespace): whether it is there,
+// how many certificates it holds and when the first of them expires. The
+// PEM itself never leaves the agent. Expiry is judged by the reader
+// against its own clock, so the fact does not change as time passes.
+type CABundle struct {
+	ConfigMap string `json:"configMap"`
+	Found     bool   `json:"found"` // the ConfigMap exists
+	// Problem is why the bundle is unusable although the ConfigMap exists:
+	// the key is missing, empty, or holds no parsable certificate. "" when
+	// at least one certificate parsed.
+	Problem      string `json:"problem,omitempty"`
+	Certificates int    `json:"certificates,omitempty"` // parsed PEM certificates
+	// NotAfter and Subject are those of the certificate that expires
+	// first; zero when none parsed.
+	NotAfter time.Time `json:"notAfter,omitzero"`
+	Subject  string    `json:"subject,omitempty"` // its subject common name (else the full subject)
 }
 
 // EventType implements Payload.
@@ -161,6 +183,12 @@ func (HostedClusterState) EventType() Type { return TypeHostedCluster }
 func (p HostedClusterState) sanitized() Payload {
 	p.Proxy = p.Proxy.redacted()
 	p.Conditions = sanitizeConditions(p.Conditions)
+	if p.TrustedCA != nil {
+		b := *p.TrustedCA
+		b.Problem = boundHead(redactText(b.Problem))
+		b.Subject = boundHead(redactText(b.Subject))
+		p.TrustedCA = &b
+	}
 	return p
 }
 
