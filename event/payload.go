@@ -151,6 +151,13 @@ type HostedClusterState struct {
 	// address the workers dial.
 	ControlPlaneEndpoint *Endpoint `json:"controlPlaneEndpoint,omitempty"`
 	KubeconfigSecret     string    `json:"kubeconfigSecret,omitempty"` // status.kubeconfig.name
+	// IgnitionEndpoint is status.ignitionEndpoint (host, or host:port),
+	// where new workers fetch their ignition; KonnectivityEndpoint is the
+	// published konnectivity server (spec.services: the Route hostname or
+	// the NodePort address and port). "" when unknown. A noProxy that does
+	// not bypass them sends ignition or konnectivity through the proxy.
+	IgnitionEndpoint     string `json:"ignitionEndpoint,omitempty"`
+	KonnectivityEndpoint string `json:"konnectivityEndpoint,omitempty"`
 	// TrustedCA summarises the ConfigMap named by Proxy.TrustedCA; nil when
 	// the proxy names none. Never the certificates themselves.
 	TrustedCA  *CABundle   `json:"trustedCABundle,omitempty"`
