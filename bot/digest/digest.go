@@ -226,8 +226,11 @@ func Build(now time.Time, in Input) Digest {
 			clients = noproxy.DefaultClients()
 		}
 		// LintClients adds the entries some of the families ignore (a CIDR
-		// protects nothing for urllib, wget or node).
-		for _, f := range append(noproxy.Lint(cp), noproxy.LintClients(cp, clients)...) {
+		// protects nothing for urllib, wget or node); Warnings what will
+		// break before it does (an expiring proxy CA, ignition or
+		// konnectivity sent through the proxy).
+		findings := append(noproxy.Lint(cp), noproxy.LintClients(cp, clients)...)
+		for _, f := range append(findings, diagnose.Warnings(c.HostedCluster, now)...) {
 			id := FindingID(c.Key, f)
 			seen[id] = true
 			isNew := !d.First && !prev[id]
