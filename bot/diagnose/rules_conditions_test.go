@@ -462,6 +462,9 @@ func TestSeed000AllSymptomsOneDiagnosis(t *testing.T) {
 	if d.Fix == nil || !slices.Equal(d.Fix.Add, []string{"kubernetes", serviceCIDR, clusterCIDR, ignitionHost}) {
 		t.Errorf("fix = %+v", d.Fix)
 	}
+	if !strings.Contains(d.Summary, "so its workers tunnel API traffic and fetch ignition through the HTTPS proxy") {
+		t.Errorf("summary %q", d.Summary)
+	}
 	if d.Confidence.Level != ConfidenceHigh || d.Severity != SeverityCritical {
 		t.Errorf("confidence %+v, severity %s", d.Confidence, d.Severity)
 	}
@@ -564,5 +567,49 @@ func TestRuleDocs(t *testing.T) {
 	}
 	if RuleInfo(RuleIgnitionUnreachable) != "NodePool ReachedIgnitionEndpoint=False or HostedCluster IgnitionEndpointAvailable=False" {
 		t.Errorf("ignition-unreachable info %q", RuleInfo(RuleIgnitionUnreachable))
+	}
+}
+
+// TestApplyKeepsIssue18Fields: a HostedCluster fact that changes only the
+// ignition or konnectivity endpoint or the trusted CA summary is a
+// change, kept (times normalised), not shared with the caller, and counted
+// in ApproxBytes.
+func TestApplyKeepsIssue18Fields(t *testing.T) {
+	base := withConds(bypassing())
+	c := build(t, hcFact(t, base, at(5)))
+	before := c.ApproxBytes()
+	var last fact
+	for i, mod := range []func(*event.HostedClusterState){
+		func(s *event.HostedClusterState) { s.IgnitionEndpoint = "ignition.other.example:443" },
+		func(s *event.HostedClusterState) { s.KonnectivityEndpoint = "192.168.126.51:31000" },
+		func(s *event.HostedClusterState) {
+			s.TrustedCA = &event.CABundle{ConfigMap: "user-ca-bundle", Found: true, Certificates: 1, NotAfter: at(90).In(time.FixedZone("x", 3600)), Subject: "Corp Proxy CA"}
+		},
+	} {
+		s := base
+		mod(&s)
+		last = hcFact(t, s, at(10+i))
+		if !c.Apply(last.e, last.p) {
+			t.Fatalf("change %d not reported", i)
+		}
+		base = s
+	}
+	hc, _ := c.HostedCluster()
+	if hc.IgnitionEndpoint != "ignition.other.example:443" || hc.KonnectivityEndpoint != "192.168.126.51:31000" ||
+		hc.TrustedCA == nil || hc.TrustedCA.Subject != "Corp Proxy CA" || hc.TrustedCA.NotAfter.Location() != time.UTC || !hc.TrustedCA.NotAfter.Equal(at(90)) {
+		t.Fatalf("state %+v, CA %+v", hc, hc.TrustedCA)
+	}
+	last.p.(event.HostedClusterState).TrustedCA.Subject = "changed by the caller"
+	if hc, _ := c.HostedCluster(); hc.TrustedCA.Subject != "Corp Proxy CA" {
+		t.Error("the CA summary is shared with the caller's payload")
+	}
+	if c.ApproxBytes() <= before {
+		t.Errorf("ApproxBytes %d, was %d", c.ApproxBytes(), before)
+	}
+	f := hcFact(t, base, at(20))
+	f2 := hcFact(t, base, at(21))
+	c.Apply(f.e, f.p)
+	if c.Apply(f2.e, f2.p) {
+		t.Error("the same state again is a change")
 	}
 }

@@ -228,8 +228,12 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		if len(d.Fix.Add) == 1 {
 			them = "it"
 		}
-		d.Summary = fmt.Sprintf("The noProxy of %s lacks %s, so its workers tunnel API traffic through the HTTPS proxy. Fix: add %s to spec.configuration.proxy.noProxy.",
-			c.key.Cluster, strings.Join(d.Fix.Add, ", "), them)
+		what := "tunnel API traffic"
+		if s.ignitionHost != "" {
+			what = "tunnel API traffic and fetch ignition"
+		}
+		d.Summary = fmt.Sprintf("The noProxy of %s lacks %s, so its workers %s through the HTTPS proxy. Fix: add %s to spec.configuration.proxy.noProxy.",
+			c.key.Cluster, strings.Join(d.Fix.Add, ", "), what, them)
 	} else {
 		d.Summary = fmt.Sprintf("The noProxy of %s does not make HyperShift bypass the HTTPS proxy for the API server, so its workers tunnel API traffic through the proxy.", c.key.Cluster)
 	}
