@@ -116,10 +116,13 @@ func (c *Cluster) allNodesDown() bool {
 	return n.Total > 0 && c.problemNodes() == n.Total
 }
 
-// noWorkers reports DataPlaneConnectionAvailable=False with reason
-// NoWorkerNodesAvailable while every node is down: the rule that
-// explains the nodes explains it too.
-func noWorkers(cd event.Condition) bool { return cd.Reason == reasonNoWorkerNodes }
+// noWorkersLeft reports, for DataPlaneConnectionAvailable=False, that
+// its reason is NoWorkerNodesAvailable and every node is down: the rule
+// that explains the nodes explains it too. The reason is checked first,
+// as counting the nodes is the dearer part.
+func (c *Cluster) noWorkersLeft(cd event.Condition) bool {
+	return cd.Reason == reasonNoWorkerNodes && c.allNodesDown()
+}
 
 // endpointURL turns an endpoint as HyperShift publishes it (host, or
 // host:port) into the URL a client fetches, and its host.

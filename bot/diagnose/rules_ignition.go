@@ -156,8 +156,7 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 	if reason != "" {
 		where += " (" + reason + ")"
 	}
-	d.Title = fmt.Sprintf("Workers of %s do not reach the ignition endpoint %s", c.label(), firstNonEmpty(hc.IgnitionEndpoint, ""))
-	d.Title = strings.TrimSpace(d.Title)
+	d.Title = strings.TrimSpace("Workers of " + c.label() + " do not reach the ignition endpoint " + hc.IgnitionEndpoint)
 	ns := c.controlPlaneNamespace()
 	if proxied {
 		d.Title = fmt.Sprintf("Workers of %s fetch ignition from %s through the HTTPS proxy", c.label(), host)
@@ -173,9 +172,9 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 			d.Confidence.Why = "the NodePool and the HostedCluster both report it; " + d.Confidence.Why
 		}
 	}
-	for _, e := range f.pools {
+	if len(f.pools) > 0 {
+		e := f.pools[0]
 		d.NextSteps = append(d.NextSteps, fmt.Sprintf("oc get nodepool -n %s %s -o jsonpath='{.status.conditions[?(@.type==\"%s\")]}' (management cluster)", e.rec.namespace, e.rec.name, condReachedIgnition))
-		break
 	}
 	d.NextSteps = append(d.NextSteps,
 		fmt.Sprintf("oc get pods -n %s -l app=ignition-server -o wide (management cluster): ignition server running?", ns),

@@ -103,8 +103,8 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 			}
 		}
 		d := Diagnosis{Symptoms: keys}
-		if len(keys) > 0 && c.allNodesDown() {
-			c.explainCond(&d, condDataPlaneConnection, x, noWorkers)
+		if len(keys) > 0 {
+			c.explainCond(&d, condDataPlaneConnection, x, c.noWorkersLeft)
 		}
 		return d, len(keys) > 0
 	}
@@ -138,7 +138,7 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	}
 	// With every node down, konnectivity has no worker to run on: that
 	// condition is this diagnosis's, not a konnectivity-down of its own.
-	noKonnectivity := c.allNodesDown() && c.explainCond(&d, condDataPlaneConnection, x, noWorkers)
+	noKonnectivity := c.explainCond(&d, condDataPlaneConnection, x, c.noWorkersLeft)
 	var stale []*entry[apiProxyRec]
 	for _, e := range c.apiProxies.live() {
 		if e.rec.mode == event.ProxyModeTunnel {

@@ -34,7 +34,7 @@ func (c *Cluster) downstream(s *tunnelSymptoms, hc event.HostedClusterState, spe
 	if cd, ok := c.hcFalseUnexplained(condControlPlaneConnection, x); ok {
 		s.cpConn = &cd
 	}
-	if cd, ok := c.hcFalseUnexplained(condDataPlaneConnection, x); ok && noWorkers(cd) && len(s.nodes) > 0 && c.allNodesDown() {
+	if cd, ok := c.hcFalseUnexplained(condDataPlaneConnection, x); ok && len(s.nodes) > 0 && c.noWorkersLeft(cd) {
 		s.dataPlane = &cd
 	}
 	if f := c.ignitionFailures(x, sorted); f.any() {
