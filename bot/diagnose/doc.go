@@ -53,10 +53,13 @@
 //	 1  proxy-tunnel               NotReady / not joining nodes, the operator's
 //	                               apiserver-connectivity crash (operator-crashloop),
 //	                               cond/ControlPlaneConnectionAvailable
-//	                               (control-plane-unreachable), ignition failures
-//	                               when ignition goes through the proxy too
-//	                               (ignition-unreachable; its fix then adds the
-//	                               ignition host), cond/DataPlaneConnectionAvailable
+//	                               (control-plane-unreachable), NodePools whose
+//	                               machines did not reach ignition
+//	                               (ignitionNotReached) when ignition goes through
+//	                               the proxy too (ignition-unreachable; its fix
+//	                               then adds the ignition host; the ignition
+//	                               server's own failures stay with
+//	                               ignition-unreachable), cond/DataPlaneConnectionAvailable
 //	                               with NoWorkerNodesAvailable when every node is
 //	                               down (konnectivity-down), the proxy spec
 //	                               (risky-proxy-change)

@@ -186,6 +186,19 @@ func TestIgnitionUnreachable(t *testing.T) {
 			t.Errorf("proxy-tunnel:\n%s", render([]Diagnosis{d}))
 		}
 	})
+	t.Run("a failure of the ignition server is not the proxy's", func(t *testing.T) {
+		// The endpoint goes through the proxy, but the NodePool's reason
+		// and the HostedCluster's condition are about the server.
+		hc := withConds(seedHC(tunnelNoProxy), cond(condIgnitionEndpointAvailable, event.ConditionFalse, "IgnitionServerDeploymentNotFound", "", at(8)))
+		c := build(t, append([]fact{hcFact(t, hc, at(5)),
+			poolConds(t, "np2", at(12), notReached("IgnitionCACertMissing", "ignition CA secret not found"))}, seedSymptoms(t)...)...)
+		p := want(t, c, at(60), RuleProxyTunnel, true)
+		d := want(t, c, at(60), RuleIgnitionUnreachable, true)
+		if d.Fix != nil || strings.Contains(d.RootCause, "through the HTTPS proxy") || slices.ContainsFunc(p.Symptoms, func(s string) bool { return strings.Contains(s, "Ignition") }) ||
+			!slices.Equal(d.Symptoms, []string{"cond/IgnitionEndpointAvailable", "cond/nodepool/clusters/np2/ReachedIgnitionEndpoint"}) {
+			t.Errorf("diagnoses:\n%s", render([]Diagnosis{p, d}))
+		}
+	})
 	t.Run("not explained by proxy-tunnel when ignition bypasses the proxy", func(t *testing.T) {
 		c := build(t, append([]fact{hcFact(t, withConds(seedHC(".corp.example,.lab.example")), at(5)),
 			poolConds(t, "np2", at(12), notReached("ignitionNotReached", ""))}, seedSymptoms(t)...)...)

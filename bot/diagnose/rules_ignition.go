@@ -33,6 +33,25 @@ func (c *Cluster) ignitionFailures(x Explained, sorted bool) ignitionFailures {
 
 func (f ignitionFailures) any() bool { return len(f.pools) > 0 || f.hc != nil }
 
+// notReached keeps the NodePools whose machines did not reach the
+// endpoint (reason ignitionNotReached, or none): the failures a proxy on
+// the path can cause. The other reasons (IgnitionEndpointMissing,
+// IgnitionCACertMissing, NotFound, FailedToGet) and the HostedCluster's
+// IgnitionEndpointAvailable are about the ignition server itself.
+func (f ignitionFailures) notReached() ignitionFailures {
+	var out ignitionFailures
+	for _, e := range f.pools {
+		if cd, _ := e.rec.cond(condReachedIgnition); cd.Reason == reasonIgnitionNotReached || cd.Reason == "" {
+			out.pools = append(out.pools, e)
+		}
+	}
+	return out
+}
+
+// reasonIgnitionNotReached is HyperShift's reason for machines that have
+// not fetched their ignition.
+const reasonIgnitionNotReached = "ignitionNotReached"
+
 // keys are the failures' symptom keys.
 func (f ignitionFailures) keys(c *Cluster) []string {
 	var out []string
@@ -128,6 +147,8 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 	}
 	spec, _ := c.effectiveProxy()
 	host, proxied := c.ignitionThroughProxy(hc, spec)
+	reached := f.notReached()
+	proxied = proxied && reached.any()
 	endpoint := firstNonEmpty(hc.IgnitionEndpoint, "the ignition endpoint")
 	d.Evidence = f.evidence(c)
 	if len(nodes) > 0 {
@@ -145,11 +166,15 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 		reason = f.hc.Reason
 	}
 	if len(f.pools) > 0 {
-		first, _ := f.pools[0].rec.cond(condReachedIgnition)
+		pools := f.pools
+		if proxied {
+			pools = reached.pools // the failures the proxy explains come first
+		}
+		first, _ := pools[0].rec.cond(condReachedIgnition)
 		reason = first.Reason
-		where = "NodePool " + f.pools[0].rec.name
-		if len(f.pools) > 1 {
-			where = fmt.Sprintf("%d NodePools (%s, …)", len(f.pools), f.pools[0].rec.name)
+		where = "NodePool " + pools[0].rec.name
+		if len(pools) > 1 {
+			where = fmt.Sprintf("%d NodePools (%s, …)", len(pools), pools[0].rec.name)
 		}
 		where += " of " + c.key.Cluster.String() + " reports ReachedIgnitionEndpoint=False"
 	}

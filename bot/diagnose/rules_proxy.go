@@ -37,7 +37,7 @@ func (c *Cluster) downstream(s *tunnelSymptoms, hc event.HostedClusterState, spe
 	if cd, ok := c.hcFalseUnexplained(condDataPlaneConnection, x); ok && len(s.nodes) > 0 && c.noWorkersLeft(cd) {
 		s.dataPlane = &cd
 	}
-	if f := c.ignitionFailures(x, sorted); f.any() {
+	if f := c.ignitionFailures(x, sorted).notReached(); f.any() {
 		if host, ok := c.ignitionThroughProxy(hc, spec); ok {
 			s.ignition, s.ignitionHost = f, host
 		}
