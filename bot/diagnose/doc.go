@@ -83,7 +83,7 @@
 //	12  operator-crashloop         the crashlooping pods
 //	13  management-proxy-lint      proxy/cluster
 //
-// TestInhibitionTable holds a case per row. [RuleSet.Explain] tells, per
+// TestInhibitionTable holds a case for each rule named in parentheses. [RuleSet.Explain] tells, per
 // rule, whether it fired, was explained by an earlier rule (the rule runs
 // again on its own and its symptoms are looked up), or saw nothing, with
 // [RuleInfo] saying what it looks for.

@@ -540,6 +540,7 @@ func TestInhibitionTable(t *testing.T) {
 		{RuleProxyTunnel, RuleIgnitionUnreachable, []fact{hcFact(t, withConds(seedHC(tunnelNoProxy)), at(16)), poolConds(t, "np1", at(16), notReached("ignitionNotReached", ""))}},
 		{RuleProxyTunnel, RuleNodesNotReady, append([]fact{hcFact(t, withConds(seedHC(tunnelNoProxy)), at(16))}, down...)},
 		{RuleProxyTunnel, RuleOperatorCrashLoop, []fact{hcFact(t, withConds(seedHC(tunnelNoProxy)), at(16)), seedCrash(t, at(25))}},
+		{RuleProxyTunnel, RuleRiskyProxyChange, append([]fact{hcFact(t, withConds(seedHC(seedNoProxy)), at(2)), changeFact(t, proxySpec(seedNoProxy), proxySpec(tunnelNoProxy), at(5))}, down...)},
 		{RuleProxyTunnel, RuleKonnectivityDown, append([]fact{hcFact(t, withConds(seedHC(tunnelNoProxy), noWorkers), at(16))}, down...)},
 		{RuleEtcdUnavailable, RuleControlPlaneUnreachable, []fact{hcFact(t, withConds(bypassing(), etcd, cp), at(16))}},
 		{RuleEtcdUnavailable, RuleKonnectivityDown, []fact{hcFact(t, withConds(bypassing(), etcd, dp), at(16))}},
