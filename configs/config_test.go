@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/nats-io/nkeys"
 )
 
@@ -560,5 +561,16 @@ func TestFields(t *testing.T) {
 	}
 	if len(fields) < 50 {
 		t.Errorf("%d fields: %v", len(fields), fields)
+	}
+}
+
+// TestRouteKindsAreTheRules: every built-in rule's ID, the issue 18 ones
+// included, is an incident kind a route may match.
+func TestRouteKindsAreTheRules(t *testing.T) {
+	for _, r := range diagnose.DefaultRules() {
+		src := botBase + "  routes:\n    - match: {kind: " + r.ID + "}\n      channel: C0123456789\n"
+		if _, err := Parse([]byte(src), "routes.yaml"); err != nil {
+			t.Errorf("match.kind %s refused: %v", r.ID, err)
+		}
 	}
 }

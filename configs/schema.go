@@ -1118,6 +1118,7 @@ var kindOfEventType = map[string]string{
 	string(event.TypeProxyChange):    diagnose.RuleRiskyProxyChange,
 	string(event.TypeAPIServerProxy): diagnose.RuleProxyTunnel,
 	string(event.TypeOCPProxy):       diagnose.RuleManagementProxyLint,
+	string(event.TypeVirtLauncher):   diagnose.RuleKubeVirtVMs,
 }
 
 // parseNodePortRange reads "MIN-MAX" as kube-apiserver's

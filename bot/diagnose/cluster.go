@@ -209,7 +209,26 @@ func sameHC(a, b event.HostedClusterState) bool {
 		slices.Equal(a.ClusterNetwork, b.ClusterNetwork) && slices.Equal(a.ServiceNetwork, b.ServiceNetwork) &&
 		slices.Equal(a.MachineNetwork, b.MachineNetwork) && sameEndpoint(a.APIServer, b.APIServer) &&
 		sameEndpoint(a.ControlPlaneEndpoint, b.ControlPlaneEndpoint) && a.KubeconfigSecret == b.KubeconfigSecret &&
-		slices.Equal(a.Conditions, b.Conditions) && a.Deleted == b.Deleted
+		slices.Equal(a.Conditions, b.Conditions) && a.Deleted == b.Deleted &&
+		a.IgnitionEndpoint == b.IgnitionEndpoint && a.KonnectivityEndpoint == b.KonnectivityEndpoint &&
+		sameCA(a.TrustedCA, b.TrustedCA)
+}
+
+func sameCA(a, b *event.CABundle) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// cloneCA copies the CA summary with a normalised NotAfter.
+func cloneCA(b *event.CABundle) *event.CABundle {
+	if b == nil {
+		return nil
+	}
+	c := *b
+	c.NotAfter = norm(c.NotAfter)
+	return &c
 }
 
 func sameEndpoint(a, b *event.Endpoint) bool {
@@ -324,6 +343,7 @@ func (c *Cluster) applyHostedCluster(st stamp, ref objRef, p event.HostedCluster
 	p.APIServer = cloneEndpoint(p.APIServer)
 	p.ControlPlaneEndpoint = cloneEndpoint(p.ControlPlaneEndpoint)
 	p.Conditions = normConds(p.Conditions)
+	p.TrustedCA = cloneCA(p.TrustedCA)
 	h := &c.hc
 	if h.present && !st.after(h.st) {
 		if sameSpec(h.p.Proxy, p.Proxy) && st.obs.Before(h.proxySince) {

@@ -165,6 +165,12 @@ func (rs RuleSet) Diagnose(c *Cluster, now time.Time) []Diagnosis { return rs.ru
 func (rs RuleSet) Brief(c *Cluster, now time.Time) []Diagnosis { return rs.run(c, now, true) }
 
 func (rs RuleSet) run(c *Cluster, now time.Time, brief bool) []Diagnosis {
+	out, _ := rs.runExplained(c, now, brief)
+	return out
+}
+
+// runExplained is run, returning which rule explained which symptom too.
+func (rs RuleSet) runExplained(c *Cluster, now time.Time, brief bool) ([]Diagnosis, Explained) {
 	var out []Diagnosis
 	x := Explained{by: make(map[string]string, 16), brief: brief}
 	for _, r := range rs {
@@ -183,8 +189,76 @@ func (rs RuleSet) run(c *Cluster, now time.Time, brief bool) []Diagnosis {
 		}
 		out = append(out, d)
 	}
+	return out, x
+}
+
+// Outcome is what became of one rule in a run of Diagnose.
+type Outcome string
+
+// The outcomes of a rule.
+const (
+	// OutcomeFired: the rule returned a diagnosis.
+	OutcomeFired Outcome = "fired"
+	// OutcomeExplained: the rule sees a problem, but an earlier rule's
+	// diagnosis explains all of it (the inhibition).
+	OutcomeExplained Outcome = "explained"
+	// OutcomeNotSeen: what the rule looks for is not there.
+	OutcomeNotSeen Outcome = "not-seen"
+)
+
+// Verdict is what one rule made of a cluster, for "/hcp diagnose" to
+// explain rules that did not fire.
+type Verdict struct {
+	Rule    string
+	Outcome Outcome
+	// Title is the diagnosis's title when the rule fired.
+	Title string
+	// ExplainedBy is the rule whose diagnosis explains what this rule
+	// would have reported (the earliest, when several did).
+	ExplainedBy string
+	// LooksFor is RuleInfo(Rule): what the rule needs to fire.
+	LooksFor string
+}
+
+// Explain runs the rules of rs on c like Diagnose and returns one Verdict
+// per rule, in order: fired (with its title), explained by an earlier
+// rule, or not seen. A rule that did not fire is run again on its own,
+// with nothing explained: if it fires then, the rules that explained its
+// symptoms in the run inhibited it.
+func (rs RuleSet) Explain(c *Cluster, now time.Time) []Verdict {
+	ds, x := rs.runExplained(c, now, false)
+	fired := make(map[string]string, len(ds))
+	for _, d := range ds {
+		fired[d.Rule] = d.Title
+	}
+	order := make(map[string]int, len(rs))
+	for i, r := range rs {
+		if _, dup := order[r.ID]; !dup {
+			order[r.ID] = i
+		}
+	}
+	out := make([]Verdict, 0, len(rs))
+	for _, r := range rs {
+		v := Verdict{Rule: r.ID, Outcome: OutcomeNotSeen, LooksFor: RuleInfo(r.ID)}
+		if title, ok := fired[r.ID]; ok {
+			v.Outcome, v.Title = OutcomeFired, title
+		} else if d, ok := r.Eval(c, now, Explained{by: map[string]string{}}); ok {
+			for _, s := range d.Symptoms {
+				if by := x.By(s); by != "" && (v.ExplainedBy == "" || order[by] < order[v.ExplainedBy]) {
+					v.ExplainedBy = by
+				}
+			}
+			if v.ExplainedBy != "" {
+				v.Outcome = OutcomeExplained
+			}
+		}
+		out = append(out, v)
+	}
 	return out
 }
+
+// Explain runs DefaultRules' Explain on c.
+func Explain(c *Cluster, now time.Time) []Verdict { return defaultRules.Explain(c, now) }
 
 // Diagnose runs DefaultRules on c.
 func Diagnose(c *Cluster, now time.Time) []Diagnosis { return defaultRules.Diagnose(c, now) }

@@ -38,17 +38,65 @@
 // one [Diagnosis]; [DefaultRules] lists them in priority order and
 // [RuleSet.Diagnose] runs them. Each diagnosis names the symptoms it
 // explains (keys such as "node/<name>", "pod/<ns>/<name>",
-// "nodepool/<ns>/<name>", "proxy/<ns>/<name>", "api/<ns>/<name>"); later
-// rules see them as [Explained] and leave them out, which is the
-// inhibition inside one cluster: once the proxy tunnel explains the
-// NotReady nodes and the service-ca-operator crash, no separate
-// nodes-notready or operator-crashloop diagnosis repeats them.
+// "nodepool/<ns>/<name>", "proxy/<ns>/<name>", "api/<ns>/<name>",
+// "cond/<Type>" for a HostedCluster condition,
+// "cond/nodepool/<ns>/<name>/<Type>" for a NodePool's,
+// "trustedca/<ns>/<configmap>", "virtlauncher/<ns>/<pod>"); later rules
+// see them as [Explained] and leave them out, which is the inhibition
+// inside one cluster: once the proxy tunnel explains the NotReady nodes
+// and the service-ca-operator crash, no separate nodes-notready or
+// operator-crashloop diagnosis repeats them.
 //
-// The output is a pure function of the state: evidence is sorted, every
-// string is built from facts (no "5 minutes ago"), so the correlator can
-// compare two results to see whether anything changed. The built-in rules
-// do not depend on now, so re-running Diagnose is only needed after Apply
-// reported a change; now is passed for rules with durations.
+// The order of [DefaultRules] and who explains what:
+//
+//	 #  rule                       explains (leaves out of later rules)
+//	 1  proxy-tunnel               NotReady / not joining nodes, the operator's
+//	                               apiserver-connectivity crash (operator-crashloop),
+//	                               cond/ControlPlaneConnectionAvailable
+//	                               (control-plane-unreachable), NodePools whose
+//	                               machines did not reach ignition
+//	                               (ignitionNotReached) when ignition goes through
+//	                               the proxy too (ignition-unreachable; its fix
+//	                               then adds the ignition host; the ignition
+//	                               server's own failures stay with
+//	                               ignition-unreachable), cond/DataPlaneConnectionAvailable
+//	                               with NoWorkerNodesAvailable when every node is
+//	                               down (konnectivity-down), the proxy spec
+//	                               (risky-proxy-change)
+//	 2  risky-proxy-change         the proxy spec
+//	 3  hosted-not-watched         -
+//	 4  etcd-unavailable           the API server (hosted-api-unreachable) when
+//	                               KubeAPIServerAvailable=False, the connection
+//	                               conditions (control-plane-unreachable,
+//	                               konnectivity-down)
+//	 5  hosted-api-unreachable     the connection conditions (control-plane-
+//	                               unreachable, konnectivity-down)
+//	 6  proxy-ca-invalid           its condition and ConfigMap
+//	 7  control-plane-unreachable  its condition
+//	 8  ignition-unreachable       the nodes not joining of its NodePools
+//	                               (nodes-notready)
+//	 9  nodes-notready             cond/DataPlaneConnectionAvailable with
+//	                               NoWorkerNodesAvailable when every node is down
+//	                               (konnectivity-down)
+//	10  konnectivity-down          its condition
+//	11  kubevirt-vms               its conditions, Pending virt-launcher pods
+//	12  operator-crashloop         the crashlooping pods
+//	13  management-proxy-lint      proxy/cluster
+//
+// TestInhibitionTable holds a case for each rule named in parentheses. [RuleSet.Explain] tells, per
+// rule, whether it fired, was explained by an earlier rule (the rule runs
+// again on its own and its symptoms are looked up), or saw nothing, with
+// [RuleInfo] saying what it looks for.
+//
+// The output is a pure function of the state and now: evidence is sorted,
+// every string is built from facts (no "5 minutes ago"), so the
+// correlator can compare two results to see whether anything changed.
+// Only proxy-ca-invalid depends on now (a trusted CA whose NotAfter has
+// passed), so the correlator, which diagnoses after a change, reports an
+// expiry at the cluster's next change, not at the very second; the agent
+// judges nothing itself, so its fact does not change as time passes.
+// Otherwise re-running Diagnose is only needed after Apply reported a
+// change.
 //
 // Diagnosis has two phases. [RuleSet.Brief] is the first: which rules fire
 // and on which symptoms (the same Rule and Symptoms as Diagnose, other
@@ -102,8 +150,11 @@
 // those records live in. rules.go lists the rules in priority order;
 // each rule sits with its helpers in rules_proxy.go (proxy tunnel, risky
 // proxy change), rules_hosted.go (not watched, API unreachable),
-// rules_nodes.go (nodes NotReady or not joining) and rules_operator.go
-// (operator crashloop, management proxy lint). views.go holds the read
+// rules_nodes.go (nodes NotReady or not joining), rules_operator.go
+// (operator crashloop, management proxy lint), rules_conditions.go (the
+// condition helpers and keys; etcd, control-plane connection,
+// konnectivity), rules_ignition.go (ignition) and rules_infra.go (proxy
+// CA bundle, KubeVirt VMs). views.go holds the read
 // views the rules share. cluster.go (about 470 lines) and views.go (about
 // 450) stay whole on purpose: each is one type's methods over the same
 // records, and split further they would scatter the invariants of Apply

@@ -232,8 +232,10 @@ func joinList(items []string, conj string) string {
 // list with noproxy.Missing appended by noproxy.Merge, plus "kubernetes"
 // where Missing sees no gap for clients but HyperShift does (a noProxy of
 // "*" satisfies Go but not the 4.14–4.22 substring search). field names
-// the YAML path shown in the diff; patch is the oc command prefix.
-func noProxyFix(target, field string, spec event.ProxySpec, hc event.HostedClusterState) *Fix {
+// the YAML path shown in the diff; patch is the oc command prefix. extra
+// are further entries to add after those (the ignition endpoint's host,
+// when ignition goes through the proxy too).
+func noProxyFix(target, field string, spec event.ProxySpec, hc event.HostedClusterState, extra ...string) *Fix {
 	cp := noproxy.ClusterProxy{
 		HTTPProxy: spec.HTTPProxy, HTTPSProxy: spec.HTTPSProxy, NoProxy: spec.NoProxy, TrustedCA: spec.TrustedCA,
 		ServiceCIDRs: hc.ServiceNetwork, ClusterCIDRs: hc.ClusterNetwork, MachineCIDRs: hc.MachineNetwork,
@@ -246,22 +248,27 @@ func noProxyFix(target, field string, spec event.ProxySpec, hc event.HostedClust
 	after := noproxy.Merge(spec.NoProxy, add)
 	if in := hyperShiftInput(hc, after); !noproxy.HyperShiftBypass(noproxy.Recent, in) || !noproxy.HyperShiftBypass(noproxy.Legacy, in) {
 		add = append([]string{"kubernetes"}, add...)
-		after = noproxy.Merge(spec.NoProxy, add)
 	}
-	base := splitList(noproxy.Merge(spec.NoProxy, nil))
+	return fixAdding(target, field, spec.NoProxy, append(add, extra...))
+}
+
+// fixAdding is the noProxy fix that appends add to noProxy with
+// noproxy.Merge, shown as a diff of field; nil when Merge adds nothing.
+func fixAdding(target, field, noProxy string, add []string) *Fix {
+	after := noproxy.Merge(noProxy, add)
+	base := splitList(noproxy.Merge(noProxy, nil))
 	afterEntries := splitList(after)
 	added := afterEntries[len(base):] // Merge keeps the user's entries first, in order
 	if len(added) == 0 {
 		return nil
 	}
-	before := spec.NoProxy
 	return &Fix{
 		Kind:   "noproxy",
 		Target: target,
-		Before: redact.RedactText(before),
+		Before: redact.RedactText(noProxy),
 		After:  redact.RedactText(after),
 		Add:    added,
-		Diff:   redact.RedactText(listDiff(field, splitList(before), afterEntries)),
+		Diff:   redact.RedactText(listDiff(field, splitList(noProxy), afterEntries)),
 	}
 }
 

@@ -38,6 +38,7 @@ type fixKey struct {
 	endpoint, apiServer                   event.Endpoint
 	hasEndpoint, hasAPIServer             bool
 	serviceCount, clusterCount, machCount int
+	extra                                 string // noProxyFix's extra entries, joined
 }
 
 // familiesKey is everything proxiedFamiliesOf reads.
@@ -85,14 +86,14 @@ func (c *Cluster) decide(hc event.HostedClusterState, spec event.ProxySpec) verd
 
 // noProxyFix is the package's noProxyFix, remembered. Each caller gets
 // its own copy of the Fix; the slices in it are shared and never written.
-func (c *Cluster) noProxyFix(target, field string, spec event.ProxySpec, hc event.HostedClusterState) *Fix {
+func (c *Cluster) noProxyFix(target, field string, spec event.ProxySpec, hc event.HostedClusterState, extra ...string) *Fix {
 	k := fixKey{target: target, field: field,
 		httpProxy: spec.HTTPProxy, httpsProxy: spec.HTTPSProxy, noProxy: spec.NoProxy, ca: spec.TrustedCA,
 		// Joined, the networks compare as one string; the counts keep
 		// ["a,b"] and ["a","b"] apart.
 		service: strings.Join(hc.ServiceNetwork, ","), cluster: strings.Join(hc.ClusterNetwork, ","), machine: strings.Join(hc.MachineNetwork, ","),
 		serviceCount: len(hc.ServiceNetwork), clusterCount: len(hc.ClusterNetwork), machCount: len(hc.MachineNetwork),
-		platform: hc.Platform}
+		platform: hc.Platform, extra: strings.Join(extra, "\x00")}
 	if ep := hc.ControlPlaneEndpoint; ep != nil {
 		k.endpoint, k.hasEndpoint = *ep, true
 	}
@@ -101,7 +102,7 @@ func (c *Cluster) noProxyFix(target, field string, spec event.ProxySpec, hc even
 	}
 	f, ok := c.memo.fixes[k]
 	if !ok {
-		f = noProxyFix(target, field, spec, hc)
+		f = noProxyFix(target, field, spec, hc, extra...)
 		if c.memo.fixes == nil || len(c.memo.fixes) >= memoSize {
 			c.memo.fixes = make(map[fixKey]*Fix, 2)
 		}

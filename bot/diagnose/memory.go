@@ -93,7 +93,10 @@ func condsBytes(cs []event.Condition) int {
 func hcBytes(p event.HostedClusterState) int {
 	n := len(p.Platform) + len(p.InfraID) + len(p.Version) + specBytes(p.Proxy) + len(p.NetworkType) +
 		stringsBytes(p.ClusterNetwork) + stringsBytes(p.ServiceNetwork) + stringsBytes(p.MachineNetwork) +
-		len(p.KubeconfigSecret) + condsBytes(p.Conditions)
+		len(p.KubeconfigSecret) + condsBytes(p.Conditions) + len(p.IgnitionEndpoint) + len(p.KonnectivityEndpoint)
+	if b := p.TrustedCA; b != nil {
+		n += int(unsafe.Sizeof(*b)) + len(b.ConfigMap) + len(b.Problem) + len(b.Subject)
+	}
 	for _, e := range []*event.Endpoint{p.APIServer, p.ControlPlaneEndpoint} {
 		if e != nil {
 			n += int(unsafe.Sizeof(*e)) + len(e.Host)

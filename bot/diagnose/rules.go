@@ -13,18 +13,33 @@ const (
 	RuleNodesNotReady        = "nodes-notready"
 	RuleOperatorCrashLoop    = "operator-crashloop"
 	RuleManagementProxyLint  = "management-proxy-lint"
+
+	RuleEtcdUnavailable         = "etcd-unavailable"
+	RuleProxyCAInvalid          = "proxy-ca-invalid"
+	RuleControlPlaneUnreachable = "control-plane-unreachable"
+	RuleIgnitionUnreachable     = "ignition-unreachable"
+	RuleKonnectivityDown        = "konnectivity-down"
+	RuleKubeVirtVMs             = "kubevirt-vms"
 )
 
 // DefaultRules returns the built-in rules in priority order. Adding a rule
-// is one RuleFunc and one entry here; rules before it explain symptoms for
-// it, rules after it see what it explained.
+// is one RuleFunc and one entry here (and its RuleSummary and RuleInfo);
+// rules before it explain symptoms for it, rules after it see what it
+// explained. The package documentation has the table of who explains
+// what.
 func DefaultRules() RuleSet {
 	return RuleSet{
 		{RuleProxyTunnel, proxyTunnel},
 		{RuleRiskyProxyChange, riskyProxyChange},
 		{RuleHostedNotWatched, hostedNotWatched},
+		{RuleEtcdUnavailable, etcdUnavailable},
 		{RuleHostedAPIUnreachable, hostedAPIUnreachable},
+		{RuleProxyCAInvalid, proxyCAInvalid},
+		{RuleControlPlaneUnreachable, controlPlaneUnreachable},
+		{RuleIgnitionUnreachable, ignitionUnreachable},
 		{RuleNodesNotReady, nodesNotReady},
+		{RuleKonnectivityDown, konnectivityDown},
+		{RuleKubeVirtVMs, kubevirtVMs},
 		{RuleOperatorCrashLoop, operatorCrashLoop},
 		{RuleManagementProxyLint, managementProxyLint},
 	}
@@ -48,6 +63,53 @@ func RuleSummary(id string) string {
 		return "operator crashlooping without a proxy cause"
 	case RuleManagementProxyLint:
 		return "management cluster proxy lint"
+	case RuleEtcdUnavailable:
+		return "etcd of the hosted control plane unavailable"
+	case RuleProxyCAInvalid:
+		return "proxy CA bundle missing, unusable or expired"
+	case RuleControlPlaneUnreachable:
+		return "workers cannot reach the API server"
+	case RuleIgnitionUnreachable:
+		return "workers do not reach the ignition endpoint"
+	case RuleKonnectivityDown:
+		return "konnectivity down: oc logs and oc exec fail"
+	case RuleKubeVirtVMs:
+		return "KubeVirt VMs not live-migratable, Pending or with a small MTU"
+	}
+	return ""
+}
+
+// RuleInfo says in one line what a rule looks for, so that a user asking
+// why a rule did not fire learns what it would have needed; "" for an
+// unknown rule.
+func RuleInfo(id string) string {
+	switch id {
+	case RuleProxyTunnel:
+		return "HostedCluster httpsProxy whose spec noProxy makes HyperShift tunnel API traffic, with NotReady nodes, the operator's apiserver connectivity crash, CONNECT failures, ControlPlaneConnectionAvailable=False or ignition failing through the proxy"
+	case RuleRiskyProxyChange:
+		return "a HostedCluster proxy change that made the spec tunnel API traffic (or proxy in-cluster clients), before any symptom"
+	case RuleHostedNotWatched:
+		return "the agent reports the hosted cluster's admin kubeconfig Secret missing, invalid or refused"
+	case RuleEtcdUnavailable:
+		return "HostedCluster EtcdAvailable=False (EtcdWaitingForQuorum, StatefulSetNotFound, EtcdRecoveryJobFailed)"
+	case RuleHostedAPIUnreachable:
+		return "the agent's API probe fails or HostedCluster KubeAPIServerAvailable=False"
+	case RuleProxyCAInvalid:
+		return "HostedCluster ValidProxyConfiguration=False (ProxyCABundleInvalid), or the trustedCA ConfigMap missing, unusable or expired"
+	case RuleControlPlaneUnreachable:
+		return "HostedCluster ControlPlaneConnectionAvailable=False (KASAccessFailed, ConnectionCheckStale)"
+	case RuleIgnitionUnreachable:
+		return "NodePool ReachedIgnitionEndpoint=False or HostedCluster IgnitionEndpointAvailable=False"
+	case RuleNodesNotReady:
+		return "hosted nodes NotReady, Unknown or not joining"
+	case RuleKonnectivityDown:
+		return "HostedCluster DataPlaneConnectionAvailable=False (KonnectivityAgentPodsNotFound, LogsAccessFailed, NoWorkerNodesAvailable)"
+	case RuleKubeVirtVMs:
+		return "HostedCluster KubeVirtNodesLiveMigratable=False or ValidKubeVirtInfraNetworkMTU=False (Pending virt-launcher pods as evidence)"
+	case RuleOperatorCrashLoop:
+		return "pods of the hosted cluster in CrashLoopBackOff"
+	case RuleManagementProxyLint:
+		return "the management cluster's Proxy/cluster noProxy lacking entries OpenShift does not add"
 	}
 	return ""
 }

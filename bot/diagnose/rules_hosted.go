@@ -86,21 +86,17 @@ func hostedAPIUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool
 		parts = append(parts, fmt.Sprintf("The agent cannot reach the hosted API server at %s since %s.", firstNonEmpty(probe.rec.endpoint, "its endpoint"), at.Format(time.RFC3339)))
 	}
 	for _, cd := range conds {
-		text := cd.Type + "=" + string(cd.Status)
-		if cd.Reason != "" {
-			text += " (" + cd.Reason + ")"
-		}
-		if cd.Message != "" {
-			text += ": " + cd.Message
-		}
-		at := cd.LastTransitionTime
-		if at.IsZero() {
-			at = c.hc.st.obs
-		}
-		d.Evidence = append(d.Evidence, Evidence{At: at, Kind: "condition", Object: c.hcObject(), Text: clip(text, maxEvidenceText)})
+		d.Evidence = append(d.Evidence, c.condEvidence(cd))
 	}
 	if apiDown {
 		parts = append(parts, "HyperShift reports KubeAPIServerAvailable=False for the HostedCluster.")
+	}
+	// Without the API server the workers lose their connection to the
+	// control plane and konnectivity its agents: those conditions follow.
+	cp := c.explainCond(&d, condControlPlaneConnection, x, nil)
+	dp := c.explainCond(&d, condDataPlaneConnection, x, nil)
+	if cp || dp {
+		parts = append(parts, "The workers' lost connection to the control plane ("+joinList(condsFollowing(cp, dp), "and")+") follows from it.")
 	}
 	parts = append(parts, "Nodes, operators and the bot's own view of the hosted cluster depend on it; the cause is in the control plane or on the path to it, which the bot does not see.")
 	d.RootCause = strings.Join(parts, " ")
@@ -118,4 +114,17 @@ func hostedAPIUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool
 		"Check the route, load balancer or NodePort that publishes the API endpoint, from the management cluster and from a worker.",
 	}
 	return d, true
+}
+
+// condsFollowing names the connection conditions that follow from an
+// unavailable control plane.
+func condsFollowing(cp, dp bool) []string {
+	var out []string
+	if cp {
+		out = append(out, condControlPlaneConnection+"=False")
+	}
+	if dp {
+		out = append(out, condDataPlaneConnection+"=False")
+	}
+	return out
 }

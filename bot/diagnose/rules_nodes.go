@@ -102,7 +102,11 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 				keys = append(keys, nodeKey(e.rec.name))
 			}
 		}
-		return Diagnosis{Symptoms: keys}, len(keys) > 0
+		d := Diagnosis{Symptoms: keys}
+		if len(keys) > 0 {
+			c.explainCond(&d, condDataPlaneConnection, x, c.noWorkersLeft)
+		}
+		return d, len(keys) > 0
 	}
 	nodes := c.notReadyNodes(x)
 	if len(nodes) == 0 {
@@ -132,6 +136,9 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	for _, e := range c.unhealthyPools(true) {
 		d.Evidence = append(d.Evidence, poolEvidence(e, "AllNodesHealthy"))
 	}
+	// With every node down, konnectivity has no worker to run on: that
+	// condition is this diagnosis's, not a konnectivity-down of its own.
+	noKonnectivity := c.explainCond(&d, condDataPlaneConnection, x, c.noWorkersLeft)
 	var stale []*entry[apiProxyRec]
 	for _, e := range c.apiProxies.live() {
 		if e.rec.mode == event.ProxyModeTunnel {
@@ -174,6 +181,9 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		parts = append(parts, fmt.Sprintf("Not joining: no Ready condition more than %s after the Node was created, so its kubelet never posted status; workers that cannot reach the API server (for instance through a proxy, seed 000) look like this first.", grace))
 	}
 	parts = append(parts, why)
+	if noKonnectivity {
+		parts = append(parts, "HyperShift reports DataPlaneConnectionAvailable=False (NoWorkerNodesAvailable) as a consequence: konnectivity has no worker, so oc logs and oc exec fail.")
+	}
 	if vmDown > 0 {
 		parts = append(parts, fmt.Sprintf("The VMs behind %d of them are not running (virt-launcher phase other than Running).", vmDown))
 	}

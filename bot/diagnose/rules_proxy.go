@@ -20,6 +20,28 @@ type tunnelSymptoms struct {
 	tunnelPods []*entry[apiProxyRec] // tunnel mode; with or without failures
 	failing    int                   // tunnel pods with CONNECT failures
 	haproxy    int                   // pods observed in direct mode
+	// What HyperShift reports downstream of the tunnel: the workers
+	// cannot reach the API server, konnectivity has no worker (when every
+	// node is down), ignition fails while it goes through the proxy too.
+	cpConn, dataPlane *event.Condition
+	ignition          ignitionFailures
+	ignitionHost      string // set when ignition goes through the proxy
+}
+
+// downstream adds what HyperShift reports downstream of the tunnel,
+// leaving out what x explains.
+func (c *Cluster) downstream(s *tunnelSymptoms, hc event.HostedClusterState, spec event.ProxySpec, x Explained, sorted bool) {
+	if cd, ok := c.hcFalseUnexplained(condControlPlaneConnection, x); ok {
+		s.cpConn = &cd
+	}
+	if cd, ok := c.hcFalseUnexplained(condDataPlaneConnection, x); ok && len(s.nodes) > 0 && c.noWorkersLeft(cd) {
+		s.dataPlane = &cd
+	}
+	if f := c.ignitionFailures(x, sorted).notReached(); f.any() {
+		if host, ok := c.ignitionThroughProxy(hc, spec); ok {
+			s.ignition, s.ignitionHost = f, host
+		}
+	}
 }
 
 // tunnelSymptoms collects them sorted by key, or in any order when
@@ -74,16 +96,24 @@ func (s tunnelSymptoms) keys(c *Cluster) []string {
 	for _, e := range s.connect {
 		out = append(out, podKey(e.rec.namespace, e.rec.pod))
 	}
-	return out
+	if s.cpConn != nil {
+		out = append(out, c.conditionKey(condControlPlaneConnection))
+	}
+	if s.dataPlane != nil {
+		out = append(out, c.conditionKey(condDataPlaneConnection))
+	}
+	return append(out, s.ignition.keys(c)...)
 }
 
 func (s tunnelSymptoms) connectFailures() bool { return s.failing > 0 || len(s.connect) > 0 }
 
 // kinds counts the kinds of symptoms seen: the operator signature, NotReady
-// nodes, unhealthy NodePools, CONNECT failures.
+// nodes, unhealthy NodePools, CONNECT failures, HyperShift's
+// ControlPlaneConnectionAvailable=False, ignition failing through the
+// proxy.
 func (s tunnelSymptoms) kinds() int {
 	n := 0
-	for _, b := range []bool{len(s.signature) > 0, len(s.nodes) > 0, len(s.pools) > 0, s.connectFailures()} {
+	for _, b := range []bool{len(s.signature) > 0, len(s.nodes) > 0, len(s.pools) > 0, s.connectFailures(), s.cpConn != nil, s.ignition.any()} {
 		if b {
 			n++
 		}
@@ -104,6 +134,7 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		return Diagnosis{}, false
 	}
 	s := c.tunnelSymptoms(!x.brief)
+	c.downstream(&s, hc, spec, x, !x.brief)
 	if s.kinds() == 0 {
 		return Diagnosis{}, false
 	}
@@ -114,8 +145,12 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	d := Diagnosis{
 		Severity: SeverityCritical,
 		Title:    "API traffic of " + c.label() + " is tunnelled through the HTTPS proxy",
-		Fix:      c.noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc),
 		Symptoms: s.keys(c),
+	}
+	if s.ignitionHost != "" {
+		d.Fix = c.noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc, s.ignitionHost)
+	} else {
+		d.Fix = c.noProxyFix(c.hcTarget(), "spec.configuration.proxy.noProxy", spec, hc)
 	}
 	d.Evidence = append(d.Evidence, c.proxySpecEvidence(spec, since))
 
@@ -164,6 +199,18 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	for _, e := range s.connect {
 		d.Evidence = append(d.Evidence, note(crashEvidence(e)))
 	}
+	for _, cd := range []*event.Condition{s.cpConn, s.dataPlane} {
+		if cd != nil {
+			parts = append(parts, "HyperShift reports "+condShort(*cd))
+			d.Evidence = append(d.Evidence, note(c.condEvidence(*cd)))
+		}
+	}
+	if s.ignition.any() {
+		parts = append(parts, "ignition from "+hc.IgnitionEndpoint+" goes through the proxy too and is not reached ("+plural(len(s.ignition.pools), "NodePool", "NodePools")+")")
+		for _, ev := range s.ignition.evidence(c) {
+			d.Evidence = append(d.Evidence, note(ev))
+		}
+	}
 
 	cause := fmt.Sprintf("HostedCluster %s (%s) has httpsProxy %s and spec noProxy %q. %s Symptoms: %s.",
 		c.key.Cluster, firstNonEmpty(hc.Platform, "platform unknown"), spec.HTTPSProxy, redact.RedactText(spec.NoProxy),
@@ -181,8 +228,12 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		if len(d.Fix.Add) == 1 {
 			them = "it"
 		}
-		d.Summary = fmt.Sprintf("The noProxy of %s lacks %s, so its workers tunnel API traffic through the HTTPS proxy. Fix: add %s to spec.configuration.proxy.noProxy.",
-			c.key.Cluster, strings.Join(d.Fix.Add, ", "), them)
+		what := "tunnel API traffic"
+		if s.ignitionHost != "" {
+			what = "tunnel API traffic and fetch ignition"
+		}
+		d.Summary = fmt.Sprintf("The noProxy of %s lacks %s, so its workers %s through the HTTPS proxy. Fix: add %s to spec.configuration.proxy.noProxy.",
+			c.key.Cluster, strings.Join(d.Fix.Add, ", "), what, them)
 	} else {
 		d.Summary = fmt.Sprintf("The noProxy of %s does not make HyperShift bypass the HTTPS proxy for the API server, so its workers tunnel API traffic through the proxy.", c.key.Cluster)
 	}

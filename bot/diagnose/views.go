@@ -299,18 +299,12 @@ func crashEvidence(e *entry[crashRec]) Evidence {
 
 func poolEvidence(e *entry[nodePoolRec], condType string) Evidence {
 	cond, _ := e.rec.cond(condType)
+	cond.Type = condType
 	at := cond.LastTransitionTime
 	if at.IsZero() {
 		at = e.since
 	}
-	text := condType + "=" + string(cond.Status)
-	if cond.Reason != "" {
-		text += " (" + cond.Reason + ")"
-	}
-	if cond.Message != "" {
-		text += ": " + cond.Message
-	}
-	return Evidence{At: at, Kind: "nodepool", Object: nodePoolKey(e.rec.namespace, e.rec.name), Text: clip(text, maxEvidenceText)}
+	return Evidence{At: at, Kind: "nodepool", Object: nodePoolKey(e.rec.namespace, e.rec.name), Text: condText(cond)}
 }
 
 func apiProxyEvidence(e *entry[apiProxyRec]) Evidence {
