@@ -47,6 +47,18 @@ func (b *Bot) Diagnose(k diagnose.Key) ([]diagnose.Diagnosis, bool) {
 	return diagnose.Diagnose(c, b.cfg.Now()), true
 }
 
+// Explain says what every rule made of a hosted cluster: fired,
+// explained by an earlier rule, or not seen.
+func (b *Bot) Explain(k diagnose.Key) ([]diagnose.Verdict, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.model.Cluster(k)
+	if c == nil {
+		return nil, false
+	}
+	return diagnose.Explain(c, b.cfg.Now()), true
+}
+
 // Unwatched says why the agent does not watch a hosted cluster; ok is
 // false while it does (or the cluster is unknown).
 func (b *Bot) Unwatched(k diagnose.Key) (reason string, ok bool) {

@@ -95,20 +95,50 @@ func (c *Handler) status(ref *chatops.ClusterRef) chatops.Reply {
 	return chatops.Reply{Text: b.String()}
 }
 
+// diagnose answers with the first diagnosis in full, the others by title,
+// then what every rule made of the cluster (fired, explained by an earlier
+// rule, not seen and what it looks for) and the proactive warnings: one
+// screen that says why the bot thinks what it thinks.
 func (c *Handler) diagnose(k diagnose.Key) chatops.Reply {
 	diags, ok := c.Bot.Diagnose(k)
 	if !ok {
 		return chatops.Reply{Text: "Unknown cluster " + k.String()}
 	}
+	var b strings.Builder
 	if len(diags) == 0 {
-		return chatops.Reply{Text: k.String() + ": no problem found."}
+		b.WriteString(k.String() + ": no problem found.")
+	} else {
+		d := diags[0]
+		fmt.Fprintf(&b, "*%s*\n%s\nConfidence: %s — %s", d.Title, d.RootCause, d.Confidence.Level, d.Confidence.Why)
+		if d.Fix != nil {
+			b.WriteString("\nProposed fix:\n```" + d.Fix.Diff + "```")
+		}
+		for _, o := range diags[1:] {
+			fmt.Fprintf(&b, "\nAlso (%s): %s", o.Severity, o.Title)
+		}
 	}
-	d := diags[0]
-	text := fmt.Sprintf("*%s*\n%s\nConfidence: %s — %s", d.Title, d.RootCause, d.Confidence.Level, d.Confidence.Why)
-	if d.Fix != nil {
-		text += "\nProposed fix:\n```" + d.Fix.Diff + "```"
+	if verdicts, ok := c.Bot.Explain(k); ok && len(verdicts) > 0 {
+		b.WriteString("\n*Rules*")
+		for _, v := range verdicts {
+			switch v.Outcome {
+			case diagnose.OutcomeFired:
+				fmt.Fprintf(&b, "\n• `%s` fired: %s", v.Rule, v.Title)
+			case diagnose.OutcomeExplained:
+				fmt.Fprintf(&b, "\n• `%s` sees a problem explained by `%s`", v.Rule, v.ExplainedBy)
+			default:
+				fmt.Fprintf(&b, "\n• `%s` ruled out, looks for: %s", v.Rule, v.LooksFor)
+			}
+		}
 	}
-	return chatops.Reply{Text: chatops.EscapeText(text)}
+	if hc, ok := c.Bot.HostedCluster(k); ok {
+		if ws := diagnose.Warnings(hc, c.now()); len(ws) > 0 {
+			b.WriteString("\n*Warnings*")
+			for _, w := range ws {
+				fmt.Fprintf(&b, "\n• %s `%s`: %s (fix: %s)", w.Severity, w.Code, w.Reason, w.Fix)
+			}
+		}
+	}
+	return chatops.Reply{Text: chatops.EscapeText(b.String())}
 }
 
 // noProxyCheck answers, from the cluster's live noProxy, whether each client

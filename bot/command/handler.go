@@ -26,6 +26,8 @@ type Correlator interface {
 	// Diagnose is a hosted cluster's current diagnoses; ok is false for
 	// an unknown cluster.
 	Diagnose(k diagnose.Key) ([]diagnose.Diagnosis, bool)
+	// Explain is what every rule made of a hosted cluster, in rule order.
+	Explain(k diagnose.Key) ([]diagnose.Verdict, bool)
 	// Unwatched says why the agent does not watch a hosted cluster.
 	Unwatched(k diagnose.Key) (reason string, ok bool)
 	// HostedCluster is a copy of a hosted cluster's newest state.
