@@ -294,7 +294,10 @@ func riskyProxyChange(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	}
 	ch, ok := c.riskyChange(hc)
 	if !ok {
-		return c.riskyForWorkloads(hc)
+		if d, ok := c.riskyForWorkloads(hc); ok {
+			return d, true
+		}
+		return c.riskyForEndpoints(hc)
 	}
 	spec, since := c.effectiveProxy()
 	v := c.decide(hc, spec)
@@ -355,4 +358,67 @@ func (c *Cluster) riskyForWorkloads(hc event.HostedClusterState) (Diagnosis, boo
 	d.NextSteps = append(c.fixSteps(d.Fix, spec),
 		"If these families are not in use here, set bot.noProxyClients (or a route's noProxyClients) to the families the workloads do use.")
 	return d, true
+}
+
+// riskyForEndpoints is the warning for an edit that sends the workers'
+// ignition or konnectivity traffic through the proxy: new workers would
+// not boot, or oc logs and exec would stop working, once the change
+// reaches them. Warned when the edit is seen, before anything breaks.
+func (c *Cluster) riskyForEndpoints(hc event.HostedClusterState) (Diagnosis, bool) {
+	ch, ok := c.changeThatMade(func(spec event.ProxySpec) bool { return len(proxiedEndpoints(hc, spec)) > 0 })
+	if !ok {
+		return Diagnosis{}, false
+	}
+	spec, since := c.effectiveProxy()
+	eps := proxiedEndpoints(hc, spec)
+	var what, hosts []string
+	for _, ep := range eps {
+		what = append(what, ep.what+" ("+ep.endpoint+")")
+		hosts = append(hosts, ep.host)
+	}
+	trigger := changeRef(ch)
+	d := Diagnosis{
+		Severity: SeverityWarning,
+		Title:    "Proxy change on " + c.label() + " sends " + strings.Join(endpointNames(eps), " and ") + " through the proxy",
+		RootCause: fmt.Sprintf("The proxy edit at %s (noProxy %q → %q) no longer bypasses %s. Add %s to noProxy before new workers boot or the konnectivity agents reconnect.",
+			ch.st.obs.Format(time.RFC3339), trigger.OldNoProxy, trigger.NewNoProxy, strings.Join(what, " and "), strings.Join(hosts, ", ")),
+		Evidence:   []Evidence{changeEvidence(ch), c.proxySpecEvidence(spec, since)},
+		Symptoms:   []string{c.proxyKey()},
+		Trigger:    trigger,
+		Confidence: Confidence{ConfidenceMedium, "Go's NO_PROXY rule is deterministic; whether the proxy refuses this traffic is not known before it is tried"},
+		Fix:        fixAdding(c.hcTarget(), "spec.configuration.proxy.noProxy", spec.NoProxy, hosts),
+	}
+	d.NextSteps = c.fixSteps(d.Fix, spec)
+	return d, true
+}
+
+// proxiedEndpoint is an endpoint of the control plane the workers reach
+// that spec's noProxy sends through the HTTPS proxy.
+type proxiedEndpoint struct{ name, what, endpoint, host string }
+
+// proxiedEndpoints are hc's ignition and konnectivity endpoints that a Go
+// client (ignition, konnectivity-agent) sends through spec's HTTPS proxy.
+func proxiedEndpoints(hc event.HostedClusterState, spec event.ProxySpec) []proxiedEndpoint {
+	if strings.TrimSpace(spec.HTTPSProxy) == "" {
+		return nil
+	}
+	var out []proxiedEndpoint
+	for _, ep := range []proxiedEndpoint{
+		{name: "ignition", what: "the ignition endpoint new workers boot from", endpoint: hc.IgnitionEndpoint},
+		{name: "konnectivity", what: "the konnectivity server (oc logs, exec, port-forward, webhooks)", endpoint: hc.KonnectivityEndpoint},
+	} {
+		if host, ok := goProxies(spec.NoProxy, ep.endpoint); ok {
+			ep.host = host
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+func endpointNames(eps []proxiedEndpoint) []string {
+	out := make([]string, len(eps))
+	for i, ep := range eps {
+		out[i] = ep.name
+	}
+	return out
 }

@@ -41,28 +41,24 @@ func Warnings(hc event.HostedClusterState, now time.Time) []noproxy.Finding {
 	if b := hc.TrustedCA; b != nil {
 		out = append(out, caWarnings(*b, now)...)
 	}
-	if hc.Proxy.HTTPSProxy == "" {
-		return out
-	}
-	for _, ep := range []struct{ code, what, endpoint string }{
-		{WarnIgnitionThroughProxy, "new workers fetch their ignition", hc.IgnitionEndpoint},
-		{WarnKonnectivityThrough, "the konnectivity agents reach their server (oc logs, exec, port-forward, webhooks)", hc.KonnectivityEndpoint},
-	} {
-		if host, ok := proxiedEndpoint(hc.Proxy.NoProxy, ep.endpoint); ok {
-			out = append(out, noproxy.Finding{
-				Severity: noproxy.SeverityWarning, Code: ep.code, Entry: ep.endpoint,
-				Reason: fmt.Sprintf("noProxy does not bypass %s, where %s: that traffic goes through the HTTPS proxy, which may refuse or break it", ep.endpoint, ep.what),
-				Fix:    "add " + host + " to spec.configuration.proxy.noProxy",
-			})
+	for _, ep := range proxiedEndpoints(hc, hc.Proxy) {
+		code := WarnIgnitionThroughProxy
+		if ep.name == "konnectivity" {
+			code = WarnKonnectivityThrough
 		}
+		out = append(out, noproxy.Finding{
+			Severity: noproxy.SeverityWarning, Code: code, Entry: ep.endpoint,
+			Reason: fmt.Sprintf("noProxy does not bypass %s, %s: that traffic goes through the HTTPS proxy, which may refuse or break it", ep.endpoint, ep.what),
+			Fix:    "add " + ep.host + " to spec.configuration.proxy.noProxy",
+		})
 	}
 	return out
 }
 
-// proxiedEndpoint reports whether a Go client (ignition and the
-// konnectivity agent are Go programs) sends https://endpoint through the
-// proxy given noProxy, and the host to add to noProxy.
-func proxiedEndpoint(noProxy, endpoint string) (host string, proxied bool) {
+// goProxies reports whether a Go client (ignition and the konnectivity
+// agent are Go programs) sends https://endpoint through the proxy given
+// noProxy, and the host to add to noProxy.
+func goProxies(noProxy, endpoint string) (host string, proxied bool) {
 	if endpoint == "" {
 		return "", false
 	}
