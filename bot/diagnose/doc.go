@@ -154,8 +154,11 @@
 // (operator crashloop, management proxy lint), rules_conditions.go (the
 // condition helpers and keys; etcd, control-plane connection,
 // konnectivity), rules_ignition.go (ignition) and rules_infra.go (proxy
-// CA bundle, KubeVirt VMs). views.go holds the read
-// views the rules share. cluster.go (about 470 lines) and views.go (about
+// CA bundle, KubeVirt VMs). warnings.go holds the proactive findings
+// (Warnings: a proxy CA about to expire, ignition or konnectivity sent
+// through the proxy) and the endpoint check risky-proxy-change shares
+// with them. views.go holds the read
+// views the rules share. cluster.go (about 490 lines) and views.go (about
 // 450) stay whole on purpose: each is one type's methods over the same
 // records, and split further they would scatter the invariants of Apply
 // (idempotent, newest fact wins, tombstones) across files.

@@ -391,34 +391,3 @@ func (c *Cluster) riskyForEndpoints(hc event.HostedClusterState) (Diagnosis, boo
 	d.NextSteps = c.fixSteps(d.Fix, spec)
 	return d, true
 }
-
-// proxiedEndpoint is an endpoint of the control plane the workers reach
-// that spec's noProxy sends through the HTTPS proxy.
-type proxiedEndpoint struct{ name, what, endpoint, host string }
-
-// proxiedEndpoints are hc's ignition and konnectivity endpoints that a Go
-// client (ignition, konnectivity-agent) sends through spec's HTTPS proxy.
-func proxiedEndpoints(hc event.HostedClusterState, spec event.ProxySpec) []proxiedEndpoint {
-	if strings.TrimSpace(spec.HTTPSProxy) == "" {
-		return nil
-	}
-	var out []proxiedEndpoint
-	for _, ep := range []proxiedEndpoint{
-		{name: "ignition", what: "the ignition endpoint new workers boot from", endpoint: hc.IgnitionEndpoint},
-		{name: "konnectivity", what: "the konnectivity server (oc logs, exec, port-forward, webhooks)", endpoint: hc.KonnectivityEndpoint},
-	} {
-		if host, ok := goProxies(spec.NoProxy, ep.endpoint); ok {
-			ep.host = host
-			out = append(out, ep)
-		}
-	}
-	return out
-}
-
-func endpointNames(eps []proxiedEndpoint) []string {
-	out := make([]string, len(eps))
-	for i, ep := range eps {
-		out[i] = ep.name
-	}
-	return out
-}

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/hcpbot/hcpbot/event"
@@ -98,4 +99,35 @@ func caWarnings(b event.CABundle, now time.Time) []noproxy.Finding {
 			Fix:    "add the renewed CA to ConfigMap " + cm + " before then (both may stay in the bundle)"}}
 	}
 	return nil
+}
+
+// proxiedEndpoint is an endpoint of the control plane the workers reach
+// that spec's noProxy sends through the HTTPS proxy.
+type proxiedEndpoint struct{ name, what, endpoint, host string }
+
+// proxiedEndpoints are hc's ignition and konnectivity endpoints that a Go
+// client (ignition, konnectivity-agent) sends through spec's HTTPS proxy.
+func proxiedEndpoints(hc event.HostedClusterState, spec event.ProxySpec) []proxiedEndpoint {
+	if strings.TrimSpace(spec.HTTPSProxy) == "" {
+		return nil
+	}
+	var out []proxiedEndpoint
+	for _, ep := range []proxiedEndpoint{
+		{name: "ignition", what: "the ignition endpoint new workers boot from", endpoint: hc.IgnitionEndpoint},
+		{name: "konnectivity", what: "the konnectivity server (oc logs, exec, port-forward, webhooks)", endpoint: hc.KonnectivityEndpoint},
+	} {
+		if host, ok := goProxies(spec.NoProxy, ep.endpoint); ok {
+			ep.host = host
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+func endpointNames(eps []proxiedEndpoint) []string {
+	out := make([]string, len(eps))
+	for i, ep := range eps {
+		out[i] = ep.name
+	}
+	return out
 }
