@@ -2,14 +2,8 @@ package bench
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/hcpbot/hcpbot/internal/testenv/testcert"
 	"github.com/hcpbot/hcpbot/watchers"
 )
 
@@ -165,17 +160,8 @@ func b4StartConfigMaps(agent bool, want int) (stop func(), err error) {
 func b4Bundle(b *testing.B, n int) string {
 	var out strings.Builder
 	for i := range n {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			b.Fatal(err)
-		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 1)), Subject: pkix.Name{CommonName: fmt.Sprintf("Corp CA %d", i)},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour), IsCA: true, BasicConstraintsValid: true}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = pem.Encode(&out, &pem.Block{Type: "CERTIFICATE", Bytes: der})
+		cert, _ := testcert.CA(b, pkix.Name{CommonName: fmt.Sprintf("Corp CA %d", i)}, 365*24*time.Hour)
+		out.WriteString(cert)
 	}
 	return out.String()
 }

@@ -2,13 +2,7 @@ package watchers_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -21,27 +15,9 @@ import (
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
+	"github.com/hcpbot/hcpbot/internal/testenv/testcert"
 	"github.com/hcpbot/hcpbot/watchers"
 )
-
-// selfSignedCA is a throw-away self-signed CA certificate (PEM) valid until
-// now+validFor, and that NotAfter as the summary states it.
-func selfSignedCA(t *testing.T, cn string, validFor time.Duration) (string, time.Time) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	notAfter := now.Add(validFor).UTC().Truncate(time.Second)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(now.UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: now.Add(-time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), notAfter
-}
 
 // pemBody is a line of the PEM's base64 body: what would show if the
 // bundle leaked anywhere.
@@ -65,7 +41,7 @@ func TestAgentTrustedCABundle(t *testing.T) {
 	cluster := ns + "/trusted"
 	cms := env.Kube.CoreV1().ConfigMaps(ns)
 
-	soon, soonAfter := selfSignedCA(t, "Corp Proxy CA 2026", 10*24*time.Hour)
+	soon, soonAfter := testcert.CA(t, pkix.Name{CommonName: "Corp Proxy CA 2026"}, 10*24*time.Hour)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: spec.TrustedCA},
 		Data: map[string]string{watchers.CABundleKey: soon}}
 	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
@@ -104,7 +80,7 @@ func TestAgentTrustedCABundle(t *testing.T) {
 	}
 
 	// Renewed: only the ConfigMap changes.
-	later, laterAfter := selfSignedCA(t, "Corp Proxy CA 2027", 400*24*time.Hour)
+	later, laterAfter := testcert.CA(t, pkix.Name{CommonName: "Corp Proxy CA 2027"}, 400*24*time.Hour)
 	cm.Data[watchers.CABundleKey] = later
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

@@ -1,13 +1,7 @@
 package watchers
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -19,43 +13,17 @@ import (
 
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/internal/testenv/testcert"
 )
 
 // Unit tests of the trusted CA summary (trustedca.go). The certificates
-// are made here, self-signed with throw-away keys: no key material is
-// committed.
-
-// testCAPEM returns a self-signed CA certificate, PEM-encoded, valid from
-// an hour before now until now+validFor (negative: already expired).
-func testCAPEM(t testing.TB, subject pkix.Name, validFor time.Duration) (string, time.Time) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	notAfter := now.Add(validFor).UTC().Truncate(time.Second)
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: subject,
-		NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), notAfter
-}
+// are made by the test (package testcert): no key material is committed.
 
 func TestSummarizeCABundle(t *testing.T) {
-	long, longAfter := testCAPEM(t, pkix.Name{CommonName: "Corp Root CA"}, 400*24*time.Hour)
-	short, shortAfter := testCAPEM(t, pkix.Name{CommonName: "Corp Proxy CA"}, 10*24*time.Hour)
-	expired, expiredAfter := testCAPEM(t, pkix.Name{CommonName: "Old Corp CA"}, -48*time.Hour)
-	noCN, noCNAfter := testCAPEM(t, pkix.Name{Organization: []string{"Corp"}, OrganizationalUnit: []string{"Proxy"}}, 30*24*time.Hour)
+	long, longAfter := testcert.CA(t, pkix.Name{CommonName: "Corp Root CA"}, 400*24*time.Hour)
+	short, shortAfter := testcert.CA(t, pkix.Name{CommonName: "Corp Proxy CA"}, 10*24*time.Hour)
+	expired, expiredAfter := testcert.CA(t, pkix.Name{CommonName: "Old Corp CA"}, -48*time.Hour)
+	noCN, noCNAfter := testcert.CA(t, pkix.Name{Organization: []string{"Corp"}, OrganizationalUnit: []string{"Proxy"}}, 30*24*time.Hour)
 	for _, tc := range []struct {
 		name    string
 		data    string
@@ -89,7 +57,7 @@ func TestSummarizeCABundle(t *testing.T) {
 // The cache holds a stub: no data, no labels, no managedFields, the
 // summary as an annotation (replacing any the ConfigMap carried).
 func TestTransformConfigMap(t *testing.T) {
-	pemData, notAfter := testCAPEM(t, pkix.Name{CommonName: "Corp Proxy CA"}, 10*24*time.Hour)
+	pemData, notAfter := testcert.CA(t, pkix.Name{CommonName: "Corp Proxy CA"}, 10*24*time.Hour)
 	in := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "clusters", Name: "user-ca-bundle", ResourceVersion: "42", UID: "uid-cm",
