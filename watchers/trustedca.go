@@ -110,11 +110,12 @@ func summarizeCABundle(pemData string, present bool) event.CABundle {
 func transformConfigMap(obj any) (any, error) {
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok || cm.UID == "" {
-		// Not a ConfigMap, or already a stub: client-go may hand the
-		// transform an object it transformed before (a Replace of the
-		// in-order FIFO), so it must be idempotent. Every object the API
-		// server returns has a UID; stubs have none, so no ConfigMap can
-		// pass for one.
+		// Not a ConfigMap, or already a stub: the transform must be
+		// idempotent, since client-go's watch-list (client-go 0.37)
+		// transforms the initial objects in the reflector's temporary
+		// store and again when it Replaces the FIFO's content with them.
+		// Every object the API server returns has a UID; stubs have
+		// none, so no ConfigMap can pass for one.
 		return obj, nil
 	}
 	out := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
