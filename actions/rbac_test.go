@@ -74,6 +74,7 @@ func TestRBACMatchesRecordedCalls(t *testing.T) {
 		"hypershift.openshift.io/nodepools":      {"list", "watch"},
 		"config.openshift.io/proxies":            {"list", "watch"},
 		"/pods":                                  {"list", "watch"},
+		"/configmaps":                            {"list", "watch"},
 		"/secrets":                               {"list", "watch"},
 		"coordination.k8s.io/leases":             {"create", "get", "update"},
 	}

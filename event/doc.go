@@ -103,8 +103,13 @@
 // computes the same key; and it must change whenever the fact changes, or
 // the new fact is dropped as a duplicate. Use:
 //
-//	hostedcluster, nodepool, virtlauncher, ocpproxy, apiserverproxy
+//	nodepool, virtlauncher, ocpproxy, apiserverproxy
 //	                "rv:" + the object's metadata.resourceVersion
+//	hostedcluster   "rv:" + its resourceVersion; when its proxy names a
+//	                trusted CA ConfigMap, followed by ";trustedCA:rv:" +
+//	                the ConfigMap's resourceVersion (";trustedCA:absent"
+//	                while it does not exist): a renewed bundle is news
+//	                although the HostedCluster did not change
 //	proxychange     "rv:" + the resourceVersion of the object carrying the new spec
 //	node            TransitionAt("Ready=<status>", lastTransitionTime), or
 //	                TransitionAt("NotJoining", creationTimestamp)

@@ -153,8 +153,11 @@ type HostedClusterState struct {
 	KubeconfigSecret     string    `json:"kubeconfigSecret,omitempty"` // status.kubeconfig.name
 	// IgnitionEndpoint is status.ignitionEndpoint (host, or host:port),
 	// where new workers fetch their ignition; KonnectivityEndpoint is the
-	// published konnectivity server (spec.services: the Route hostname or
-	// the NodePort address and port). "" when unknown. A noProxy that does
+	// published konnectivity server (spec.services: the Route or
+	// LoadBalancer hostname, or the NodePort address and port, the
+	// address alone while HyperShift assigns the port). "" when unknown,
+	// e.g. a Route whose hostname HyperShift derives from the management
+	// cluster's ingress domain. A noProxy that does
 	// not bypass them sends ignition or konnectivity through the proxy.
 	IgnitionEndpoint     string `json:"ignitionEndpoint,omitempty"`
 	KonnectivityEndpoint string `json:"konnectivityEndpoint,omitempty"`

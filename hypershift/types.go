@@ -9,6 +9,8 @@ package hypershift
 import (
 	"embed"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +68,62 @@ type HostedClusterSpec struct {
 	Platform      PlatformSpec          `json:"platform"`
 	Networking    ClusterNetworking     `json:"networking,omitempty"`
 	Configuration *ClusterConfiguration `json:"configuration,omitempty"`
+	// Services says how each control-plane service is published
+	// (APIServer, OAuthServer, Konnectivity, Ignition).
+	Services []ServicePublishingStrategyMapping `json:"services,omitempty"`
+}
+
+// The control-plane services of spec.services (HyperShift's ServiceType).
+const (
+	ServiceAPIServer    = "APIServer"
+	ServiceOAuthServer  = "OAuthServer"
+	ServiceKonnectivity = "Konnectivity"
+	ServiceIgnition     = "Ignition"
+)
+
+// The publishing strategies (HyperShift's PublishingStrategyType).
+const (
+	PublishLoadBalancer = "LoadBalancer"
+	PublishNodePort     = "NodePort"
+	PublishRoute        = "Route"
+	PublishNone         = "None"
+	PublishS3           = "S3"
+)
+
+// ServicePublishingStrategyMapping is one entry of spec.services
+// (api/hypershift/v1beta1 ServicePublishingStrategyMapping): the strategy
+// is embedded under the key servicePublishingStrategy.
+type ServicePublishingStrategyMapping struct {
+	Service                   string `json:"service"`
+	ServicePublishingStrategy `json:"servicePublishingStrategy"`
+}
+
+// ServicePublishingStrategy is how one service is published; the member
+// matching Type is set (none for None and S3).
+type ServicePublishingStrategy struct {
+	Type         string                          `json:"type"`
+	NodePort     *NodePortPublishingStrategy     `json:"nodePort,omitempty"`
+	LoadBalancer *LoadBalancerPublishingStrategy `json:"loadBalancer,omitempty"`
+	Route        *RoutePublishingStrategy        `json:"route,omitempty"`
+}
+
+// NodePortPublishingStrategy: Port <= 0 means the port is assigned when
+// HyperShift creates the Service (then not in the spec).
+type NodePortPublishingStrategy struct {
+	Address string `json:"address"`
+	Port    int32  `json:"port,omitempty"`
+}
+
+// LoadBalancerPublishingStrategy: an empty Hostname is taken from the
+// Service's status by HyperShift (then not in the spec).
+type LoadBalancerPublishingStrategy struct {
+	Hostname string `json:"hostname,omitempty"`
+}
+
+// RoutePublishingStrategy: an empty Hostname is derived from the
+// management cluster's ingress domain (then not in the spec).
+type RoutePublishingStrategy struct {
+	Hostname string `json:"hostname,omitempty"`
 }
 
 type PlatformSpec struct {
@@ -109,9 +167,12 @@ type ConfigMapNameRef struct {
 }
 
 type HostedClusterStatus struct {
-	Kubeconfig           *LocalObjectRef    `json:"kubeconfig,omitempty"`
-	ControlPlaneEndpoint APIEndpoint        `json:"controlPlaneEndpoint,omitempty"`
-	Conditions           []metav1.Condition `json:"conditions,omitempty"`
+	Kubeconfig           *LocalObjectRef `json:"kubeconfig,omitempty"`
+	ControlPlaneEndpoint APIEndpoint     `json:"controlPlaneEndpoint,omitempty"`
+	// IgnitionEndpoint is where new workers fetch their ignition: the
+	// Route hostname, or address:port of the NodePort.
+	IgnitionEndpoint string             `json:"ignitionEndpoint,omitempty"`
+	Conditions       []metav1.Condition `json:"conditions,omitempty"`
 	// Version is the release the control plane runs and is rolling out to,
 	// as HyperShift writes it (ClusterVersionStatus); nil until HyperShift
 	// has reconciled the cluster once.
@@ -252,6 +313,39 @@ func CIDRs(entries []NetworkEntry) []string {
 		out = append(out, e.CIDR)
 	}
 	return out
+}
+
+// PublishedEndpoint is where service (e.g. ServiceKonnectivity) is
+// published according to spec.services: the Route or LoadBalancer
+// hostname, or the NodePort address and port (the address alone when the
+// port is left to HyperShift). "" when the service is not listed, not
+// published, or its hostname is left to HyperShift to find.
+func (hc *HostedCluster) PublishedEndpoint(service string) string {
+	for _, s := range hc.Spec.Services {
+		if s.Service != service {
+			continue
+		}
+		switch st := s.ServicePublishingStrategy; st.Type {
+		case PublishRoute:
+			if st.Route != nil {
+				return st.Route.Hostname
+			}
+		case PublishLoadBalancer:
+			if st.LoadBalancer != nil {
+				return st.LoadBalancer.Hostname
+			}
+		case PublishNodePort:
+			if st.NodePort == nil || st.NodePort.Address == "" {
+				return ""
+			}
+			if st.NodePort.Port <= 0 {
+				return st.NodePort.Address
+			}
+			return net.JoinHostPort(st.NodePort.Address, strconv.Itoa(int(st.NodePort.Port)))
+		}
+		return ""
+	}
+	return ""
 }
 
 // InternalAPIAddress is where workers' kube-apiserver-proxy listens.

@@ -172,6 +172,7 @@ type Agent struct {
 
 	hcLister, npLister, proxyLister cache.GenericLister // proxyLister nil without the Proxy API
 	vlLister                        listerscorev1.PodLister
+	cmLister                        listerscorev1.ConfigMapLister // stubs only (trustedca.go)
 	synced                          []cache.InformerSynced
 
 	mu     sync.Mutex
@@ -189,7 +190,8 @@ type Agent struct {
 // New returns an agent that watches the management cluster through the
 // given informer factories, as sample-controller's NewController does: it
 // registers its informers (HostedClusters, NodePools and, where the API
-// exists, the OpenShift Proxy on dyn; virt-launcher pods on kf) and their
+// exists, the OpenShift Proxy on dyn; virt-launcher pods and ConfigMap
+// stubs on kf) and their
 // handlers, and the caller starts the factories once New returned
 // (kf.Start, dyn.Start) and shuts them down after Run. The factories live
 // as long as the process, across leader terms: a replica that does not
@@ -198,7 +200,8 @@ type Agent struct {
 // APIs) and reads hosted clusters' Secrets. m may be shared with other
 // agents of the process.
 //
-// kf's Pod informer is the agent's, listing virt-launcher pods only: share
+// kf's Pod informer is the agent's, listing virt-launcher pods only, and
+// its ConfigMap informer caches stubs without data (trustedca.go): share
 // the factory only with code that wants those.
 func New(cfg Config, kube kubernetes.Interface, kf informers.SharedInformerFactory, dyn dynamicinformer.DynamicSharedInformerFactory,
 	pub Publisher, m *Metrics, log zerolog.Logger) (*Agent, error) {
@@ -217,7 +220,11 @@ func New(cfg Config, kube kubernetes.Interface, kf informers.SharedInformerFacto
 		resync:  make(chan struct{}, 1),
 		restate: make(chan struct{}, 1),
 	}
-	a.hcLister = a.watch(dyn.ForResource(hypershift.HostedClusterGVR), kindHostedCluster)
+	hcInf := dyn.ForResource(hypershift.HostedClusterGVR)
+	if err := hcInf.Informer().AddIndexers(cache.Indexers{trustedCAIndex: trustedCAIndexFunc}); err != nil {
+		return nil, fmt.Errorf("HostedCluster informer: %w", err)
+	}
+	a.hcLister = a.watch(hcInf, kindHostedCluster)
 	a.npLister = a.watch(dyn.ForResource(hypershift.NodePoolGVR), kindNodePool)
 	// Proxy/cluster exists on OpenShift management clusters only.
 	if _, err := kube.Discovery().ServerResourcesForGroupVersion(hypershift.ProxyGVR.GroupVersion().String()); err == nil {
@@ -230,6 +237,13 @@ func New(cfg Config, kube kubernetes.Interface, kf informers.SharedInformerFacto
 	_, _ = vl.AddEventHandler(a.handler(kindVirtLauncher, event.ClusterRef{}))
 	a.synced = append(a.synced, vl.HasSynced)
 	a.vlLister = listerscorev1.NewPodLister(vl.GetIndexer())
+	// The proxies' trusted CA ConfigMaps, as stubs with a summary: a
+	// change re-syncs the HostedClusters that name it (trustedca.go).
+	cm := kf.InformerFor(&corev1.ConfigMap{}, configMapInformer)
+	_ = cm.SetTransform(transformConfigMap)
+	_, _ = cm.AddEventHandler(a.configMapHandler(hcInf.Informer().GetIndexer()))
+	a.synced = append(a.synced, cm.HasSynced)
+	a.cmLister = listerscorev1.NewConfigMapLister(cm.GetIndexer())
 	return a, nil
 }
 

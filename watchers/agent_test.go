@@ -104,8 +104,14 @@ type replica struct {
 // Deployment with two replicas does.
 func startReplica(t *testing.T, s *stream, identity string, source string) *replica {
 	t.Helper()
+	return startReplicaLogging(t, s, identity, source, natstest.Logger(t))
+}
+
+// startReplicaLogging is startReplica logging to log (a test that reads
+// what the agent logs).
+func startReplicaLogging(t *testing.T, s *stream, identity string, source string, log zerolog.Logger) *replica {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	log := natstest.Logger(t)
 	m := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(s.js, 1000, m, log)
 	agent := newEnvAgent(t, ctx, watchers.Config{Source: source, Identity: identity, SnapshotWait: 10 * time.Second, ProbeInterval: 300 * time.Millisecond},

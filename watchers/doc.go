@@ -45,6 +45,13 @@
 // reason, the error kind is counted, one line is logged at its start and
 // one at its end, and OnStreamMissing may re-create a deleted stream.
 //
+// A HostedCluster's event also summarises the trusted CA ConfigMap its
+// proxy names (trustedca.go): found, a problem, the number of
+// certificates, the first expiry and its subject. A ConfigMap informer
+// caches stubs that carry that summary instead of the data, so the PEM is
+// never cached or logged; a ConfigMap event re-syncs the HostedClusters
+// that name it, and its resourceVersion is part of their transition key.
+//
 // A HostedCluster's admin kubeconfig Secret is untrusted input: the hosted
 // client is built by package kubeconfig from inline data only. A Secret
 // that is missing, does not decode or is refused (an exec plugin, a file

@@ -36,12 +36,20 @@ func fingerprint(p any) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-func hostedClusterFact(hc *hypershift.HostedCluster) fact {
+// hostedClusterFact states hc with ca, the summary of the trusted CA
+// ConfigMap its proxy names (nil when it names none). The summary is in
+// the payload, and so in the state fingerprint: a renewed bundle is news,
+// and its resourceVersion is in the key (trustedCA.key).
+func hostedClusterFact(hc *hypershift.HostedCluster, ca *trustedCA) fact {
 	p := hostedClusterState(hc)
+	if ca != nil {
+		b := ca.bundle
+		p.TrustedCA = &b
+	}
 	// The bot needs every cluster's proxy and networks to diagnose, so a
 	// HostedCluster always counts as a problem: it is restated in every
 	// snapshot (and a consumer treats one missing from it as deleted).
-	return fact{payload: p, key: rvKey(hc.ResourceVersion), state: fingerprint(p), problem: true}
+	return fact{payload: p, key: rvKey(hc.ResourceVersion) + ca.key(), state: fingerprint(p), problem: true}
 }
 
 // hostedClusterState carries the release (Version) too: it picks which of
@@ -59,6 +67,10 @@ func hostedClusterState(hc *hypershift.HostedCluster) event.HostedClusterState {
 		ClusterNetwork: hypershift.CIDRs(n.ClusterNetwork),
 		ServiceNetwork: hypershift.CIDRs(n.ServiceNetwork),
 		MachineNetwork: hypershift.CIDRs(n.MachineNetwork),
+		// Workers reach both from outside the control plane, through
+		// the proxy unless noProxy bypasses them.
+		IgnitionEndpoint:     hc.Status.IgnitionEndpoint,
+		KonnectivityEndpoint: hc.PublishedEndpoint(hypershift.ServiceKonnectivity),
 	}
 	if a := n.APIServer; a != nil {
 		ep := &event.Endpoint{Host: a.AdvertiseAddress}
@@ -76,7 +88,8 @@ func hostedClusterState(hc *hypershift.HostedCluster) event.HostedClusterState {
 	for _, c := range hc.Status.Conditions {
 		switch c.Type {
 		case "Available", "Degraded", "Progressing", "KubeAPIServerAvailable", "ValidConfiguration",
-			"ValidProxyConfiguration", "DataPlaneConnectionAvailable", "ControlPlaneConnectionAvailable":
+			"ValidProxyConfiguration", "DataPlaneConnectionAvailable", "ControlPlaneConnectionAvailable",
+			"IgnitionEndpointAvailable", "EtcdAvailable", "KubeVirtNodesLiveMigratable", "ValidKubeVirtInfraNetworkMTU":
 			p.Conditions = append(p.Conditions, event.Condition{
 				Type: c.Type, Status: event.ConditionStatus(c.Status), Reason: c.Reason,
 				Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time,

@@ -568,7 +568,7 @@ func TestFactHostedCluster(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := hostedClusterFact(tc.hc)
+			f := hostedClusterFact(tc.hc, nil)
 			if !f.problem {
 				t.Error("a HostedCluster is always restated (problem = false)")
 			}
@@ -628,7 +628,7 @@ func TestFactHostedClusterIDIndependentOfProxyPassword(t *testing.T) {
 		hc := fxHostedCluster(func(hc *hypershift.HostedCluster) {
 			hc.Spec.Configuration.Proxy.HTTPProxy = "http://user:" + pw + "@proxy:3128"
 		})
-		e, data := factEvent(t, event.ObjectRef{Kind: "HostedCluster", Namespace: "clusters", Name: "example", UID: "uid-hc"}, hostedClusterFact(hc))
+		e, data := factEvent(t, event.ObjectRef{Kind: "HostedCluster", Namespace: "clusters", Name: "example", UID: "uid-hc"}, hostedClusterFact(hc, nil))
 		if strings.Contains(string(data), pw) {
 			t.Fatalf("encoded event contains the password")
 		}
@@ -668,7 +668,7 @@ func TestFactRecurrenceGetsNewID(t *testing.T) {
 		facts  []fact // successive facts about one object; the last repeats an earlier state
 		repeat int    // index of the earlier fact the last one repeats
 	}{
-		{"HostedCluster noProxy A, B, A again", hcObj, []fact{hostedClusterFact(a), hostedClusterFact(b), hostedClusterFact(aAgain)}, 0},
+		{"HostedCluster noProxy A, B, A again", hcObj, []fact{hostedClusterFact(a, nil), hostedClusterFact(b, nil), hostedClusterFact(aAgain, nil)}, 0},
 		{"proxy edit A->B, reverted, made again", hcObj, []fact{
 			proxyChangeFact(event.ProxyTargetHostedCluster, a.Proxy(), b.Proxy(), "2"),
 			proxyChangeFact(event.ProxyTargetHostedCluster, b.Proxy(), a.Proxy(), "3"),
@@ -1023,7 +1023,7 @@ func TestFactHostedClusterRelease(t *testing.T) {
 		{"newest Completed", fxHostedCluster(version("4.23.0", rollout("4.23.0", hypershift.UpdateStateCompleted), rollout("4.19.7", hypershift.UpdateStateCompleted))), "4.23.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := hostedClusterFact(tc.hc)
+			f := hostedClusterFact(tc.hc, nil)
 			if got := f.payload.(event.HostedClusterState).Version; got != tc.want {
 				t.Errorf("version = %q, want %q", got, tc.want)
 			}

@@ -63,8 +63,12 @@ func (a *Agent) snapshot(ctx context.Context, fresh bool) {
 		if err != nil {
 			continue
 		}
+		ca, err := readTrustedCA(a.cmLister, hc)
+		if err != nil {
+			continue
+		}
 		ref := event.ClusterRef{Namespace: k.namespace, Name: k.name}
-		emit(mgmt, k, &ref, objectRef("HostedCluster", u), hostedClusterFact(hc))
+		emit(mgmt, k, &ref, objectRef("HostedCluster", u), hostedClusterFact(hc, ca))
 	}
 	nps, _ := a.npLister.List(labels.Everything())
 	for _, o := range nps {

@@ -81,8 +81,12 @@ func (a *Agent) syncHostedCluster(ctx context.Context, k key, quiet bool) error 
 	if !ok {
 		return err
 	}
+	ca, err := readTrustedCA(a.cmLister, hc)
+	if err != nil {
+		return err
+	}
 	obj := objectRef("HostedCluster", u)
-	f := hostedClusterFact(hc)
+	f := hostedClusterFact(hc, ca)
 	cur := hc.Proxy()
 	if old, changed := a.proxySeen(k, cur); changed && !quiet {
 		a.emit(ctx, &ref, obj, proxyChangeFact(event.ProxyTargetHostedCluster, old, cur, u.GetResourceVersion()))

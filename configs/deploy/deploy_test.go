@@ -932,6 +932,7 @@ func checkAccess(t *testing.T, kc kubernetes.Interface, cpNS string) {
 		{attr{Verb: "watch", Group: "hypershift.openshift.io", Resource: "hostedclusters"}, true},
 		{attr{Verb: "update", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace, Name: "example"}, true},
 		{attr{Verb: "list", Resource: "secrets", Namespace: hcNamespace}, true},
+		{attr{Verb: "watch", Resource: "configmaps"}, true},
 		{attr{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: namespace, Name: "hcpbot-agent"}, true},
 		{attr{Verb: "update", Group: "config.openshift.io", Resource: "proxies", Name: "cluster"}, true},
 		// Not granted.
@@ -942,6 +943,8 @@ func checkAccess(t *testing.T, kc kubernetes.Interface, cpNS string) {
 		{attr{Verb: "update", Group: "hypershift.openshift.io", Resource: "hostedclusters", Subresource: "status", Namespace: hcNamespace, Name: "example"}, false},
 		{attr{Verb: "update", Group: "hypershift.openshift.io", Resource: "nodepools", Namespace: hcNamespace, Name: "example"}, false},
 		{attr{Verb: "list", Resource: "secrets"}, false},
+		{attr{Verb: "get", Resource: "configmaps", Namespace: hcNamespace, Name: "user-ca-bundle"}, false},
+		{attr{Verb: "update", Resource: "configmaps", Namespace: hcNamespace, Name: "user-ca-bundle"}, false},
 		{attr{Verb: "get", Resource: "secrets", Namespace: "kube-system", Name: "any"}, false},
 		{attr{Verb: "get", Resource: "secrets", Namespace: namespace, Name: "hcpbot-agent-nats"}, false},
 		{attr{Verb: "get", Resource: "secrets", Namespace: cpNS, Name: "any"}, false},

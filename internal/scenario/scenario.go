@@ -35,6 +35,39 @@ type Cluster struct {
 	HTTPSProxy      string
 	NoProxy         string
 	TrustedCA       string
+	// Services is spec.services (immutable in HyperShift: set at
+	// creation); none when empty.
+	Services []Service
+}
+
+// Service is one entry of spec.services: how a control-plane service
+// (hypershift.ServiceKonnectivity, ...) is published. Type Route and
+// LoadBalancer take Hostname, NodePort takes Address and Port.
+type Service struct {
+	Service, Type     string
+	Hostname, Address string
+	Port              int32
+}
+
+func (s Service) object() map[string]any {
+	strategy := map[string]any{"type": s.Type}
+	switch s.Type {
+	case hypershift.PublishRoute, hypershift.PublishLoadBalancer:
+		if s.Hostname != "" {
+			key := "route"
+			if s.Type == hypershift.PublishLoadBalancer {
+				key = "loadBalancer"
+			}
+			strategy[key] = map[string]any{"hostname": s.Hostname}
+		}
+	case hypershift.PublishNodePort:
+		np := map[string]any{"address": s.Address}
+		if s.Port > 0 {
+			np["port"] = int64(s.Port)
+		}
+		strategy["nodePort"] = np
+	}
+	return map[string]any{"service": s.Service, "servicePublishingStrategy": strategy}
 }
 
 // SeedNoProxy is the seed 000 noProxy without `kubernetes`: a domain and the
@@ -83,6 +116,13 @@ func (c Cluster) Object() *unstructured.Unstructured {
 		networking["clusterNetwork"] = []any{map[string]any{"cidr": c.ClusterCIDR}}
 	}
 	spec["networking"] = networking
+	if len(c.Services) > 0 {
+		var services []any
+		for _, s := range c.Services {
+			services = append(services, s.object())
+		}
+		spec["services"] = services
+	}
 	if c.HTTPProxy != "" || c.HTTPSProxy != "" || c.NoProxy != "" {
 		proxy := map[string]any{}
 		for k, v := range map[string]string{"httpProxy": c.HTTPProxy, "httpsProxy": c.HTTPSProxy, "noProxy": c.NoProxy} {
@@ -169,6 +209,46 @@ func SetNoProxy(ctx context.Context, dc dynamic.Interface, namespace, name, noPr
 		return err
 	}
 	_, err = ri.Update(ctx, u, metav1.UpdateOptions{})
+	return err
+}
+
+// Condition is a HostedCluster status condition as HyperShift sets it.
+type Condition struct {
+	Type, Status, Reason, Message string
+}
+
+// SetStatus sets status.ignitionEndpoint (unless "") and the conditions
+// (replacing those of the same type, as meta.SetStatusCondition does) the
+// way HyperShift's reconciler writes them.
+func SetStatus(ctx context.Context, dc dynamic.Interface, namespace, name, ignitionEndpoint string, conds ...Condition) error {
+	ri := dc.Resource(hypershift.HostedClusterGVR).Namespace(namespace)
+	u, err := ri.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if ignitionEndpoint != "" {
+		if err := unstructured.SetNestedField(u.Object, ignitionEndpoint, "status", "ignitionEndpoint"); err != nil {
+			return err
+		}
+	}
+	old, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	for _, c := range conds {
+		cond := condition(c.Type, c.Status, c.Reason, c.Message, now)
+		replaced := false
+		for i, o := range old {
+			if m, ok := o.(map[string]any); ok && m["type"] == c.Type {
+				old[i], replaced = cond, true
+			}
+		}
+		if !replaced {
+			old = append(old, cond)
+		}
+	}
+	if err := unstructured.SetNestedSlice(u.Object, old, "status", "conditions"); err != nil {
+		return err
+	}
+	_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
 	return err
 }
 
