@@ -125,11 +125,6 @@ func TestHostedClusterFailuresLive(t *testing.T) {
 	var clusters []scenario.Cluster
 	for _, tc := range cases {
 		c := tc.spec(ns)
-		if c.TrustedCA != "" && c.Name != "pca" {
-			if err := scenario.SetTrustedCA(ctx, env.Kube, ns, c.TrustedCA, "Corp Root CA", time.Now().Add(5*365*24*time.Hour)); err != nil {
-				t.Fatal(err)
-			}
-		}
 		createHostedSharing(ctx, t, c, kubeconfig)
 		clusters = append(clusters, c)
 	}
@@ -207,9 +202,6 @@ func TestSeed000AllSymptomsOneIncidentLive(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	spec := scenario.BehindProxy(ns, "full")
-	if err := scenario.SetTrustedCA(ctx, env.Kube, ns, spec.TrustedCA, "Corp Root CA", time.Now().Add(5*365*24*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
 	hosted := env.HostedCluster(t, spec)
 	nodes, err := scenario.Nodes(ctx, hosted.Kube, "full-np", 2)
 	if err != nil {

@@ -155,6 +155,17 @@ func Create(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, 
 	if err := ensureNamespace(ctx, kc, cpNS, map[string]string{hypershift.LabelHostedControlPlane: "true"}); err != nil {
 		return nil, err
 	}
+	if c.TrustedCA != "" {
+		// The proxy's CA bundle exists where HyperShift looks for it, as in
+		// seed 000, unless the test made its own.
+		if _, err := kc.CoreV1().ConfigMaps(c.Namespace).Get(ctx, c.TrustedCA, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if err := SetTrustedCA(ctx, kc, c.Namespace, c.TrustedCA, "Corp Root CA", time.Now().Add(5*365*24*time.Hour)); err != nil {
+				return nil, err
+			}
+		} else if err != nil {
+			return nil, err
+		}
+	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.KubeconfigSecretName()},
 		Data:       map[string][]byte{hypershift.KubeconfigKey: kubeconfig},
@@ -212,44 +223,15 @@ func SetNoProxy(ctx context.Context, dc dynamic.Interface, namespace, name, noPr
 	return err
 }
 
-// Condition is a HostedCluster status condition as HyperShift sets it.
-type Condition struct {
-	Type, Status, Reason, Message string
-}
-
 // SetStatus sets status.ignitionEndpoint (unless "") and the conditions
-// (replacing those of the same type, as meta.SetStatusCondition does) the
-// way HyperShift's reconciler writes them.
+// of a HostedCluster the way HyperShift's reconciler writes them.
 func SetStatus(ctx context.Context, dc dynamic.Interface, namespace, name, ignitionEndpoint string, conds ...Condition) error {
-	ri := dc.Resource(hypershift.HostedClusterGVR).Namespace(namespace)
-	u, err := ri.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
 	if ignitionEndpoint != "" {
-		if err := unstructured.SetNestedField(u.Object, ignitionEndpoint, "status", "ignitionEndpoint"); err != nil {
+		if err := SetHostedClusterStatusField(ctx, dc, namespace, name, "ignitionEndpoint", ignitionEndpoint); err != nil {
 			return err
 		}
 	}
-	old, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	for _, c := range conds {
-		cond := condition(c.Type, c.Status, c.Reason, c.Message, now)
-		replaced := false
-		for i, o := range old {
-			if m, ok := o.(map[string]any); ok && m["type"] == c.Type {
-				old[i], replaced = cond, true
-			}
-		}
-		if !replaced {
-			old = append(old, cond)
-		}
-	}
-	if err := unstructured.SetNestedSlice(u.Object, old, "status", "conditions"); err != nil {
-		return err
-	}
-	_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
-	return err
+	return SetHostedClusterConditions(ctx, dc, namespace, name, conds...)
 }
 
 // Rollout is one entry of a HostedCluster's status.version.history.

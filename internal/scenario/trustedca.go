@@ -21,18 +21,28 @@ import (
 // TrustedCAKey is the key of the trusted CA ConfigMap HyperShift reads.
 const TrustedCAKey = "ca-bundle.crt"
 
-// CAPEM returns a freshly generated self-signed CA certificate, PEM
-// encoded, named cn and valid until notAfter. The key is thrown away:
-// tests need the certificate's dates, never its trust.
-func CAPEM(cn string, notAfter time.Time) ([]byte, error) {
+// CAPEM returns a freshly generated self-signed CA certificate for
+// subject, PEM encoded, valid from an hour before now (or before notAfter,
+// when that is earlier) until notAfter. The key is thrown away: tests need
+// the certificate's dates, never its trust, and no key material is ever
+// written.
+func CAPEM(subject pkix.Name, notAfter time.Time) ([]byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return nil, err
+	}
+	notBefore := time.Now()
+	if notAfter.Before(notBefore) {
+		notBefore = notAfter
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: cn, Organization: []string{"Corp Example"}},
-		NotBefore:             notAfter.Add(-10 * 365 * 24 * time.Hour),
+		SerialNumber:          serial,
+		Subject:               subject,
+		NotBefore:             notBefore.Add(-time.Hour),
 		NotAfter:              notAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
@@ -48,7 +58,7 @@ func CAPEM(cn string, notAfter time.Time) ([]byte, error) {
 // SetTrustedCA creates or replaces the trusted CA ConfigMap namespace/name
 // holding one CA certificate named cn, valid until notAfter.
 func SetTrustedCA(ctx context.Context, kc kubernetes.Interface, namespace, name, cn string, notAfter time.Time) error {
-	pemData, err := CAPEM(cn, notAfter)
+	pemData, err := CAPEM(pkix.Name{CommonName: cn, Organization: []string{"Corp Example"}}, notAfter)
 	if err != nil {
 		return err
 	}

@@ -5,15 +5,11 @@
 package testcert
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"testing"
 	"time"
+
+	"github.com/hcpbot/hcpbot/internal/scenario"
 )
 
 // CA returns a self-signed CA certificate for subject, PEM-encoded, valid
@@ -21,24 +17,10 @@ import (
 // its NotAfter (UTC, whole seconds: as x509 stores it).
 func CA(tb testing.TB, subject pkix.Name, validFor time.Duration) (pemText string, notAfter time.Time) {
 	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	notAfter = time.Now().Add(validFor).UTC().Truncate(time.Second)
+	pemData, err := scenario.CAPEM(subject, notAfter)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	now := time.Now()
-	notAfter = now.Add(validFor).UTC().Truncate(time.Second)
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: subject,
-		NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), notAfter
+	return string(pemData), notAfter
 }
