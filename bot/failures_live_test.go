@@ -2,11 +2,13 @@ package bot_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/slack-go/slack"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -162,12 +164,26 @@ func TestHostedClusterFailuresLive(t *testing.T) {
 			case tc.fixAdds == "" && d.Fix != nil:
 				t.Errorf("%s: unexpected fix %+v", tc.rule, d.Fix)
 			}
-			// Its own Slack message names the cluster and says what broke
-			// (the header may cut a long title).
-			title := chatops.EscapeText(d.Title[:min(len(d.Title), 60)])
+			// Its own Slack message names the cluster and gives the root
+			// cause (the header cuts a title this long, names and all).
+			cause := d.Short()
+			cause = chatops.EscapeText(cause[:min(len(cause), 40)])
 			p.slack.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
 				for _, m := range r.Messages(channel) {
-					if m.ThreadTS == "" && strings.Contains(m.Text, k.Cluster.String()) && strings.Contains(string(m.Blocks), title) {
+					if m.ThreadTS != "" || !strings.Contains(m.Text, k.Cluster.String()) {
+						continue
+					}
+					var blocks slack.Blocks
+					if err := json.Unmarshal(m.Blocks, &blocks); err != nil {
+						t.Fatal(err)
+					}
+					var body strings.Builder
+					for _, b := range blocks.BlockSet {
+						if sec, ok := b.(*slack.SectionBlock); ok && sec.Text != nil {
+							body.WriteString(sec.Text.Text + "\n")
+						}
+					}
+					if strings.Contains(body.String(), cause) {
 						return true
 					}
 				}
