@@ -70,7 +70,8 @@ const (
 
 // The done-when test: real API servers, the real agent, embedded NATS.
 // Three hosted clusters — compliant, missing `kubernetes` and the service
-// CIDR, https:// proxy with credentials — give the expected findings; two
+// CIDR, https:// proxy with credentials — give the expected findings (and a proxy CA expiring in 10 days: a
+// proactive finding); two
 // replicas firing the same tick post one digest; the password appears in
 // no Slack call and no console line. An executed NodePort expose (with who
 // and when) and an active silence are in the digest of their clusters; an
@@ -89,6 +90,10 @@ func TestDigestThreeClusters(t *testing.T) {
 	creds.HTTPProxy = "http://proxy.corp.example:3128"
 	creds.HTTPSProxy = "https://user:" + password + "@proxy.corp.example:3128"
 	creds.NoProxy = good.NoProxy
+	// missing's proxy CA expires in 10 days: a proactive finding.
+	if err := scenario.SetTrustedCA(ctx, env.Kube, ns, missing.TrustedCA, "Corp Proxy CA", time.Now().Add(10*24*time.Hour+time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []scenario.Cluster{good, missing, creds} {
 		env.HostedCluster(t, c)
 	}
@@ -252,7 +257,7 @@ func TestDigestThreeClusters(t *testing.T) {
 		t.Errorf("rolled-back exposure %s in the thread: %s", rolledBack.ID, thread["missing"])
 	}
 	expect := map[string][]string{
-		"missing": {noproxy.CodeMissingKubernetes, noproxy.CodeMissingServiceCIDR},
+		"missing": {noproxy.CodeMissingKubernetes, noproxy.CodeMissingServiceCIDR, diagnose.WarnTrustedCAExpiring},
 		"creds":   {noproxy.CodeCredentialsInProxyURL, noproxy.CodeHTTPSProxyWithoutTrustedCA},
 	}
 	for name, want := range expect {
