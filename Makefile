@@ -70,10 +70,7 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS = ./event:FuzzDecode ./event:FuzzSplitAgrees ./noproxy:FuzzParse ./noproxy:FuzzDecide ./noproxy:FuzzMerge ./noproxy:FuzzLint \
 	./redact:FuzzRedactNoPassword ./bot/chatops:FuzzParse ./bot/chatops:FuzzAuthenticate ./configs:FuzzParse
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
-	done
+	@GO=$(GO) FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh $(FUZZ_TARGETS)
 
 ## fuzz-short: every fuzz target briefly (10s each), for CI.
 fuzz-short:
