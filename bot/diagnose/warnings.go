@@ -2,8 +2,6 @@ package diagnose
 
 import (
 	"fmt"
-	"net"
-	"strings"
 	"time"
 
 	"github.com/hcpbot/hcpbot/event"
@@ -56,24 +54,6 @@ func Warnings(hc event.HostedClusterState, now time.Time) []noproxy.Finding {
 	return out
 }
 
-// goProxies reports whether a Go client (ignition and the konnectivity
-// agent are Go programs) sends https://endpoint through the proxy given
-// noProxy, and the host to add to noProxy.
-func goProxies(noProxy, endpoint string) (host string, proxied bool) {
-	if endpoint == "" {
-		return "", false
-	}
-	host = endpoint
-	if h, _, err := net.SplitHostPort(endpoint); err == nil {
-		host = h
-	}
-	d, err := noproxy.Decide(noproxy.Go, noProxy, "https://"+endpoint)
-	if err != nil {
-		return "", false
-	}
-	return host, d == noproxy.Proxy
-}
-
 // caWarnings judges the bundle's first expiry against now.
 func caWarnings(b event.CABundle, now time.Time) []noproxy.Finding {
 	cm := redact.RedactText(b.ConfigMap)
@@ -106,17 +86,15 @@ func caWarnings(b event.CABundle, now time.Time) []noproxy.Finding {
 type proxiedEndpoint struct{ name, what, endpoint, host string }
 
 // proxiedEndpoints are hc's ignition and konnectivity endpoints that a Go
-// client (ignition, konnectivity-agent) sends through spec's HTTPS proxy.
+// client (ignition, konnectivity-agent) sends through spec's HTTPS proxy
+// (endpointProxied).
 func proxiedEndpoints(hc event.HostedClusterState, spec event.ProxySpec) []proxiedEndpoint {
-	if strings.TrimSpace(spec.HTTPSProxy) == "" {
-		return nil
-	}
 	var out []proxiedEndpoint
 	for _, ep := range []proxiedEndpoint{
 		{name: "ignition", what: "the ignition endpoint new workers boot from", endpoint: hc.IgnitionEndpoint},
 		{name: "konnectivity", what: "the konnectivity server (oc logs, exec, port-forward, webhooks)", endpoint: hc.KonnectivityEndpoint},
 	} {
-		if host, ok := goProxies(spec.NoProxy, ep.endpoint); ok {
+		if host, ok := endpointProxied(spec, ep.endpoint); ok {
 			ep.host = host
 			out = append(out, ep)
 		}
