@@ -43,7 +43,7 @@ type Client struct {
 // is sealed afresh, so its signature is fresh while its deadline, fixed by
 // the caller (the approval + QueueHorizon), is not extended. An error
 // wrapping ErrNotSent means the request may or may not be stored.
-func (c *Client) Submit(ctx context.Context, signer *Signer, source string, req Request, a Approval, deadline time.Time) error {
+func (c *Client) Submit(ctx context.Context, signer *Signer, source string, req Change, a Approval, deadline time.Time) error {
 	if _, err := RequestSubject(source); err != nil {
 		return fmt.Errorf("proposal %s names no usable management cluster: %w", req.ID, err)
 	}

@@ -34,7 +34,7 @@ type Executor struct {
 }
 
 // Execute validates req and runs it.
-func (x *Executor) Execute(ctx context.Context, req Request) (*Result, error) {
+func (x *Executor) Execute(ctx context.Context, req Change) (*Result, error) {
 	c, err := check(req)
 	if err != nil {
 		return nil, err

@@ -7,11 +7,11 @@ import (
 
 // CountValidations counts, until the test ends, the Validate calls on the
 // requests match selects, by request type. One test at a time may count.
-func CountValidations(t testing.TB, match func(Request) bool) func(Type) int {
+func CountValidations(t testing.TB, match func(Change) bool) func(Type) int {
 	t.Helper()
 	var mu sync.Mutex
 	n := map[Type]int{}
-	f := func(r Request) {
+	f := func(r Change) {
 		if match(r) {
 			mu.Lock()
 			n[r.Type]++

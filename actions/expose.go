@@ -79,7 +79,7 @@ func actionSelector(id string) string {
 // written; only a node port the hosted API server allocated can collide
 // after the hosted Service exists, which is then deleted again.
 // Re-running the same action id returns the Services it created.
-func (x *Executor) Expose(ctx context.Context, req Request) (*Result, error) {
+func (x *Executor) Expose(ctx context.Context, req Change) (*Result, error) {
 	if req.Type != TypeExposeNodePort {
 		return nil, fmt.Errorf("%w: Expose got a %q request", ErrInvalid, req.Type)
 	}
@@ -276,7 +276,7 @@ func forwardedService(app *corev1.Service, p *ExposeParams) (*corev1.Service, er
 	return out, nil
 }
 
-func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.Interface, req Request, app *corev1.Service, ports []corev1.ServicePort, usage *portUsage) (*corev1.Service, error) {
+func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.Interface, req Change, app *corev1.Service, ports []corev1.ServicePort, usage *portUsage) (*corev1.Service, error) {
 	p := req.Expose
 	svc := &corev1.Service{
 		ObjectMeta: objectMeta(req, p.Namespace, HostedServiceName(p.Service)),
@@ -335,7 +335,7 @@ func nodePortOf(sp corev1.ServicePort, nodePort int32) corev1.ServicePort {
 	return corev1.ServicePort{Name: sp.Name, Protocol: sp.Protocol, Port: sp.Port, TargetPort: sp.TargetPort, NodePort: nodePort}
 }
 
-func objectMeta(req Request, namespace, name string) metav1.ObjectMeta {
+func objectMeta(req Change, namespace, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Namespace: namespace,
 		Name:      name,
@@ -349,7 +349,7 @@ func objectMeta(req Request, namespace, name string) metav1.ObjectMeta {
 
 // managementService forwards node port N of the management nodes to port N
 // of the virt-launcher pods, where the hosted NodePort Service listens.
-func managementService(req Request, hc *hypershift.HostedCluster, cpNS string, hosted *corev1.Service) *corev1.Service {
+func managementService(req Change, hc *hypershift.HostedCluster, cpNS string, hosted *corev1.Service) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: objectMeta(req, cpNS, ManagementServiceName(req.ID)),
 		Spec: corev1.ServiceSpec{
@@ -504,7 +504,7 @@ func nodePortsInUse(ctx context.Context, kc kubernetes.Interface, id string) (ma
 // of range or allocated in the management cluster (and, with hosted, in
 // the hosted cluster), then asks the management API server in a dry run
 // whether it would allocate them; ports still 0 are not checked.
-func (x *Executor) checkPorts(ctx context.Context, u *portUsage, req Request, hc *hypershift.HostedCluster, cpNS string, svc *corev1.Service, hosted bool) error {
+func (x *Executor) checkPorts(ctx context.Context, u *portUsage, req Change, hc *hypershift.HostedCluster, cpNS string, svc *corev1.Service, hosted bool) error {
 	want := svc.DeepCopy()
 	want.Spec.Ports = slices.DeleteFunc(want.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.NodePort == 0 })
 	if len(want.Spec.Ports) == 0 {
@@ -602,7 +602,7 @@ func (x *Executor) managementNodeIPs(ctx context.Context) ([]string, error) {
 	return ips, nil
 }
 
-func exposeSummary(req Request, hosted, mgmt *corev1.Service, res *Result, nodes int, forwarded bool) string {
+func exposeSummary(req Change, hosted, mgmt *corev1.Service, res *Result, nodes int, forwarded bool) string {
 	var b strings.Builder
 	switch {
 	case res.Outcome == OutcomeUnchanged && forwarded:

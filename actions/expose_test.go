@@ -45,8 +45,8 @@ func petclinic(t *testing.T, kc kubernetes.Interface) {
 	}
 }
 
-func exposeReq(id string, c scenario.Cluster, ports ...actions.ExposePort) actions.Request {
-	return actions.Request{
+func exposeReq(id string, c scenario.Cluster, ports ...actions.ExposePort) actions.Change {
+	return actions.Change{
 		ID: id, Type: actions.TypeExposeNodePort, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
 		Expose:  &actions.ExposeParams{Namespace: appNS, Service: "petclinic", Ports: ports},
@@ -279,7 +279,7 @@ func TestExposePortCollision(t *testing.T) {
 	noSuchService.Expose.Service = "nope"
 	tooManyNodePorts := exposeReq("expo-0006abcd", c)
 	tooManyNodePorts.Expose.NodePorts = []int32{30101, 30102, 30103, 30104}
-	for _, req := range []actions.Request{noSuchPort, noSuchService, tooManyNodePorts} {
+	for _, req := range []actions.Change{noSuchPort, noSuchService, tooManyNodePorts} {
 		if _, err := x.Execute(ctx, req); !errors.Is(err, actions.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", req.ID, err)
 		}

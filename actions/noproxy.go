@@ -97,7 +97,7 @@ const fieldManager = "hcpbot"
 // status all the time, and such a write leaves the noProxy the proposal
 // was made for. Only when the re-read list differs from Expected does the
 // conflict stand.
-func (x *Executor) PatchNoProxy(ctx context.Context, req Request) (*Result, error) {
+func (x *Executor) PatchNoProxy(ctx context.Context, req Change) (*Result, error) {
 	if req.Type != TypeNoProxyPatch {
 		return nil, fmt.Errorf("%w: PatchNoProxy got a %q request", ErrInvalid, req.Type)
 	}
@@ -127,7 +127,7 @@ func (x *Executor) patchNoProxy(ctx context.Context, c checked) (*Result, error)
 // patchNoProxyOnce is one read, compare and write of PatchNoProxy; its
 // error is an API conflict (apierrors.IsConflict) only when the write met
 // a newer resourceVersion.
-func (x *Executor) patchNoProxyOnce(ctx context.Context, req Request, obj noProxyObject) (*Result, error) {
+func (x *Executor) patchNoProxyOnce(ctx context.Context, req Change, obj noProxyObject) (*Result, error) {
 	p := req.NoProxy
 	u, current, err := obj.get(ctx)
 	if err != nil {

@@ -42,8 +42,8 @@ func readHC(t *testing.T, ns, name string) (noProxy, resourceVersion string) {
 	return v, u.GetResourceVersion()
 }
 
-func patchRequest(id string, c scenario.Cluster, expected string) actions.Request {
-	return actions.Request{
+func patchRequest(id string, c scenario.Cluster, expected string) actions.Change {
+	return actions.Change{
 		ID: id, Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
 		NoProxy: &actions.NoProxyParams{Expected: expected, Add: []string{"kubernetes", "172.31.0.0/16", "10.132.0.0/14"}},
@@ -320,7 +320,7 @@ func TestRollbackNoProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Rollback travels as a request, like any other action.
-	undo := actions.Request{ID: "undo-0007abcd", Type: actions.TypeRollback, Cluster: res.Undo.Cluster, RequestedBy: "bob",
+	undo := actions.Change{ID: "undo-0007abcd", Type: actions.TypeRollback, Cluster: res.Undo.Cluster, RequestedBy: "bob",
 		Rollback: &actions.RollbackParams{Undo: *res.Undo}}
 	mgmt.take()
 	rb, err := x.Execute(ctx, undo)
@@ -374,7 +374,7 @@ func TestPatchNoProxyOpenShiftProxy(t *testing.T) {
 	t.Cleanup(func() { _ = ri.Delete(context.Background(), hypershift.ProxyName, metav1.DeleteOptions{}) })
 
 	x, mgmt, _ := executor(t)
-	req := actions.Request{ID: "fix-0009abcd", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
+	req := actions.Change{ID: "fix-0009abcd", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Name: hypershift.ProxyName},
 		NoProxy: &actions.NoProxyParams{Target: actions.TargetProxy, Expected: ".corp.example", Add: []string{"kubernetes", ".corp.example"}}}
 	res, err := x.Execute(ctx, req)

@@ -93,8 +93,8 @@ func (c ClusterRef) String() string {
 	return c.Namespace + "/" + c.Name
 }
 
-// Request is one approved action.
-type Request struct {
+// Change is one approved action.
+type Change struct {
 	ID          string          `json:"id"`
 	Type        Type            `json:"type"`
 	Cluster     ClusterRef      `json:"cluster"`
@@ -170,7 +170,7 @@ func (t Target) orDefault() Target {
 // it was until it is sent), and by the agent when it opens it
 // (Verifier.Open). Inside the agent it travels as a checked value, which
 // the executor's own paths take without validating again.
-func (r *Request) Validate() error {
+func (r *Change) Validate() error {
 	if h := validateHook.Load(); h != nil {
 		(*h)(*r)
 	}
@@ -220,14 +220,14 @@ func (r *Request) Validate() error {
 
 // validateHook, nil outside tests, observes every Validate (export_test.go
 // counts them per request).
-var validateHook atomic.Pointer[func(Request)]
+var validateHook atomic.Pointer[func(Change)]
 
 // checked is a Request that passed Validate; only check makes one. The
 // executor's paths past its entry points take it, so none validates again
 // and none can be handed a request that was not validated.
-type checked struct{ req Request }
+type checked struct{ req Change }
 
-func check(req Request) (checked, error) {
+func check(req Change) (checked, error) {
 	if err := req.Validate(); err != nil {
 		return checked{}, err
 	}

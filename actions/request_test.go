@@ -13,8 +13,8 @@ import (
 	"github.com/hcpbot/hcpbot/internal/scenario"
 )
 
-func noProxyRequest() actions.Request {
-	return actions.Request{
+func noProxyRequest() actions.Change {
+	return actions.Change{
 		ID: "fix-0001abcd", Type: actions.TypeNoProxyPatch,
 		Cluster:     actions.ClusterRef{Namespace: "clusters", Name: "example"},
 		NoProxy:     &actions.NoProxyParams{Expected: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16", "10.132.0.0/14"}},
@@ -22,8 +22,8 @@ func noProxyRequest() actions.Request {
 	}
 }
 
-func exposeRequest() actions.Request {
-	return actions.Request{
+func exposeRequest() actions.Change {
+	return actions.Change{
 		ID: "expo-9f3k2m", Type: actions.TypeExposeNodePort,
 		Cluster:     actions.ClusterRef{Namespace: "clusters", Name: "example.v2"},
 		Expose:      &actions.ExposeParams{Namespace: "petclinic", Service: "petclinic", Ports: []actions.ExposePort{{Port: 8080, NodePort: 30001}, {Port: 8443}}},
@@ -32,7 +32,7 @@ func exposeRequest() actions.Request {
 }
 
 // nodePortsRequest is seed 004's exposure with the runbook's node ports.
-func nodePortsRequest() actions.Request {
+func nodePortsRequest() actions.Change {
 	r := exposeRequest()
 	r.Expose.Ports = nil
 	r.Expose.NodePorts = []int32{30001, 30002, 30003}
@@ -47,8 +47,8 @@ func manyPorts(n int) []int32 {
 	return out
 }
 
-func rollbackRequest() actions.Request {
-	return actions.Request{
+func rollbackRequest() actions.Change {
+	return actions.Change{
 		ID: "undo-77aa01", Type: actions.TypeRollback,
 		Cluster: actions.ClusterRef{Namespace: "clusters", Name: "example"},
 		Rollback: &actions.RollbackParams{Undo: actions.Undo{
@@ -69,7 +69,7 @@ func TestValidateAccepts(t *testing.T) {
 	seed004 := exposeRequest()
 	seed004.Expose.Ports = nil
 	seed004.Expose.NodePorts = []int32{30001, 30002, 30003}
-	for name, r := range map[string]actions.Request{
+	for name, r := range map[string]actions.Change{
 		"noproxy": noProxyRequest(), "proxy-target": proxyTarget,
 		"expose": exposeRequest(), "expose-all-ports": allPorts, "expose-nodeports": seed004, "rollback": rollbackRequest(),
 	} {
@@ -81,52 +81,52 @@ func TestValidateAccepts(t *testing.T) {
 
 func TestValidateRejects(t *testing.T) {
 	for name, tc := range map[string]struct {
-		base   func() actions.Request
-		mutate func(*actions.Request)
+		base   func() actions.Change
+		mutate func(*actions.Change)
 		want   string // a fragment of the error naming the field
 	}{
-		"id-uppercase":           {noProxyRequest, func(r *actions.Request) { r.ID = "Fix-0001" }, "id"},
-		"id-short-suffix":        {noProxyRequest, func(r *actions.Request) { r.ID = "fix-01" }, "id"},
-		"id-long-prefix":         {noProxyRequest, func(r *actions.Request) { r.ID = "abcdefghi-0001" }, "id"},
-		"id-newline":             {noProxyRequest, func(r *actions.Request) { r.ID = "fix-0001\n" }, "id"},
-		"unknown-type":           {noProxyRequest, func(r *actions.Request) { r.Type = "delete-cluster" }, "type"},
-		"missing-params":         {noProxyRequest, func(r *actions.Request) { r.NoProxy = nil }, "noProxy"},
-		"extra-params":           {noProxyRequest, func(r *actions.Request) { r.Expose = exposeRequest().Expose }, "expose"},
-		"no-requester":           {noProxyRequest, func(r *actions.Request) { r.RequestedBy = " " }, "requestedBy"},
-		"requester-ctrl":         {noProxyRequest, func(r *actions.Request) { r.RequestedBy = "a\x1b[2J" }, "requestedBy"},
-		"bad-namespace":          {noProxyRequest, func(r *actions.Request) { r.Cluster.Namespace = "Clusters" }, "cluster.namespace"},
-		"empty-name":             {noProxyRequest, func(r *actions.Request) { r.Cluster.Name = "" }, "cluster.name"},
-		"long-name":              {noProxyRequest, func(r *actions.Request) { r.Cluster.Name = strings.Repeat("a", 54) }, "cluster.name"},
-		"nothing-to-add":         {noProxyRequest, func(r *actions.Request) { r.NoProxy.Add = nil }, "noProxy.add"},
-		"too-many":               {noProxyRequest, func(r *actions.Request) { r.NoProxy.Add = make([]string, 33) }, "noProxy.add"},
-		"two-entries":            {noProxyRequest, func(r *actions.Request) { r.NoProxy.Add = []string{"a.example,b.example"} }, "noProxy.add[0]"},
-		"url-entry":              {noProxyRequest, func(r *actions.Request) { r.NoProxy.Add = []string{"https://kubernetes"} }, "noProxy.add[0]"},
-		"bad-cidr":               {noProxyRequest, func(r *actions.Request) { r.NoProxy.Add = []string{"kubernetes", "10.0.0.0/33"} }, "noProxy.add[1]"},
-		"wildcard":               {noProxyRequest, func(r *actions.Request) { r.NoProxy.Add = []string{"*"} }, "noProxy.add[0]"},
-		"padded-entry":           {noProxyRequest, func(r *actions.Request) { r.NoProxy.Add = []string{" kubernetes"} }, "noProxy.add[0]"},
-		"empty-entry":            {noProxyRequest, func(r *actions.Request) { r.NoProxy.Add = []string{""} }, "noProxy.add[0]"},
-		"unknown-target":         {noProxyRequest, func(r *actions.Request) { r.NoProxy.Target = "Network" }, "target"},
-		"proxy-namespaced":       {noProxyRequest, func(r *actions.Request) { r.NoProxy.Target = actions.TargetProxy }, "cluster"},
-		"port-zero":              {exposeRequest, func(r *actions.Request) { r.Expose.Ports[0].Port = 0 }, "expose.ports[0].port"},
-		"port-too-big":           {exposeRequest, func(r *actions.Request) { r.Expose.Ports[1].Port = 65536 }, "expose.ports[1].port"},
-		"nodeport-negative":      {exposeRequest, func(r *actions.Request) { r.Expose.Ports[0].NodePort = -1 }, "expose.ports[0].nodePort"},
-		"duplicate-port":         {exposeRequest, func(r *actions.Request) { r.Expose.Ports[1].Port = 8080 }, "expose.ports[1].port"},
-		"duplicate-nodeport":     {exposeRequest, func(r *actions.Request) { r.Expose.Ports[1].NodePort = 30001 }, "expose.ports[1].nodePort"},
-		"nodeports-with-ports":   {exposeRequest, func(r *actions.Request) { r.Expose.NodePorts = []int32{30005} }, "expose.nodePorts"},
-		"nodeport-zero":          {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts[1] = 0 }, "expose.nodePorts[1]"},
-		"nodeport-huge":          {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts[2] = 65536 }, "expose.nodePorts[2]"},
-		"nodeports-negative":     {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts[0] = -30001 }, "expose.nodePorts[0]"},
-		"nodeports-duplicate":    {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts[2] = 30001 }, "expose.nodePorts[2]"},
-		"nodeports-too-many":     {nodePortsRequest, func(r *actions.Request) { r.Expose.NodePorts = manyPorts(33) }, "expose.nodePorts"},
-		"nodeport-too-big":       {exposeRequest, func(r *actions.Request) { r.Expose.Ports[1].NodePort = 70000 }, "expose.ports[1].nodePort"},
-		"ports-too-many":         {exposeRequest, func(r *actions.Request) { r.Expose.Ports = make([]actions.ExposePort, 33) }, "expose.ports"},
-		"service-dns1035":        {exposeRequest, func(r *actions.Request) { r.Expose.Service = "1petclinic" }, "expose.service"},
-		"service-dots":           {exposeRequest, func(r *actions.Request) { r.Expose.Service = "pet.clinic" }, "expose.service"},
-		"namespace-empty":        {exposeRequest, func(r *actions.Request) { r.Expose.Namespace = "" }, "expose.namespace"},
-		"rollback-of-rollback":   {rollbackRequest, func(r *actions.Request) { r.Rollback.Undo.Type = actions.TypeRollback }, "rollback.undo.type"},
-		"rollback-no-data":       {rollbackRequest, func(r *actions.Request) { r.Rollback.Undo.NoProxy = nil }, "rollback.undo.noProxy"},
-		"rollback-other-cluster": {rollbackRequest, func(r *actions.Request) { r.Rollback.Undo.Cluster.Name = "other" }, "rollback.undo.cluster"},
-		"rollback-bad-id":        {rollbackRequest, func(r *actions.Request) { r.Rollback.Undo.ActionID = "x" }, "rollback.undo.actionID"},
+		"id-uppercase":           {noProxyRequest, func(r *actions.Change) { r.ID = "Fix-0001" }, "id"},
+		"id-short-suffix":        {noProxyRequest, func(r *actions.Change) { r.ID = "fix-01" }, "id"},
+		"id-long-prefix":         {noProxyRequest, func(r *actions.Change) { r.ID = "abcdefghi-0001" }, "id"},
+		"id-newline":             {noProxyRequest, func(r *actions.Change) { r.ID = "fix-0001\n" }, "id"},
+		"unknown-type":           {noProxyRequest, func(r *actions.Change) { r.Type = "delete-cluster" }, "type"},
+		"missing-params":         {noProxyRequest, func(r *actions.Change) { r.NoProxy = nil }, "noProxy"},
+		"extra-params":           {noProxyRequest, func(r *actions.Change) { r.Expose = exposeRequest().Expose }, "expose"},
+		"no-requester":           {noProxyRequest, func(r *actions.Change) { r.RequestedBy = " " }, "requestedBy"},
+		"requester-ctrl":         {noProxyRequest, func(r *actions.Change) { r.RequestedBy = "a\x1b[2J" }, "requestedBy"},
+		"bad-namespace":          {noProxyRequest, func(r *actions.Change) { r.Cluster.Namespace = "Clusters" }, "cluster.namespace"},
+		"empty-name":             {noProxyRequest, func(r *actions.Change) { r.Cluster.Name = "" }, "cluster.name"},
+		"long-name":              {noProxyRequest, func(r *actions.Change) { r.Cluster.Name = strings.Repeat("a", 54) }, "cluster.name"},
+		"nothing-to-add":         {noProxyRequest, func(r *actions.Change) { r.NoProxy.Add = nil }, "noProxy.add"},
+		"too-many":               {noProxyRequest, func(r *actions.Change) { r.NoProxy.Add = make([]string, 33) }, "noProxy.add"},
+		"two-entries":            {noProxyRequest, func(r *actions.Change) { r.NoProxy.Add = []string{"a.example,b.example"} }, "noProxy.add[0]"},
+		"url-entry":              {noProxyRequest, func(r *actions.Change) { r.NoProxy.Add = []string{"https://kubernetes"} }, "noProxy.add[0]"},
+		"bad-cidr":               {noProxyRequest, func(r *actions.Change) { r.NoProxy.Add = []string{"kubernetes", "10.0.0.0/33"} }, "noProxy.add[1]"},
+		"wildcard":               {noProxyRequest, func(r *actions.Change) { r.NoProxy.Add = []string{"*"} }, "noProxy.add[0]"},
+		"padded-entry":           {noProxyRequest, func(r *actions.Change) { r.NoProxy.Add = []string{" kubernetes"} }, "noProxy.add[0]"},
+		"empty-entry":            {noProxyRequest, func(r *actions.Change) { r.NoProxy.Add = []string{""} }, "noProxy.add[0]"},
+		"unknown-target":         {noProxyRequest, func(r *actions.Change) { r.NoProxy.Target = "Network" }, "target"},
+		"proxy-namespaced":       {noProxyRequest, func(r *actions.Change) { r.NoProxy.Target = actions.TargetProxy }, "cluster"},
+		"port-zero":              {exposeRequest, func(r *actions.Change) { r.Expose.Ports[0].Port = 0 }, "expose.ports[0].port"},
+		"port-too-big":           {exposeRequest, func(r *actions.Change) { r.Expose.Ports[1].Port = 65536 }, "expose.ports[1].port"},
+		"nodeport-negative":      {exposeRequest, func(r *actions.Change) { r.Expose.Ports[0].NodePort = -1 }, "expose.ports[0].nodePort"},
+		"duplicate-port":         {exposeRequest, func(r *actions.Change) { r.Expose.Ports[1].Port = 8080 }, "expose.ports[1].port"},
+		"duplicate-nodeport":     {exposeRequest, func(r *actions.Change) { r.Expose.Ports[1].NodePort = 30001 }, "expose.ports[1].nodePort"},
+		"nodeports-with-ports":   {exposeRequest, func(r *actions.Change) { r.Expose.NodePorts = []int32{30005} }, "expose.nodePorts"},
+		"nodeport-zero":          {nodePortsRequest, func(r *actions.Change) { r.Expose.NodePorts[1] = 0 }, "expose.nodePorts[1]"},
+		"nodeport-huge":          {nodePortsRequest, func(r *actions.Change) { r.Expose.NodePorts[2] = 65536 }, "expose.nodePorts[2]"},
+		"nodeports-negative":     {nodePortsRequest, func(r *actions.Change) { r.Expose.NodePorts[0] = -30001 }, "expose.nodePorts[0]"},
+		"nodeports-duplicate":    {nodePortsRequest, func(r *actions.Change) { r.Expose.NodePorts[2] = 30001 }, "expose.nodePorts[2]"},
+		"nodeports-too-many":     {nodePortsRequest, func(r *actions.Change) { r.Expose.NodePorts = manyPorts(33) }, "expose.nodePorts"},
+		"nodeport-too-big":       {exposeRequest, func(r *actions.Change) { r.Expose.Ports[1].NodePort = 70000 }, "expose.ports[1].nodePort"},
+		"ports-too-many":         {exposeRequest, func(r *actions.Change) { r.Expose.Ports = make([]actions.ExposePort, 33) }, "expose.ports"},
+		"service-dns1035":        {exposeRequest, func(r *actions.Change) { r.Expose.Service = "1petclinic" }, "expose.service"},
+		"service-dots":           {exposeRequest, func(r *actions.Change) { r.Expose.Service = "pet.clinic" }, "expose.service"},
+		"namespace-empty":        {exposeRequest, func(r *actions.Change) { r.Expose.Namespace = "" }, "expose.namespace"},
+		"rollback-of-rollback":   {rollbackRequest, func(r *actions.Change) { r.Rollback.Undo.Type = actions.TypeRollback }, "rollback.undo.type"},
+		"rollback-no-data":       {rollbackRequest, func(r *actions.Change) { r.Rollback.Undo.NoProxy = nil }, "rollback.undo.noProxy"},
+		"rollback-other-cluster": {rollbackRequest, func(r *actions.Change) { r.Rollback.Undo.Cluster.Name = "other" }, "rollback.undo.cluster"},
+		"rollback-bad-id":        {rollbackRequest, func(r *actions.Change) { r.Rollback.Undo.ActionID = "x" }, "rollback.undo.actionID"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := tc.base()
@@ -145,12 +145,12 @@ func TestValidateRejects(t *testing.T) {
 // Requests travel over NATS as JSON: a round trip keeps them intact and
 // still valid.
 func TestRequestJSONRoundTrip(t *testing.T) {
-	for _, r := range []actions.Request{noProxyRequest(), exposeRequest(), nodePortsRequest(), rollbackRequest()} {
+	for _, r := range []actions.Change{noProxyRequest(), exposeRequest(), nodePortsRequest(), rollbackRequest()} {
 		data, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var back actions.Request
+		var back actions.Change
 		if err := json.Unmarshal(data, &back); err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func TestValidateForgedNodePorts(t *testing.T) {
 		"noproxy and expo": {`{"namespace":"a","service":"b"},"noProxy":{"expected":"","add":["kubernetes"]}`, "noProxy"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var r actions.Request
+			var r actions.Change
 			if err := json.Unmarshal([]byte(head+tc.expose+`}`), &r); err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +210,7 @@ func TestValidateForgedNodePorts(t *testing.T) {
 		})
 	}
 	// Out of int32 does not even decode.
-	var r actions.Request
+	var r actions.Change
 	if err := json.Unmarshal([]byte(head+`{"namespace":"a","service":"b","nodePorts":[4294997297]}}`), &r); err == nil {
 		t.Errorf("a node port beyond int32 decoded: %+v", r.Expose)
 	}
@@ -272,7 +272,7 @@ func TestNames(t *testing.T) {
 // none).
 func TestExecuteValidatesFirst(t *testing.T) {
 	x := &actions.Executor{}
-	bad := []actions.Request{noProxyRequest(), exposeRequest(), rollbackRequest()}
+	bad := []actions.Change{noProxyRequest(), exposeRequest(), rollbackRequest()}
 	bad[0].NoProxy.Add = []string{"*"}
 	bad[1].Expose.Ports[0].Port = 0
 	bad[2].Rollback.Undo.Type = "reboot"

@@ -44,7 +44,7 @@ type sealer struct {
 	store  *approvals
 }
 
-func (s *sealer) seal(t *testing.T, req actions.Request) []byte {
+func (s *sealer) seal(t *testing.T, req actions.Change) []byte {
 	t.Helper()
 	now := time.Now().UTC()
 	req.RequestedBy = "U0REQUESTER"

@@ -59,7 +59,7 @@ type Approval struct {
 
 // sealed is the signed content of an Envelope.
 type sealed struct {
-	Request  Request   `json:"request"`
+	Request  Change   `json:"request"`
 	Approval Approval  `json:"approval"`
 	IssuedAt time.Time `json:"issuedAt"`
 	// Deadline is when the sender stops waiting for the answer: the
@@ -79,7 +79,7 @@ type Envelope struct {
 
 // RequestDigest identifies a request's content (hex SHA-256 of its JSON
 // encoding; Go encodes a struct the same way every time).
-func RequestDigest(req Request) (string, error) {
+func RequestDigest(req Change) (string, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return "", fmt.Errorf("encode request %s: %w", req.ID, err)
@@ -130,13 +130,13 @@ func NewEphemeralSigner() (*Signer, error) {
 func (s *Signer) PublicKey() string { return s.pub }
 
 // Seal encodes req with the approval a and signs it, issued at now.
-func (s *Signer) Seal(req Request, a Approval, now time.Time) ([]byte, error) {
+func (s *Signer) Seal(req Change, a Approval, now time.Time) ([]byte, error) {
 	return s.SealUntil(req, a, now, time.Time{})
 }
 
 // SealUntil is Seal for a sender that waits for the answer until
 // deadline (zero: no deadline but the agent's own ExecuteTimeout).
-func (s *Signer) SealUntil(req Request, a Approval, now, deadline time.Time) ([]byte, error) {
+func (s *Signer) SealUntil(req Change, a Approval, now, deadline time.Time) ([]byte, error) {
 	if !deadline.IsZero() {
 		deadline = deadline.UTC()
 	}
@@ -268,7 +268,7 @@ type ApprovalRecord struct {
 	CreatedAt   time.Time
 	ExpiresAt   time.Time
 	FourEyes    bool
-	Request     Request
+	Request     Change
 	// Seal is the bot's seal of the proposal's claims (ProposalClaims).
 	Seal *ProposalSeal
 }
@@ -326,7 +326,7 @@ type Verifier struct {
 
 // Verified is a request the Verifier accepted, with what it attests.
 type Verified struct {
-	Request  Request
+	Request  Change
 	Approval Approval
 	Key      string
 	// Deadline is when the sender stops waiting; zero if it set none.

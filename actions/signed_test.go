@@ -17,7 +17,7 @@ import (
 type verifierFixture struct {
 	now    time.Time
 	signer *actions.Signer
-	req    actions.Request
+	req    actions.Change
 	rec    actions.ApprovalRecord
 	att    actions.Approval
 	store  *approvals
@@ -31,7 +31,7 @@ func newVerifierFixture(t *testing.T) *verifierFixture {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	req := actions.Request{
+	req := actions.Change{
 		ID: "act-verify0001", Type: actions.TypeNoProxyPatch, RequestedBy: "U0REQUESTER",
 		Cluster: actions.ClusterRef{Namespace: "clusters", Name: "hc1"},
 		NoProxy: &actions.NoProxyParams{Expected: ".corp.example", Add: []string{"kubernetes", "172.31.0.0/16"}},
@@ -57,7 +57,7 @@ func newVerifierFixture(t *testing.T) *verifierFixture {
 	}
 }
 
-func (f *verifierFixture) seal(t *testing.T, signer *actions.Signer, req actions.Request, att actions.Approval, at time.Time) []byte {
+func (f *verifierFixture) seal(t *testing.T, signer *actions.Signer, req actions.Change, att actions.Approval, at time.Time) []byte {
 	t.Helper()
 	data, err := signer.Seal(req, att, at)
 	if err != nil {
@@ -109,7 +109,7 @@ func TestVerifierRefusesWhatWasNotApproved(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mod := func(change func(r *actions.Request, a *actions.Approval)) []byte {
+	mod := func(change func(r *actions.Change, a *actions.Approval)) []byte {
 		req, att := f.req, f.att
 		np := *req.NoProxy
 		req.NoProxy = &np
@@ -145,14 +145,14 @@ func TestVerifierRefusesWhatWasNotApproved(t *testing.T) {
 			req.NoProxy = &actions.NoProxyParams{Expected: "", Add: []string{"kubernetes"}}
 			return f.seal(t, f.signer, req, f.att, f.now)
 		}(), want: actions.ErrUnauthorized, reason: "differs from what was approved"},
-		{name: "request changed, digest recomputed", data: mod(func(r *actions.Request, _ *actions.Approval) { r.NoProxy.Add = []string{"example.com"} }),
+		{name: "request changed, digest recomputed", data: mod(func(r *actions.Change, _ *actions.Approval) { r.NoProxy.Add = []string{"example.com"} }),
 			want: actions.ErrUnauthorized, reason: "another request"},
-		{name: "for another management cluster", data: mod(func(_ *actions.Request, a *actions.Approval) { a.Source = "mgmt-2" }), want: actions.ErrUnauthorized, reason: "mgmt-2"},
-		{name: "approval of another proposal", data: mod(func(_ *actions.Request, a *actions.Approval) { a.ProposalID = "act-other0001" }), want: actions.ErrUnauthorized, reason: "attached to request"},
-		{name: "requester approved alone", data: mod(func(_ *actions.Request, a *actions.Approval) { a.ApprovedBy = a.RequestedBy }), want: actions.ErrUnauthorized, reason: "alone"},
-		{name: "the diagnosis as second person", data: mod(func(_ *actions.Request, a *actions.Approval) { a.RequestedBy = "hcpbot-diagnosis" }), want: actions.ErrUnauthorized, reason: "not a person"},
-		{name: "no approver", data: mod(func(_ *actions.Request, a *actions.Approval) { a.ApprovedBy = "" }), want: actions.ErrUnauthorized, reason: "no approver"},
-		{name: "approved after expiry", data: mod(func(_ *actions.Request, a *actions.Approval) { a.ExpiresAt = a.ApprovedAt.Add(-time.Second) }), want: actions.ErrUnauthorized, reason: "expired"},
+		{name: "for another management cluster", data: mod(func(_ *actions.Change, a *actions.Approval) { a.Source = "mgmt-2" }), want: actions.ErrUnauthorized, reason: "mgmt-2"},
+		{name: "approval of another proposal", data: mod(func(_ *actions.Change, a *actions.Approval) { a.ProposalID = "act-other0001" }), want: actions.ErrUnauthorized, reason: "attached to request"},
+		{name: "requester approved alone", data: mod(func(_ *actions.Change, a *actions.Approval) { a.ApprovedBy = a.RequestedBy }), want: actions.ErrUnauthorized, reason: "alone"},
+		{name: "the diagnosis as second person", data: mod(func(_ *actions.Change, a *actions.Approval) { a.RequestedBy = "hcpbot-diagnosis" }), want: actions.ErrUnauthorized, reason: "not a person"},
+		{name: "no approver", data: mod(func(_ *actions.Change, a *actions.Approval) { a.ApprovedBy = "" }), want: actions.ErrUnauthorized, reason: "no approver"},
+		{name: "approved after expiry", data: mod(func(_ *actions.Change, a *actions.Approval) { a.ExpiresAt = a.ApprovedAt.Add(-time.Second) }), want: actions.ErrUnauthorized, reason: "expired"},
 		{name: "sealed long ago (replay)", data: f.seal(t, f.signer, f.req, f.att, f.now.Add(-actions.DefaultMaxAge-time.Second)), want: actions.ErrUnauthorized, reason: "replay"},
 		{name: "sealed in the future", data: f.seal(t, f.signer, f.req, f.att, f.now.Add(time.Hour)), want: actions.ErrUnauthorized, reason: "future"},
 		{name: "not in the approval store", data: good, setup: func() { delete(f.store.m, f.req.ID) }, want: actions.ErrUnauthorized, reason: "not in the approval store"},
@@ -173,9 +173,9 @@ func TestVerifierRefusesWhatWasNotApproved(t *testing.T) {
 		// Someone who can write the store but lacks the key makes a
 		// colleague the requester of what they approve themselves, and the
 		// bot signs what the store then says: the seal tells.
-		{name: "store record's requester rewritten", data: mod(func(_ *actions.Request, a *actions.Approval) { a.RequestedBy = "U0COLLEAGUE" }),
+		{name: "store record's requester rewritten", data: mod(func(_ *actions.Change, a *actions.Approval) { a.RequestedBy = "U0COLLEAGUE" }),
 			setup: withRecord(func(r *actions.ApprovalRecord) { r.RequestedBy = "U0COLLEAGUE" }), want: actions.ErrUnauthorized, reason: "changed after it was made"},
-		{name: "store record's request rewritten", data: mod(func(r *actions.Request, _ *actions.Approval) { r.NoProxy.Add = []string{"evil.example"} }),
+		{name: "store record's request rewritten", data: mod(func(r *actions.Change, _ *actions.Approval) { r.NoProxy.Add = []string{"evil.example"} }),
 			setup: withRecord(func(r *actions.ApprovalRecord) {
 				r.Request.NoProxy = &actions.NoProxyParams{Expected: r.Request.NoProxy.Expected, Add: []string{"evil.example"}}
 			}), want: actions.ErrUnauthorized, reason: "changed after it was made"},

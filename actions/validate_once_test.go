@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
@@ -30,7 +30,7 @@ func TestValidatedOnceAtEachBoundary(t *testing.T) {
 	ctx := context.Background()
 	c := scenario.BehindProxy(env.Namespace(t), "once")
 	seedCluster(t, c)
-	validations := actions.CountValidations(t, func(r actions.Request) bool { return r.Cluster.Namespace == c.Namespace })
+	validations := actions.CountValidations(t, func(r actions.Change) bool { return r.Cluster.Namespace == c.Namespace })
 
 	source := "mgmt-once"
 	srv := natstest.RunServer(t)

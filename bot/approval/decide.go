@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/redact"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/hcpbot/hcpbot/bot/approval"
 )
 
-func exposeRequest(svc string) actions.Request {
-	return actions.Request{
+func exposeRequest(svc string) actions.Change {
+	return actions.Change{
 		Type:    actions.TypeExposeNodePort,
 		Cluster: cluster,
 		Expose:  &actions.ExposeParams{Namespace: "shop", Service: svc, Ports: []actions.ExposePort{{Port: 8080}}},
@@ -33,7 +33,7 @@ func exposeResult(id, svc string, nodePort int32) actions.Result {
 
 // run proposes req, approves it and, unless execute is false, marks it
 // executed with the result res makes from its id.
-func run(t *testing.T, e *env, s *approval.Store, req actions.Request, res func(id string) actions.Result) approval.Proposal {
+func run(t *testing.T, e *env, s *approval.Store, req actions.Change, res func(id string) actions.Result) approval.Proposal {
 	t.Helper()
 	ctx := testContext(t)
 	p, err := s.Propose(ctx, req, requester, approval.ForSource("mgmt-1"))
@@ -75,7 +75,7 @@ func TestExposures(t *testing.T) {
 	}
 	// Undone by an executed rollback, original still marked executed.
 	undone := run(t, e, s, exposeRequest("undone"), func(id string) actions.Result { return exposeResult(id, "undone", 30083) })
-	run(t, e, s, actions.Request{Type: actions.TypeRollback, Cluster: cluster, Rollback: &actions.RollbackParams{Undo: *undone.Result.Undo}},
+	run(t, e, s, actions.Change{Type: actions.TypeRollback, Cluster: cluster, Rollback: &actions.RollbackParams{Undo: *undone.Result.Undo}},
 		func(id string) actions.Result {
 			return actions.Result{ActionID: id, Type: actions.TypeRollback, Outcome: actions.OutcomeRolledBack}
 		})

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
@@ -110,8 +110,8 @@ func (e *env) store(p approval.Policy, a audit.Appender, opts ...approval.StoreO
 	return s
 }
 
-func noProxyRequest() actions.Request {
-	return actions.Request{
+func noProxyRequest() actions.Change {
+	return actions.Change{
 		Type:    actions.TypeNoProxyPatch,
 		Cluster: cluster,
 		NoProxy: &actions.NoProxyParams{Expected: ".cluster.local", Add: []string{"kubernetes", "172.31.0.0/16"}},

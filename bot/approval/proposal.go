@@ -68,7 +68,7 @@ func (s State) Decided() bool { return s != StatePending }
 type Proposal struct {
 	// ID is the action id (Request.ID), the bucket key.
 	ID      string          `json:"id"`
-	Request actions.Request `json:"request"`
+	Request actions.Change `json:"request"`
 	// Source is the management cluster whose agent executes the request.
 	Source      string `json:"source,omitempty"`
 	RequestedBy string `json:"requestedBy"`

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/audit"
 )
 
 // The audit trail: every transition and every refusal of a proposal is
@@ -71,7 +71,7 @@ func (s *Store) append(ctx context.Context, r audit.Record) error {
 
 // describe renders a request for people: a one-line summary and, for a
 // noProxy patch, the change as a diff.
-func describe(req actions.Request) (summary, diff string) {
+func describe(req actions.Change) (summary, diff string) {
 	switch {
 	case req.Type == actions.TypeNoProxyPatch && req.NoProxy != nil:
 		target := req.NoProxy.Target

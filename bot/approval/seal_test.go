@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 )
 
 // Someone who can write the bucket but lacks the signing key (a stolen

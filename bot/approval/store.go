@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bus"
 )
 
@@ -153,7 +153,7 @@ func ForDiagnosis(rule, title, summary string) ProposeOption {
 // requestedBy, the authenticated user, whatever the caller put there. The
 // request must pass actions' Validate: an approver must never be shown
 // something the executor would refuse.
-func (s *Store) Propose(ctx context.Context, req actions.Request, requestedBy string, opts ...ProposeOption) (Proposal, error) {
+func (s *Store) Propose(ctx context.Context, req actions.Change, requestedBy string, opts ...ProposeOption) (Proposal, error) {
 	var o proposeOptions
 	for _, opt := range opts {
 		opt(&o)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 )
 
 func TestProposeAndApprove(t *testing.T) {

@@ -27,12 +27,12 @@ func agentKeys(t *testing.T, js jetstream.JetStream, source string) (*actions.Si
 }
 
 // openRequest is what a fake agent does with a request: verify it.
-func openRequest(t *testing.T, v *actions.Verifier, data []byte) (actions.Request, bool) {
+func openRequest(t *testing.T, v *actions.Verifier, data []byte) (actions.Change, bool) {
 	t.Helper()
 	vr, err := v.Open(context.Background(), data)
 	if err != nil {
 		t.Errorf("agent: %v", err)
-		return actions.Request{}, false
+		return actions.Change{}, false
 	}
 	return vr.Request, true
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -39,8 +39,8 @@ var actionID = regexp.MustCompile(`act-[a-z2-7]{16}`)
 type fakeAgent struct {
 	calls  atomic.Int32
 	mu     sync.Mutex
-	last   actions.Request
-	answer func(req actions.Request) actions.Reply
+	last   actions.Change
+	answer func(req actions.Change) actions.Reply
 }
 
 type approvalsEnv struct {
@@ -75,7 +75,7 @@ func newApprovals(t *testing.T, source string) *approvalsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fa := &fakeAgent{answer: func(req actions.Request) actions.Reply {
+	fa := &fakeAgent{answer: func(req actions.Change) actions.Reply {
 		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "added " + strings.Join(req.NoProxy.Add, ", "), Diff: "+ kubernetes"}}
 	}}
 	queue := ensureQueue(t, botConn.JS)
@@ -211,7 +211,7 @@ func TestApprovalsFailures(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	ctx := context.Background()
 	e.agent.mu.Lock()
-	e.agent.answer = func(actions.Request) actions.Reply {
+	e.agent.answer = func(actions.Change) actions.Reply {
 		return actions.Reply{Code: actions.CodeConflict, Error: "conflict: HostedCluster clusters/c1 noProxy is now x"}
 	}
 	e.agent.mu.Unlock()

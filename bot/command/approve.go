@@ -159,7 +159,7 @@ func exposeAgain(p approval.Proposal, pc *actions.PortCollisionError) (string, b
 	return s, true
 }
 
-func targetKind(req actions.Request) string {
+func targetKind(req actions.Change) string {
 	if req.NoProxy != nil && req.NoProxy.Target == actions.TargetProxy {
 		return "Proxy/cluster"
 	}
@@ -168,7 +168,7 @@ func targetKind(req actions.Request) string {
 
 // proposeAgain names the command that proposes a fresh fix, when there is
 // one.
-func proposeAgain(req actions.Request) string {
+func proposeAgain(req actions.Change) string {
 	if req.Type != actions.TypeNoProxyPatch || req.Cluster.Namespace == "" {
 		return ""
 	}

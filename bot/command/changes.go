@@ -11,8 +11,8 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -86,7 +86,7 @@ func (a *Changes) RunExpiry(ctx context.Context, every time.Duration) error {
 // could not be stored, with the answer to give. warning is set when the
 // proposal is stored but its audit record is not (its approval will be
 // audited, and refused if that fails too).
-func (a *Changes) propose(ctx context.Context, k diagnose.Key, req actions.Request, user string, opts ...approval.ProposeOption) (p approval.Proposal, warning string, refused chatops.Reply, ok bool) {
+func (a *Changes) propose(ctx context.Context, k diagnose.Key, req actions.Change, user string, opts ...approval.ProposeOption) (p approval.Proposal, warning string, refused chatops.Reply, ok bool) {
 	p, err := a.Store.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
 	warning, refused, ok = a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
 	return p, warning, refused, ok

@@ -15,9 +15,9 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -101,7 +101,7 @@ func buttons(r chatops.Reply) []string {
 func exposeAgent(e *approvalsEnv) {
 	e.agent.mu.Lock()
 	defer e.agent.mu.Unlock()
-	e.agent.answer = func(req actions.Request) actions.Reply {
+	e.agent.answer = func(req actions.Change) actions.Reply {
 		switch req.Type {
 		case actions.TypeExposeNodePort:
 			return actions.Reply{Result: &actions.Result{

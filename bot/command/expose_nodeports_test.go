@@ -16,7 +16,7 @@ import (
 func collisionAgent(e *approvalsEnv, c actions.PortCollision) {
 	e.agent.mu.Lock()
 	defer e.agent.mu.Unlock()
-	e.agent.answer = func(actions.Request) actions.Reply {
+	e.agent.answer = func(actions.Change) actions.Reply {
 		pc := &actions.PortCollisionError{NodePort: c.Ports[0].NodePort, PortCollision: c}
 		return actions.Reply{Code: actions.CodePortCollision, Error: pc.Error(), Collision: &c}
 	}

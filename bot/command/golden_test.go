@@ -19,7 +19,7 @@ import (
 func TestGoldenBlockKit(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	e.agent.mu.Lock()
-	e.agent.answer = func(req actions.Request) actions.Reply {
+	e.agent.answer = func(req actions.Change) actions.Reply {
 		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied,
 			Summary: "added " + strings.Join(req.NoProxy.Add, ", "), Diff: "+ kubernetes",
 			Undo: &actions.Undo{ActionID: req.ID, Type: req.Type, Cluster: req.Cluster,

@@ -108,7 +108,7 @@ const maxFixGenerations = 16
 
 // firstApproval answers the first press under four-eyes: the proposal
 // Propose stored (or why not).
-func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, req actions.Request, p approval.Proposal, user string, err error) chatops.Reply {
+func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, req actions.Change, p approval.Proposal, user string, err error) chatops.Reply {
 	warning, refused, ok := a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
 	if !ok {
 		return refused
@@ -123,7 +123,7 @@ func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, req actions
 
 // fixID is the id of generation gen of the proposal of a diagnosed fix:
 // the same cluster, starting value and entries give the same ids.
-func fixID(k diagnose.Key, req actions.Request, gen int) string {
+func fixID(k diagnose.Key, req actions.Change, gen int) string {
 	h := sha256.New()
 	for _, s := range []string{k.Source, req.Cluster.String(), string(req.NoProxy.Target), req.NoProxy.Expected, strings.Join(req.NoProxy.Add, ","), strconv.Itoa(gen)} {
 		h.Write([]byte(s))
@@ -137,8 +137,8 @@ var fixIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithP
 // noProxyRequest is the action that applies fix, plus the entries the user
 // added, computed from the value the diagnosis saw (fix.Before) so that the
 // agent refuses it if the cluster has changed since.
-func noProxyRequest(k diagnose.Key, fix *diagnose.Fix, add []string) actions.Request {
-	req := actions.Request{
+func noProxyRequest(k diagnose.Key, fix *diagnose.Fix, add []string) actions.Change {
+	req := actions.Change{
 		Type:    actions.TypeNoProxyPatch,
 		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},
 		NoProxy: &actions.NoProxyParams{Expected: fix.Before, Add: mergeEntries(fix.Before, fix.Add, add)},
@@ -191,7 +191,7 @@ func (a *Changes) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.H
 	}
 	// The id is chosen here because the management Service is named
 	// after it, and the proposal shows that name.
-	req := actions.Request{
+	req := actions.Change{
 		ID:      approval.NewID(),
 		Type:    actions.TypeExposeNodePort,
 		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},

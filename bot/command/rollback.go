@@ -51,7 +51,7 @@ func (a *Changes) ProposeRollback(ctx context.Context, id, user string) chatops.
 		return chatops.Reply{Text: fmt.Sprintf("`%s` changed nothing, so there is nothing to roll back.", id)}
 	}
 	undo := *orig.Result.Undo
-	req := actions.Request{
+	req := actions.Change{
 		ID: rollbackID(orig.ID), Type: actions.TypeRollback, Cluster: undo.Cluster,
 		Rollback: &actions.RollbackParams{Undo: undo},
 	}

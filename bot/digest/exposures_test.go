@@ -60,7 +60,7 @@ func TestExposureOf(t *testing.T) {
 	p := approval.Proposal{
 		ID: "act-abcd1234", Source: "mgmt-1", RequestedBy: "U0REQ0001", DecidedBy: "U0APP0001", DecidedAt: at.Add(-time.Second), ExecutedAt: at,
 		State: approval.StateExecuted,
-		Request: actions.Request{ID: "act-abcd1234", Type: actions.TypeExposeNodePort, Cluster: actions.ClusterRef{Namespace: "clusters", Name: "good"},
+		Request: actions.Change{ID: "act-abcd1234", Type: actions.TypeExposeNodePort, Cluster: actions.ClusterRef{Namespace: "clusters", Name: "good"},
 			Expose: &actions.ExposeParams{Namespace: "shop", Service: "web"}},
 		Result: &actions.Result{Ports: []actions.ExposedPort{{Protocol: "TCP", Port: 8080, NodePort: 30080}}},
 	}

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -327,7 +327,7 @@ func TestDigestThreeClusters(t *testing.T) {
 func expose(ctx context.Context, t *testing.T, s *approval.Store, source, ns, svc string, nodePort int32, rollBack bool) approval.Proposal {
 	t.Helper()
 	ref := actions.ClusterRef{Namespace: ns, Name: "missing"}
-	p, err := s.Propose(ctx, actions.Request{Type: actions.TypeExposeNodePort, Cluster: ref,
+	p, err := s.Propose(ctx, actions.Change{Type: actions.TypeExposeNodePort, Cluster: ref,
 		Expose: &actions.ExposeParams{Namespace: "shop", Service: svc, Ports: []actions.ExposePort{{Port: 8080}}}}, requester, approval.ForSource(source))
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/redact"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hcpbot/hcpbot/bot/audit"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/testenv"

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -126,7 +126,7 @@ log: {level: info, format: json}
 		t.Fatal(err)
 	}
 	source := "mgmt-" + ns
-	p, err := store.Propose(ctx, actions.Request{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: ns, Name: "bk"},
+	p, err := store.Propose(ctx, actions.Change{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: ns, Name: "bk"},
 		NoProxy: &actions.NoProxyParams{Expected: spec.NoProxy, Add: []string{"kubernetes"}}}, "UBOTKILL01", approval.ForSource(source))
 	if err != nil {
 		t.Fatal(err)

@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
@@ -219,7 +219,7 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 		killedAt := time.Now()
 
 		entry := fmt.Sprintf("kill-%02d.example", i)
-		req := actions.Request{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: ns, Name: "ha"},
+		req := actions.Change{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: ns, Name: "ha"},
 			NoProxy: &actions.NoProxyParams{Expected: noProxy, Add: []string{entry}}}
 		p, err := store.Propose(ctx, req, "UCHAOS01", approval.ForSource(source))
 		if err != nil {

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -785,7 +785,7 @@ func (f *botFixture) healDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := actions.Request{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: "fp-win", Name: "hc-0"},
+	req := actions.Change{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: "fp-win", Name: "hc-0"},
 		NoProxy: &actions.NoProxyParams{Target: actions.TargetHostedCluster, Expected: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16", "10.132.0.0/14"}}}
 	p, err := store.Propose(ctx, req, "U0FPAPPR01", approval.ForSource("mgmt-fp-1"),
 		approval.ForDiagnosis("proxy-tunnel", "API traffic of fp-win/hc-0 on mgmt-fp-1 is tunnelled through the HTTPS proxy", "The noProxy of fp-win/hc-0 lacks kubernetes."))

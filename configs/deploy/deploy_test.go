@@ -40,8 +40,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -722,7 +722,7 @@ func newBotSide(t *testing.T, conn *bus.Conn) *botSide {
 
 // request has req proposed and approved by two people, as the bot does,
 // queues it for the agent and reads its answer.
-func (b *botSide) request(t *testing.T, source string, req actions.Request) actions.Reply {
+func (b *botSide) request(t *testing.T, source string, req actions.Change) actions.Reply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -865,7 +865,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	t.Logf("agent elected and publishing after %v", time.Since(started).Round(time.Millisecond))
 
 	// The seed 000 fix, approved and sent by the bot over NATS.
-	fix := actions.Request{ID: "fix-deploy01", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
+	fix := actions.Change{ID: "fix-deploy01", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
 		NoProxy: &actions.NoProxyParams{Expected: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16", "10.132.0.0/14"}}}
 	res := bot.request(t, source, fix).Result
@@ -883,7 +883,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 		return eventSubjects(t, botConn.JS, source, ref)[event.TypeProxyChange] > 0
 	})
 	// The same on standalone OpenShift's Proxy/cluster.
-	pfix := actions.Request{ID: "fix-deploy02", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
+	pfix := actions.Change{ID: "fix-deploy02", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Name: hypershift.ProxyName},
 		NoProxy: &actions.NoProxyParams{Target: actions.TargetProxy, Expected: ".corp.example", Add: []string{"kubernetes"}}}
 	if res := bot.request(t, source, pfix).Result; res.Outcome != actions.OutcomeApplied {
@@ -891,7 +891,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	}
 
 	// Seed 004: expose, then roll back, through the agent.
-	expose := actions.Request{ID: "expo-deploy01", Type: actions.TypeExposeNodePort, RequestedBy: "alice",
+	expose := actions.Change{ID: "expo-deploy01", Type: actions.TypeExposeNodePort, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
 		Expose:  &actions.ExposeParams{Namespace: appNS, Service: "petclinic"}}
 	exp := bot.request(t, source, expose).Result
@@ -901,7 +901,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	if _, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, actions.ManagementServiceName(expose.ID), metav1.GetOptions{}); err != nil {
 		t.Errorf("management Service of the exposure: %v", err)
 	}
-	rollback := actions.Request{ID: "undo-deploy01", Type: actions.TypeRollback, RequestedBy: "alice",
+	rollback := actions.Change{ID: "undo-deploy01", Type: actions.TypeRollback, RequestedBy: "alice",
 		Cluster: expose.Cluster, Rollback: &actions.RollbackParams{Undo: *exp.Undo}}
 	if res := bot.request(t, source, rollback).Result; res.Outcome != actions.OutcomeRolledBack {
 		t.Errorf("rollback: %+v", res)

@@ -25,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/approval"
-	"github.com/hcpbot/hcpbot/bot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/digest"
@@ -332,7 +332,7 @@ func TestNATSPermissions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			proposal, err = store.Propose(ctx, actions.Request{
+			proposal, err = store.Propose(ctx, actions.Change{
 				Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: "clusters", Name: "example"},
 				NoProxy: &actions.NoProxyParams{Expected: ".cluster.local", Add: []string{"kubernetes"}},
 			}, "U1", approval.ForSource(src1))
