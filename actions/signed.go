@@ -59,7 +59,7 @@ type Approval struct {
 
 // sealed is the signed content of an Envelope.
 type sealed struct {
-	Request  Change   `json:"request"`
+	Request  Change    `json:"request"`
 	Approval Approval  `json:"approval"`
 	IssuedAt time.Time `json:"issuedAt"`
 	// Deadline is when the sender stops waiting for the answer: the

@@ -67,7 +67,7 @@ func (s State) Decided() bool { return s != StatePending }
 // Proposal is a change waiting for, or past, its approval.
 type Proposal struct {
 	// ID is the action id (Request.ID), the bucket key.
-	ID      string          `json:"id"`
+	ID      string         `json:"id"`
 	Request actions.Change `json:"request"`
 	// Source is the management cluster whose agent executes the request.
 	Source      string `json:"source,omitempty"`
