@@ -63,12 +63,15 @@ const (
 	// KindSilenced: notifications for a cluster or incident were muted
 	// (bot/silence); ActionID holds the silence id.
 	KindSilenced Kind = "silenced"
+	// KindForged: a record in the approval store claims what no seal
+	// proves (written without the bot's key); it was refused.
+	KindForged Kind = "forged"
 )
 
 var kinds = map[Kind]bool{
 	KindProposed: true, KindApproved: true, KindRejected: true, KindRefused: true,
 	KindExecuted: true, KindFailed: true, KindRolledBack: true, KindExpired: true,
-	KindSilenced: true,
+	KindSilenced: true, KindForged: true,
 }
 
 // Record is one audit entry. Free-text fields are redacted on Append.

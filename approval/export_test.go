@@ -1,0 +1,24 @@
+package approval
+
+import "encoding/json"
+
+// SealRequest seals req as the bot does (for tests that play the bot, or
+// an attacker holding the bot's key).
+func SealRequest(s *Signer, req Request) []byte {
+	seal, err := s.seal(requestContext, req)
+	if err != nil {
+		panic(err)
+	}
+	b, _ := json.Marshal(seal)
+	return b
+}
+
+// RequestContext is the context string of requests, for tests that sign
+// with a key of their own.
+const RequestContext = requestContext
+
+// DecisionContext likewise for decisions.
+const DecisionContext = decisionContext
+
+// Digest is p's terms digest, which requests name.
+func Digest(p Proposal) string { return p.digest }

@@ -1,0 +1,387 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval/wire"
+	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/redact"
+)
+
+// The loop converges every approved proposal to a recorded outcome: chat
+// handlers only decide and return; Run sends, follows, records, posts.
+
+// DefaultSweepInterval is how often Run reads every proposal: approved
+// ones that no replica follows are adopted (their approver's replica
+// died), pending ones past their expiry expire, forged records are
+// reported.
+const DefaultSweepInterval = 30 * time.Second
+
+// Polling of a followed proposal's result: after 5 ms, then twice as
+// long each time up to 250 ms. An agent answers within tens to hundreds
+// of milliseconds; a read is one KV get.
+const (
+	firstPoll = 5 * time.Millisecond
+	maxPoll   = 250 * time.Millisecond
+)
+
+// lateAnswer is how long after its approval an answer can still come: a
+// request leaves the stream after bus.ActionsMaxAge, so no agent starts
+// it later, and one that started finishes within ResultGrace.
+const lateAnswer = bus.ActionsMaxAge + ResultGrace
+
+// flight is an approved proposal this replica follows to its outcome.
+type flight struct {
+	notify []func(Proposal)
+	sent   time.Time
+	poll   time.Duration
+	next   time.Time
+}
+
+// follow makes this replica follow approved proposal id and wakes Run;
+// notify, if set, gets the outcome.
+func (f *Flow) follow(id string, notify func(Proposal)) {
+	f.mu.Lock()
+	fl := f.inflight[id]
+	if fl == nil {
+		fl = &flight{poll: firstPoll}
+		f.inflight[id] = fl
+	}
+	if notify != nil {
+		fl.notify = append(fl.notify, notify)
+	}
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run converges until ctx ends. Every replica runs it: a request sent
+// twice is dropped by the stream (its message id is the action id), the
+// agent answers one it already ran from its recorded answer, and an
+// outcome is recorded by one compare-and-set, whose winner alone posts
+// it. So each approved change runs at most once and none is left behind
+// by a replica that died.
+func (f *Flow) Run(ctx context.Context) error {
+	sweep := time.NewTicker(f.sweep)
+	defer sweep.Stop()
+	f.sweepOnce(ctx)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(f.work(ctx))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.wake:
+		case <-timer.C:
+		case <-sweep.C:
+			f.sweepOnce(ctx)
+		}
+	}
+}
+
+// work steps every followed proposal that is due and returns how long
+// until the next one is.
+func (f *Flow) work(ctx context.Context) time.Duration {
+	now := f.now()
+	f.mu.Lock()
+	var due []string
+	for id, fl := range f.inflight {
+		if !fl.next.After(now) {
+			due = append(due, id)
+		}
+	}
+	f.mu.Unlock()
+	for _, id := range due {
+		if ctx.Err() != nil {
+			return time.Hour
+		}
+		f.mu.Lock()
+		fl := f.inflight[id]
+		f.mu.Unlock()
+		if f.step(ctx, id, fl) {
+			f.mu.Lock()
+			delete(f.inflight, id)
+			f.mu.Unlock()
+			continue
+		}
+		f.mu.Lock()
+		fl.next = f.now().Add(fl.poll)
+		fl.poll = min(2*fl.poll, maxPoll)
+		f.mu.Unlock()
+	}
+	wait := time.Hour
+	f.mu.Lock()
+	for _, fl := range f.inflight {
+		wait = min(wait, max(time.Until(fl.next), 0))
+	}
+	f.mu.Unlock()
+	return wait
+}
+
+// step moves followed proposal id on; done reports that it has its
+// outcome (or nothing more can be done here).
+func (f *Flow) step(ctx context.Context, id string, fl *flight) (done bool) {
+	log := f.log.With().Str("action", id).Logger()
+	rec, err := f.kv.get(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return true
+	case err != nil:
+		log.Debug().Err(err).Msg("cannot read the proposal yet")
+		return false
+	}
+	p, err := view(rec, f.trust())
+	if err != nil {
+		if errors.Is(err, ErrForged) || errors.Is(err, ErrUntrustedKey) {
+			f.reportForgery(ctx, id, rec, err)
+		}
+		return true
+	}
+	now := f.now()
+	switch {
+	case p.State == StateApproved:
+	case p.State == StateFailed && p.Code == CodeNoAnswer && now.Before(p.DecidedAt.Add(lateAnswer)):
+		// Marked unanswered; an agent may still answer (it started just
+		// before dying): the truth replaces the guess.
+	case p.State == StateExecuted || p.State == StateFailed || p.State == StateRolledBack:
+		// Another replica recorded it.
+		f.deliverLocal(fl, p)
+		return true
+	default:
+		return true
+	}
+	data, err := f.queue.Result(ctx, p.Source, id)
+	var res Result
+	switch {
+	case err == nil:
+		if res, err = decodeResult(data); err != nil {
+			log.Warn().Err(err).Msg("undecodable answer")
+			return false
+		}
+		if res.Proposal != "" && res.Proposal != p.digest {
+			log.Warn().Msg("answer for other terms under this action id; ignored")
+			return false
+		}
+		if !res.Running {
+			f.finish(ctx, p, res, fl)
+			return true
+		}
+	case !errors.Is(err, wire.ErrNoResult):
+		log.Debug().Err(err).Msg("cannot read the answer yet")
+		return false
+	}
+	if p.State != StateApproved {
+		// Looked at once; the sweep looks again.
+		return true
+	}
+	switch {
+	case res.Running && !now.Before(p.DecidedAt.Add(lateAnswer)):
+		f.finish(ctx, p, failure(id, fmt.Errorf("%w: the agent of %s began it at %s and did not report how it ended; check the cluster",
+			ErrUnknown, p.Source, res.At.UTC().Format(time.RFC3339))), fl)
+		return true
+	case res.Running:
+		return false
+	case now.Before(p.Deadline()):
+		if fl.sent.IsZero() || now.Sub(fl.sent) >= f.sweep {
+			if err := f.send(ctx, rec); err != nil {
+				log.Warn().Err(err).Msg("request not sent yet")
+				return false
+			}
+			fl.sent = now
+		}
+		return false
+	case !now.Before(p.Deadline().Add(ResultGrace)):
+		f.finish(ctx, p, failure(id, fmt.Errorf("%w: no agent of %s picked it up before %s, after which it refuses it",
+			ErrNoAnswer, p.Source, p.Deadline().UTC().Format(time.RFC3339))), fl)
+		return true
+	}
+	return false
+}
+
+// send seals the order to run rec's proposal and queues it, if Permit
+// accepts the record: the bot sends nothing it could not prove approved.
+func (f *Flow) send(ctx context.Context, rec Record) error {
+	now := f.now()
+	p, err := Permit(rec, f.trust(), now)
+	if err != nil {
+		return err
+	}
+	s, err := f.signer.seal(requestContext, Request{ID: p.ID, Source: p.Source, Proposal: p.digest, IssuedAt: now.UTC()})
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("approval: encode request %s: %w", p.ID, err)
+	}
+	if err := f.queue.Send(ctx, p.Source, p.ID, data); err != nil {
+		return err
+	}
+	f.m.sent.Inc()
+	return nil
+}
+
+// errRecorded: the outcome is recorded already (by another replica).
+var errRecorded = errors.New("outcome already recorded")
+
+// finish records res as p's outcome; of several replicas recording one
+// proposal exactly one wins, and only it audits and posts.
+func (f *Flow) finish(ctx context.Context, p Proposal, res Result, fl *flight) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	now := f.now()
+	o := Outcome{State: StateExecuted, Result: res.Change, At: now.UTC()}
+	if err := res.Err(); err != nil {
+		o.State, o.Code, o.Reason = StateFailed, CodeOf(err), redact.RedactText(err.Error())
+	}
+	rec, err := f.kv.update(ctx, p.ID, func(rec *Record) (bool, error) {
+		// An unanswered mark gives way to the agent's answer.
+		if rec.Outcome != nil && (rec.Outcome.Code != CodeNoAnswer || o.Code == CodeNoAnswer) {
+			return false, errRecorded
+		}
+		rec.Outcome = &o
+		return true, nil
+	})
+	if err != nil {
+		if !errors.Is(err, errRecorded) {
+			f.log.Error().Err(err).Str("action", p.ID).Msg("outcome not recorded; the sweep tries again")
+		}
+		return
+	}
+	q, err := view(rec, f.trust())
+	if err != nil {
+		f.log.Error().Err(err).Str("action", p.ID).Msg("recorded outcome does not read back")
+		return
+	}
+	f.m.outcomes.WithLabelValues(string(o.State), string(o.Code)).Inc()
+	kind := audit.KindExecuted
+	if o.State == StateFailed {
+		kind = audit.KindFailed
+	}
+	if aerr := f.record(ctx, q, kind, q.DecidedBy, "", now, func(r *audit.Record) {
+		r.Summary, r.Diff = Describe(q.Change)
+		if c := o.Result; c != nil {
+			r.Summary, r.Diff, r.Result = c.Summary, c.Diff, string(c.Outcome)
+		}
+		r.Reason = o.Reason
+	}); aerr != nil {
+		f.log.Error().Err(aerr).Str("action", p.ID).Msg("outcome not audited")
+	}
+	f.log.Info().Str("action", p.ID).Str("state", string(o.State)).Str("code", string(o.Code)).Msg("outcome recorded")
+	if o.State == StateExecuted && q.Change.Type == actions.TypeRollback && q.Change.Rollback != nil {
+		f.markRolledBack(ctx, q, now)
+	}
+	if !f.deliverLocal(fl, q) {
+		if f.outcomes != nil {
+			f.outcomes(ctx, q)
+		}
+	}
+}
+
+// deliverLocal hands p to whoever in this process waits for it; false
+// when nobody does.
+func (f *Flow) deliverLocal(fl *flight, p Proposal) bool {
+	if fl == nil {
+		return false
+	}
+	f.mu.Lock()
+	fns := fl.notify
+	fl.notify = nil
+	f.mu.Unlock()
+	for _, fn := range fns {
+		fn(p)
+	}
+	return len(fns) > 0
+}
+
+// markRolledBack records on the original action that rollback rb undid
+// it, by rb's approver.
+func (f *Flow) markRolledBack(ctx context.Context, rb Proposal, now time.Time) {
+	id := rb.Change.Rollback.Undo.ActionID
+	rec, err := f.kv.update(ctx, id, func(rec *Record) (bool, error) {
+		if rec.Outcome == nil || rec.Outcome.State != StateExecuted || !rec.Outcome.RolledBackAt.IsZero() {
+			return false, errRecorded
+		}
+		rec.Outcome.RolledBackBy, rec.Outcome.RolledBackAt = rb.DecidedBy, now.UTC()
+		return true, nil
+	})
+	if err != nil {
+		if !errors.Is(err, errRecorded) {
+			f.log.Warn().Err(err).Str("action", id).Msg("rollback not marked on the original")
+		}
+		return
+	}
+	orig, err := view(rec, f.trust())
+	if err != nil {
+		return
+	}
+	if aerr := f.record(ctx, orig, audit.KindRolledBack, rb.DecidedBy, "", now, func(r *audit.Record) {
+		r.Summary = fmt.Sprintf("rolled back by %s", rb.ID)
+		if c := rb.Result; c != nil {
+			r.Summary, r.Diff, r.Result = c.Summary, c.Diff, string(c.Outcome)
+		}
+	}); aerr != nil {
+		f.log.Error().Err(aerr).Str("action", id).Msg("rollback not audited")
+	}
+}
+
+// sweepOnce reads every proposal: it adopts approved ones nobody here
+// follows (after a sweep interval, so that the replica whose user
+// approved normally records and posts), expires what is past its expiry,
+// and reports records whose seals do not verify.
+func (f *Flow) sweepOnce(ctx context.Context) {
+	now := f.now()
+	err := f.kv.scan(ctx, func(id string, rec Record, err error) {
+		if err == nil {
+			var p Proposal
+			p, err = view(rec, f.trust())
+			switch {
+			case err != nil:
+			case p.State == StatePending && p.Expired(now):
+				f.expire(ctx, id, now)
+			case p.State == StateApproved && now.Sub(p.DecidedAt) >= f.sweep,
+				p.State == StateFailed && p.Code == CodeNoAnswer && now.Before(p.DecidedAt.Add(lateAnswer)):
+				f.follow(id, nil)
+			}
+		}
+		switch {
+		case err == nil, errors.Is(err, ErrStale), errors.Is(err, ErrLegacy):
+		default:
+			f.reportForgery(ctx, id, rec, err)
+		}
+	})
+	if err != nil && ctx.Err() == nil {
+		f.log.Warn().Err(err).Msg("approval sweep incomplete")
+	}
+}
+
+// expire seals the bot's expiry of pending proposal id.
+func (f *Flow) expire(ctx context.Context, id string, now time.Time) {
+	rec, err := f.kv.update(ctx, id, func(rec *Record) (bool, error) {
+		cur, err := view(*rec, f.trust())
+		if err != nil || !cur.Expired(now) {
+			return false, errRecorded
+		}
+		return true, f.decide(rec, cur, Decision{Verdict: VerdictExpire, At: now.UTC()}, nil)
+	})
+	if err != nil {
+		if !errors.Is(err, errRecorded) && ctx.Err() == nil {
+			f.log.Warn().Err(err).Str("action", id).Msg("proposal not expired")
+		}
+		return
+	}
+	if p, err := view(rec, f.trust()); err == nil {
+		if err := f.record(ctx, p, audit.KindExpired, "", "", now, nil); err != nil {
+			f.log.Error().Err(err).Str("action", id).Msg("expiry not audited")
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package approval
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nkeys"
+)
+
+// What the bot signs, each under its own context string, so that a
+// signature made for one can never pass for another: a proposal's terms,
+// a person's decision, the order to run an approved proposal, and (for
+// the audit package) a trail record.
+const (
+	proposalContext = "hcpbot-proposal-v2\n"
+	decisionContext = "hcpbot-decision-v1\n"
+	requestContext  = "hcpbot-request-v2\n"
+)
+
+// Signer is the bot's ed25519 key (an nkeys user seed, as `hcpbot keygen`
+// writes). Only the bot holds it; agents trust its public key.
+type Signer struct {
+	kp  nkeys.KeyPair
+	pub string
+}
+
+// NewSigner reads a user seed ("SU…").
+func NewSigner(seed []byte) (*Signer, error) {
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		// nkeys never quotes the seed, but say less anyway.
+		return nil, errors.New("approval: signing key: not an nkeys seed")
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("approval: signing key: %w", err)
+	}
+	if !nkeys.IsValidPublicUserKey(pub) {
+		return nil, errors.New("approval: signing key: want a user seed (SU…); create one with `hcpbot keygen`")
+	}
+	return &Signer{kp: kp, pub: pub}, nil
+}
+
+// NewEphemeralSigner makes a key for one process (`hcpbot all`, the demo),
+// whose agent trusts PublicKey.
+func NewEphemeralSigner() (*Signer, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("approval: create signing key: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("approval: signing key: %w", err)
+	}
+	return &Signer{kp: kp, pub: pub}, nil
+}
+
+// PublicKey is what agents list as trusted ("U…").
+func (s *Signer) PublicKey() string { return s.pub }
+
+// Sign signs data as it is. It is for the audit trail, which puts its own
+// context string in front; everything of this package goes through seal.
+func (s *Signer) Sign(data []byte) ([]byte, error) { return s.kp.Sign(data) }
+
+// Seal is a signed value: Body is the JSON the signature covers, kept as
+// bytes so that what is verified is exactly what was signed.
+type Seal struct {
+	Body []byte `json:"body"`
+	Key  string `json:"key"`
+	Sig  []byte `json:"sig"`
+}
+
+// Sentinel errors of seals.
+var (
+	// ErrForged: a seal does not verify — its signature is wrong, or it is
+	// bound to another proposal or decision than the one it is stored
+	// with. Whoever wrote it lacks the bot's key.
+	ErrForged = errors.New("seal does not verify")
+	// ErrUntrustedKey: a seal made with a key not trusted here (a key the
+	// bot had before a rotation, or another installation's).
+	ErrUntrustedKey = errors.New("sealed by a key that is not trusted")
+)
+
+func (s *Signer) seal(context string, v any) (Seal, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return Seal{}, fmt.Errorf("approval: seal: %w", err)
+	}
+	sig, err := s.kp.Sign(append([]byte(context), body...))
+	if err != nil {
+		return Seal{}, fmt.Errorf("approval: seal: %w", err)
+	}
+	return Seal{Body: body, Key: s.pub, Sig: sig}, nil
+}
+
+// open verifies s under context with one of keys and decodes its body
+// into v, strictly: a field the signer did not write could mean something
+// nobody approved.
+func (s Seal) open(context string, keys []string, v any) error {
+	switch {
+	case len(s.Sig) == 0 || s.Key == "":
+		return fmt.Errorf("%w: unsigned", ErrForged)
+	case !slices.Contains(keys, s.Key):
+		// Checked before the signature: an untrusted key's valid
+		// signature proves nothing here either way.
+		return fmt.Errorf("%w: %s", ErrUntrustedKey, shortKey(s.Key))
+	}
+	kp, err := nkeys.FromPublicKey(s.Key)
+	if err != nil {
+		return fmt.Errorf("%w: key %s: %w", ErrForged, shortKey(s.Key), err)
+	}
+	if err := kp.Verify(append([]byte(context), s.Body...), s.Sig); err != nil {
+		return fmt.Errorf("%w: bad signature", ErrForged)
+	}
+	if err := decodeStrict(s.Body, v); err != nil {
+		return fmt.Errorf("%w: signed body does not decode: %w", ErrForged, err)
+	}
+	return nil
+}
+
+// selfSigned reports whether s carries a valid signature by its own key,
+// trusted or not: a record sealed throughout by one valid but untrusted
+// key was made by a bot with another key (stale), not forged.
+func (s Seal) selfSigned(context string) bool {
+	kp, err := nkeys.FromPublicKey(s.Key)
+	return err == nil && len(s.Sig) > 0 && kp.Verify(append([]byte(context), s.Body...), s.Sig) == nil
+}
+
+// digest names a seal: the hex SHA-256 of its context, body and
+// signature. Decisions chain on it and requests point at it.
+func (s Seal) digest(context string) string {
+	h := sha256.New()
+	h.Write([]byte(context))
+	h.Write(s.Body)
+	h.Write([]byte{0})
+	h.Write(s.Sig)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CheckKeys validates a list of trusted public keys.
+func CheckKeys(keys []string) error {
+	if len(keys) == 0 {
+		return errors.New("no trusted action keys")
+	}
+	for _, k := range keys {
+		if !nkeys.IsValidPublicUserKey(k) {
+			return fmt.Errorf("trusted action key %q is not an nkeys user public key (U…)", k)
+		}
+	}
+	return nil
+}
+
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+// shortKey names a public key in messages without the whole of it.
+func shortKey(k string) string {
+	if len(k) > 12 {
+		return k[:12] + "…"
+	}
+	return k
+}
