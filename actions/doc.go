@@ -25,24 +25,13 @@
 // Re-running an action is safe: the noProxy patch reports
 // "unchanged" and an exposure finds its own Services by the action id label.
 //
-// The protocol between the bot that approves and the agent that executes
-// is all here. Requests and Results are plain JSON-encodable values
-// (request.go, result.go); a request travels sealed with its approval
-// (signed.go) on RequestSubject(source) (subject.go). The bot's Client
-// (client.go) seals and queues it on the JetStream work queue
-// bus.ActionsStreamName (message id = action id, so a re-send is dropped) and
-// reads the Reply by action id from the bucket bus.ActionResultsBucket; the
-// agent's Serve (server.go) consumes its own requests through a durable
-// pull consumer (queue.go), verifies each (Verifier), records each Reply,
-// and acknowledges only then, so a request survives the agent leader's
-// death and runs once. A request carries a deadline (its approval +
-// QueueHorizon, within the signature's freshness bound) after which the
-// agent refuses it.
-//
-// A request is validated once at each boundary: when the bot proposes it
-// (bot/approval; the proposal's seal keeps it unchanged until it is sent)
-// and when the agent opens it (Verifier.Open). The executor's paths past
-// its entry points take the validated value and do not validate again.
+// This package is the executor only. Whether a change may be made, and
+// how the request reaches the agent, is package approval's (its Permit is
+// the one rule); the agent calls Execute only for what Permit accepted.
+// A change is validated once at each boundary: when the bot proposes it
+// (approval.Flow.Propose; the proposal's seal keeps it unchanged until it
+// runs) and when the agent executes it (Execute). The executor's paths
+// past Execute take the validated value and do not validate again.
 //
 // Privileges: in the management cluster the executor needs only what
 // configs/deploy/agent/rbac.yaml grants. In a hosted cluster it acts with

@@ -3,6 +3,7 @@ package actions
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,3 +122,7 @@ func HostedRESTConfig(ctx context.Context, mgmt kubernetes.Interface, hc *hypers
 	cfg.UserAgent = "hcpbot-actions"
 	return cfg, nil
 }
+
+// ExecuteTimeout bounds one execution. A noProxy patch is three API calls;
+// an exposure reaches the hosted API server too.
+const ExecuteTimeout = 90 * time.Second

@@ -241,7 +241,10 @@ func (f *Flow) finish(ctx context.Context, p Proposal, res Result, fl *flight) {
 	now := f.now()
 	o := Outcome{State: StateExecuted, Result: res.Change, At: now.UTC()}
 	if err := res.Err(); err != nil {
-		o.State, o.Code, o.Reason = StateFailed, CodeOf(err), redact.RedactText(err.Error())
+		o.State, o.Code, o.Reason, o.Collision = StateFailed, CodeOf(err), redact.RedactText(res.Error), res.Collision
+		if o.Reason == "" {
+			o.Reason = redact.RedactText(err.Error())
+		}
 	}
 	rec, err := f.kv.update(ctx, p.ID, func(rec *Record) (bool, error) {
 		// An unanswered mark gives way to the agent's answer.

@@ -121,8 +121,10 @@ type Proposal struct {
 	// keeps Undo, which a rollback needs (and takes from the agent's own
 	// record, not from here).
 	Result *actions.Result `json:"-"`
-	// Code classifies a failure (the agent's answer).
-	Code Code `json:"-"`
+	// Code classifies a failure (the agent's answer), and Collision
+	// details a refused exposure's node ports.
+	Code      Code                   `json:"-"`
+	Collision *actions.PortCollision `json:"-"`
 	// ExecutedAt is when the outcome was recorded.
 	ExecutedAt time.Time `json:"-"`
 	// RolledBackBy and RolledBackAt record the rollback.
@@ -186,6 +188,15 @@ func (p Proposal) Executed() time.Time {
 // Deadline is when the agent stops accepting the approved proposal:
 // QueueHorizon after the approval that completed it.
 func (p Proposal) Deadline() time.Time { return p.DecidedAt.Add(QueueHorizon) }
+
+// Failure is why a failed proposal failed, as an error wrapping the
+// sentinel of its code (actions' or this package's); nil unless failed.
+func (p Proposal) Failure() error {
+	if p.State != StateFailed {
+		return nil
+	}
+	return Result{Code: p.Code, Error: p.Reason, Collision: p.Collision}.Err()
+}
 
 // HasApproved reports whether user's approval is counted.
 func (p Proposal) HasApproved(user string) bool { return slices.Contains(p.Approvers, user) }

@@ -34,7 +34,9 @@ type Outcome struct {
 	Result *actions.Result `json:"result,omitempty"`
 	Code   Code            `json:"code,omitempty"`
 	Reason string          `json:"reason,omitempty"`
-	At     time.Time       `json:"at"`
+	// Collision details a refused exposure's node ports.
+	Collision *actions.PortCollision `json:"collision,omitempty"`
+	At        time.Time              `json:"at"`
 	// RolledBackBy and RolledBackAt are set once its rollback ran.
 	RolledBackBy string    `json:"rolledBackBy,omitempty"`
 	RolledBackAt time.Time `json:"rolledBackAt,omitzero"`
@@ -67,7 +69,7 @@ func view(rec Record, t Trust) (Proposal, error) {
 	}
 	p.State, p.Result, p.Code, p.ExecutedAt = o.State, o.Result, o.Code, o.At
 	if o.State == StateFailed {
-		p.Reason = o.Reason
+		p.Reason, p.Collision = o.Reason, o.Collision
 	}
 	if !o.RolledBackAt.IsZero() {
 		p.State, p.RolledBackBy, p.RolledBackAt = StateRolledBack, o.RolledBackBy, o.RolledBackAt

@@ -8,7 +8,7 @@
 // This package is the correlator only. People talk to the bot through
 // bot/chatops (transport) and bot/command (the /hcp answers, which read the
 // correlator through a narrow interface, and the approval flow); changes go
-// through bot/approval and, approved, to the agents over package actions.
+// through package approval and, approved, to the agents.
 //
 // # State: the stream is the durable state
 //

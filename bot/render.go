@@ -11,7 +11,7 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -266,7 +266,7 @@ func who(user string) string {
 	switch {
 	case user == "":
 		return "unknown"
-	case strings.HasPrefix(user, actions.SystemRequesterPrefix):
+	case strings.HasPrefix(user, approval.SystemRequesterPrefix):
 		return chatops.EscapeText(user)
 	}
 	return "<@" + chatops.EscapeText(user) + ">"

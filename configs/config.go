@@ -134,6 +134,15 @@ type Agent struct {
 	// agent accepts (approver groups cannot be checked by the agent).
 	// Default: none, trust the bot's check.
 	Approvers []string
+	// RequiredApprovals is the least number of distinct people whose
+	// sealed approvals the agent accepts, whatever the bot's policy
+	// (1–5). Default: approvals.required when the file has an approvals
+	// section, else 1.
+	RequiredApprovals int
+	// ActionAckWait is how long a request handed to a leader that died
+	// waits before the next leader gets it; the leader says it is still
+	// working every third of it. Default 30s (1s–5m).
+	ActionAckWait time.Duration
 }
 
 // DefaultServiceNodePortRange is Kubernetes' and OpenShift's default.
@@ -258,6 +267,9 @@ type Approvals struct {
 	// FourEyes requires the approver to differ from who requested the
 	// fix. Default true.
 	FourEyes bool
+	// Required is how many distinct people must approve (1–5), besides
+	// the requester under four-eyes. Default 1.
+	Required int
 	// ProposalTTL is how long a proposed fix can be approved. Default 1h.
 	ProposalTTL time.Duration
 	// SigningKey is the bot's ed25519 key (an nkeys user seed, SU…, as
@@ -321,6 +333,7 @@ const (
 	DefaultStormWindow         = 30 * time.Second
 	DefaultSlackAPIURL         = "https://slack.com/api/"
 	DefaultProposalTTL         = time.Hour
+	DefaultActionAckWait       = 30 * time.Second
 	DefaultTimezone            = "UTC"
 	DefaultLogLevel            = "info"
 	DefaultLogFormat           = "json"

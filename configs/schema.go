@@ -220,7 +220,31 @@ func (d *decoder) agent(n *yaml.Node, path string, a *Agent) bool {
 		{"approvers", func(v *yaml.Node, p string) {
 			d.userIDs(v, p, &a.Approvers)
 		}},
+		{"requiredApprovals", func(v *yaml.Node, p string) {
+			if i, ok := d.approvalCount(v, p); ok {
+				a.RequiredApprovals = i
+			}
+		}},
+		{"actionAckWait", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, time.Second); ok {
+				if t > 5*time.Minute {
+					d.problem(v, p, "%s: must be at most 5m (a request left by a dead leader waits that long for the next)", t)
+					return
+				}
+				a.ActionAckWait = t
+			}
+		}},
 	}, nil)
+}
+
+// approvalCount reads a number of required approvals.
+func (d *decoder) approvalCount(v *yaml.Node, p string) (int, bool) {
+	i, ok := d.integer(v, p)
+	if ok && (i < 1 || i > 5) {
+		d.problem(v, p, "%d: must be between 1 and 5 distinct approvers", i)
+		return 0, false
+	}
+	return i, ok
 }
 
 func (d *decoder) leaderElection(n *yaml.Node, path string, le *LeaderElection) {
@@ -481,6 +505,11 @@ func (d *decoder) approvals(n *yaml.Node, path string, a *Approvals) bool {
 		{"fourEyes", func(v *yaml.Node, p string) {
 			if b, ok := d.boolean(v, p); ok {
 				a.FourEyes = b
+			}
+		}},
+		{"required", func(v *yaml.Node, p string) {
+			if i, ok := d.approvalCount(v, p); ok {
+				a.Required = i
 			}
 		}},
 		{"proposalTTL", func(v *yaml.Node, p string) {
@@ -900,6 +929,9 @@ func (d *decoder) check(c *Config) {
 		if fourEyes && len(a.ApproverGroups) == 0 && len(a.Approvers) == 1 && !d.problemUnder("approvals.approver") {
 			d.problem(d.at("approvals.approvers"), "approvals.approvers", "four-eyes approval (fourEyes, default true) needs at least two approvers or a group: with one, nobody can approve that person's own request")
 		}
+		if need := max(a.Required, 1) + b2i(fourEyes); len(a.ApproverGroups) == 0 && len(a.Approvers) > 1 && len(a.Approvers) < need && !d.problemUnder("approvals.approver") {
+			d.problem(d.at("approvals.required"), "approvals.required", "%d approvals besides the requester need at least %d approvers; %d are listed", max(a.Required, 1), need, len(a.Approvers))
+		}
 		d.oneOf("approvals", "signingKey", c.Agent == nil, "signs every approved request: agents run only requests signed with a key they trust (create one with `hcpbot keygen`; only `hcpbot all` can do without, with a key made per process)")
 	}
 
@@ -1028,6 +1060,16 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 	}
 	if a := c.Approvals; a != nil {
 		a.ProposalTTL = orDuration(a.ProposalTTL, DefaultProposalTTL)
+		a.Required = max(a.Required, 1)
+	}
+	if ag := c.Agent; ag != nil {
+		if !set("agent.requiredApprovals") {
+			ag.RequiredApprovals = 1
+			if c.Approvals != nil {
+				ag.RequiredApprovals = c.Approvals.Required
+			}
+		}
+		ag.ActionAckWait = orDuration(ag.ActionAckWait, DefaultActionAckWait)
 	}
 	for i := range c.Digests {
 		dg := &c.Digests[i]
@@ -1134,4 +1176,11 @@ func parseNodePortRange(s string) (NodePortRange, error) {
 		return NodePortRange{}, fmt.Errorf("must be MIN-MAX with 1 <= MIN <= MAX <= 65535")
 	}
 	return NodePortRange{Min: int32(a), Max: int32(b)}, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

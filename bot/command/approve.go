@@ -6,91 +6,105 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
-// Approve decides proposal id for user: only the approval that wins the proposal's
-// compare-and-set sends it to the agent. When the result does not come
-// within Timeout, the answer says the request is queued, and the result
-// is posted into the same conversation when it comes (chatops.Later).
-func (a *Changes) Approve(ctx context.Context, id, user string) chatops.Reply {
-	p, err := approval.ApproveAndRun(ctx, a.Store, approval.DispatcherFunc(a.dispatch), id, user)
+// Approve adds user's approval to proposal id and answers at once. When
+// it completes the decision the flow sends the change to the agent, and
+// the outcome is posted into the same conversation when it comes
+// (chatops.Later), or into the channel by whichever replica records it.
+func (a *Changes) Approve(ctx context.Context, id, user string, opts ...approval.DecideOption) chatops.Reply {
+	later := chatops.Later(ctx)
+	if later != nil {
+		opts = append(opts, approval.OnOutcome(func(p approval.Proposal) { later(Outcome(p)) }))
+	}
+	p, err := a.Flow.Approve(ctx, id, user, opts...)
 	if text, refused := refusal("approve", esc(id), p, err); refused {
 		return chatops.Reply{Text: text}
 	}
-	if errors.Is(err, actions.ErrQueued) {
-		later := chatops.Later(ctx)
-		a.startFollow(context.WithoutCancel(ctx), p, user, later)
-		what := "the agent of " + esc(p.Source) + " has not picked it up yet"
-		if errors.Is(err, actions.ErrNotSent) {
-			what = "it could not be handed to NATS yet; the bot keeps sending it"
-		}
-		then := "The result will be posted here."
-		if later == nil {
-			then = "Its outcome will be in the audit trail (`/hcp audit`)."
-		}
-		return chatops.Reply{Text: fmt.Sprintf("`%s`%s approved by %s and queued: %s. %s It runs at most once, and not after %s.",
-			esc(id), requestedBy(p, user), mention(user), what, then, p.DecidedAt.Add(actions.QueueHorizon).UTC().Format("15:04 UTC")), InChannel: true}
+	switch {
+	case errors.Is(err, approval.ErrAudit):
+		return chatops.Reply{Text: fmt.Sprintf("`%s` was not run: the approval could not be written to the audit trail.", esc(id)), InChannel: true}
+	case err != nil:
+		return chatops.Reply{Text: fmt.Sprintf("Could not approve `%s`: %s", esc(id), errText(err))}
+	case p.State == approval.StatePending:
+		need := p.Needed()
+		return chatops.Reply{Text: fmt.Sprintf("`%s`%s approved by %s (%d of %d approvals): %d more approver(s) needed — press Approve or `/hcp approve %s`.",
+			esc(id), requestedBy(p), mention(user), len(p.Approvers), need, need-len(p.Approvers), esc(id)), InChannel: true}
 	}
-	return a.outcome(ctx, p, user, err)
+	then := "The outcome will be posted here."
+	if later == nil {
+		then = "The outcome will be posted in the channel and is in the audit trail (`/hcp audit`)."
+	}
+	return chatops.Reply{Text: fmt.Sprintf("`%s`%s approved by %s and sent to the agent of %s. It runs at most once, and not after %s. %s",
+		esc(id), requestedBy(p), approvedBy(p), esc(p.Source), p.Deadline().UTC().Format("15:04 UTC"), then), InChannel: true}
 }
 
-// requestedBy names the requester of a four-eyes approval, for the reply.
-func requestedBy(p approval.Proposal, user string) string {
-	if p.RequestedBy != "" && p.RequestedBy != user && !strings.HasPrefix(p.RequestedBy, actions.SystemRequesterPrefix) {
+// requestedBy names the person who requested p, for the reply.
+func requestedBy(p approval.Proposal) string {
+	if p.RequestedBy != "" && !strings.HasPrefix(p.RequestedBy, approval.SystemRequesterPrefix) && !slices.Contains(p.Approvers, p.RequestedBy) {
 		return " (requested by " + mention(p.RequestedBy) + ")"
 	}
 	return ""
 }
 
-// outcome words the recorded outcome of approved proposal p (err is what
-// running it returned).
-func (a *Changes) outcome(ctx context.Context, p approval.Proposal, user string, err error) chatops.Reply {
-	id := esc(p.ID)
-	rolledBack := ""
-	if err == nil && p.Request.Type == actions.TypeRollback && p.Request.Rollback != nil && p.Result != nil {
-		rolledBack = a.markRolledBack(ctx, p)
+// approvedBy names every person whose approval counted.
+func approvedBy(p approval.Proposal) string {
+	names := make([]string, len(p.Approvers))
+	for i, a := range p.Approvers {
+		names[i] = mention(a)
 	}
-	// Both people of a four-eyes approval are named.
-	requested := requestedBy(p, user)
+	if len(names) == 0 {
+		return "nobody"
+	}
+	return strings.Join(names, " and ")
+}
+
+// Outcome words what became of approved proposal p, for the conversation
+// that approved it or for the channel.
+func Outcome(p approval.Proposal) chatops.Reply {
+	id := esc(p.ID)
+	who := requestedBy(p) + " approved by " + approvedBy(p)
+	err := p.Failure()
 	var text string
 	switch {
-	case err == nil && p.Result != nil && p.Result.Outcome == actions.OutcomeUnchanged:
-		text = fmt.Sprintf("`%s`%s approved by %s: nothing to change, %s", id, requested, mention(user), esc(p.Result.Summary))
-	case err == nil && p.Result != nil:
-		text = fmt.Sprintf("`%s`%s approved by %s and %s: %s", id, requested, mention(user), esc(string(p.Result.Outcome)), esc(p.Result.Summary))
+	case p.State == approval.StateExecuted && p.Result != nil && p.Result.Outcome == actions.OutcomeUnchanged:
+		text = fmt.Sprintf("`%s`%s: nothing to change, %s", id, who, esc(p.Result.Summary))
+	case (p.State == approval.StateExecuted || p.State == approval.StateRolledBack) && p.Result != nil:
+		text = fmt.Sprintf("`%s`%s and %s: %s", id, who, esc(string(p.Result.Outcome)), esc(p.Result.Summary))
 		if p.Result.Diff != "" {
 			text += "\n```" + escCode(p.Result.Diff) + "```"
 		}
-	case err == nil:
-		text = fmt.Sprintf("`%s`%s approved by %s and executed.", id, requested, mention(user))
-	case errors.Is(err, actions.ErrConflict) && p.Request.Type == actions.TypeNoProxyPatch:
-		text = fmt.Sprintf("`%s` was not applied: the %s changed since the proposal; propose again%s.", id, targetKind(p.Request), proposeAgain(p.Request))
-	case errors.Is(err, actions.ErrUnauthorized):
+		if p.Change.Type == actions.TypeRollback && p.Change.Rollback != nil {
+			text += fmt.Sprintf("\n`%s` is now rolled back.", esc(p.Change.Rollback.Undo.ActionID))
+		}
+	case p.State == approval.StateExecuted:
+		text = fmt.Sprintf("`%s`%s and executed.", id, who)
+	case errors.Is(err, actions.ErrConflict) && p.Change.Type == actions.TypeNoProxyPatch:
+		text = fmt.Sprintf("`%s` was not applied: the %s changed since the proposal; propose again%s.", id, targetKind(p.Change), proposeAgain(p.Change))
+	case errors.Is(err, approval.ErrUnauthorized):
 		text = fmt.Sprintf("`%s` was refused by the agent of %s, which could not verify the approval: %s. Nothing was changed; the refusal is audited.", id, esc(p.Source), errText(err))
-	case errors.Is(err, ErrNoAgent):
-		text = fmt.Sprintf("`%s` is approved but the agent of %s recorded no result before its deadline; it refuses the request after that, so it will not run now. It is marked failed: check the cluster and propose again when the agent is back (re-running is safe).", id, esc(p.Source))
-	case errors.Is(err, approval.ErrAudit) && p.State == approval.StateExecuted:
-		text = fmt.Sprintf("`%s` was executed, but its audit record could not be written: %s", id, errText(err))
-	case errors.Is(err, approval.ErrAudit):
-		text = fmt.Sprintf("`%s` was not run: the approval could not be written to the audit trail.", id)
+	case errors.Is(err, approval.ErrNoAnswer):
+		text = fmt.Sprintf("`%s` is approved but no agent of %s picked it up before %s; it refuses the request after that, so it did not run. Check the agent and propose again.", id, esc(p.Source), p.Deadline().UTC().Format("15:04 UTC"))
+	case errors.Is(err, approval.ErrUnknown):
+		text = fmt.Sprintf("`%s`: the outcome is unknown. %s", id, errText(err))
 	case errors.Is(err, actions.ErrPortCollision):
 		text = fmt.Sprintf("`%s` was not applied: %s%s", id, errText(err), collisionAdvice(p, err))
 	case errors.Is(err, actions.ErrInvalid), errors.Is(err, actions.ErrRejected), errors.Is(err, actions.ErrConflict),
-		errors.Is(err, actions.ErrNotKubeVirt):
+		errors.Is(err, actions.ErrNotKubeVirt), errors.Is(err, approval.ErrTooLate):
 		text = fmt.Sprintf("`%s` was not applied: %s", id, errText(err))
-	default:
+	case err != nil:
 		text = fmt.Sprintf("`%s` failed: %s", id, errText(err))
+	default:
+		text = fmt.Sprintf("`%s` is %s.", id, esc(string(p.State)))
 	}
-	text += rolledBack
-	if err == nil && p.Result != nil && p.Result.Undo != nil && p.Request.Type != actions.TypeRollback {
+	if p.State == approval.StateExecuted && p.Result != nil && p.Result.Undo != nil && p.Change.Type != actions.TypeRollback {
 		// An executed change can be undone: say how, and offer the button
 		// (which proposes the rollback; it needs an approval of its own).
 		text += fmt.Sprintf("\nUndo with `/hcp rollback %s` (needs approval).", id)
@@ -105,7 +119,7 @@ func (a *Changes) outcome(ctx context.Context, p approval.Proposal, user string,
 // the refused ports), or move the hosted NodePort Service's own.
 func collisionAdvice(p approval.Proposal, err error) string {
 	var pc *actions.PortCollisionError
-	x := p.Request.Expose
+	x := p.Change.Expose
 	if !errors.As(err, &pc) || x == nil || len(pc.Alternatives) == 0 {
 		return ""
 	}
@@ -123,9 +137,9 @@ func collisionAdvice(p approval.Proposal, err error) string {
 // replaced by its alternative; false when a refused port was not one the
 // request chose (the hosted API server allocated it).
 func exposeAgain(p approval.Proposal, pc *actions.PortCollisionError) (string, bool) {
-	x := p.Request.Expose
+	x := p.Change.Expose
 	cmd := chatops.Expose{
-		Cluster:   chatops.ClusterRef{Mgmt: p.Source, Namespace: p.Request.Cluster.Namespace, Name: p.Request.Cluster.Name},
+		Cluster:   chatops.ClusterRef{Mgmt: p.Source, Namespace: p.Change.Cluster.Namespace, Name: p.Change.Cluster.Name},
 		Namespace: x.Namespace, Service: x.Service,
 	}
 	nodePorts := slices.Clone(x.NodePorts)
@@ -177,7 +191,7 @@ func proposeAgain(req actions.Change) string {
 
 // Reject rejects proposal id for user, with reason.
 func (a *Changes) Reject(ctx context.Context, id, reason, user string) chatops.Reply {
-	p, err := a.Store.Reject(ctx, id, user, reason, time.Now())
+	p, err := a.Flow.Reject(ctx, id, user, reason)
 	if text, refused := refusal("reject", esc(id), p, err); refused {
 		return chatops.Reply{Text: text}
 	}
@@ -202,12 +216,18 @@ func refusal(verb, id string, p approval.Proposal, err error) (text string, refu
 		return fmt.Sprintf("There is no proposal `%s` (mistyped, or too old).", id), true
 	case errors.Is(err, approval.ErrNotApprover):
 		return fmt.Sprintf("You are not allowed to %s `%s`: ask one of the approvers.", verb, id), true
-	case errors.Is(err, approval.ErrOwnRequest) && strings.HasPrefix(p.RequestedBy, actions.SystemRequesterPrefix):
+	case errors.Is(err, approval.ErrOwnRequest) && strings.HasPrefix(p.RequestedBy, approval.SystemRequesterPrefix):
 		return fmt.Sprintf("Four-eyes rule: `%s` was proposed by the diagnosis, not a person; propose it again (Approve fix or `/hcp fix noproxy`), and a second approver approves.", id), true
 	case errors.Is(err, approval.ErrOwnRequest):
 		return fmt.Sprintf("Four-eyes rule: you proposed `%s`, so someone else has to approve it.", id), true
-	case errors.Is(err, approval.ErrTampered):
-		return fmt.Sprintf("`%s` was not approved: its seal does not verify — the record was changed outside hcpbot after it was proposed, or it was sealed with another key (a restarted `hcpbot all` without approvals.signingKey makes a new one). Propose it again; if the key did not change, tell whoever runs NATS.", id), true
+	case errors.Is(err, approval.ErrForged), errors.Is(err, approval.ErrUntrustedKey):
+		return fmt.Sprintf("`%s` was not decided: its record in the approval store does not verify — it was changed outside hcpbot, by someone without the bot's key. It is reported in the audit trail; tell whoever runs NATS, and propose the change again.", id), true
+	case errors.Is(err, approval.ErrStale):
+		return fmt.Sprintf("`%s` was sealed with a key this bot no longer has (a restarted `hcpbot all` without approvals.signingKey makes a new one, and so does a key rotation); propose it again.", id), true
+	case errors.Is(err, approval.ErrLegacy):
+		return fmt.Sprintf("`%s` was proposed by an older hcpbot, before decisions were sealed; propose it again.", id), true
+	case errors.Is(err, approval.ErrAlreadyApproved):
+		return fmt.Sprintf("You already approved `%s`: another approver has to add theirs.", id), true
 	case errors.Is(err, approval.ErrExpired):
 		return fmt.Sprintf("`%s` expired before it was decided; propose the fix again.", id), true
 	case errors.Is(err, approval.ErrAlreadyDecided):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -12,74 +11,26 @@ import (
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
-// DefaultResultWait is how long Approve waits for the agent's result
-// before it answers that the request is queued (the result then follows
-// in the same conversation). Most actions take a few API calls; the
-// wait stays well under chatops' DefaultHandlerTimeout.
-const DefaultResultWait = 20 * time.Second
-
-// ErrNoAgent: the agent of the proposal's source did not pick its
-// request up before the request's deadline; the agent refuses it after
-// that, so it did not run.
-var ErrNoAgent = errors.New("the agent did not pick the request up")
-
 // Changes carries out the commands that change clusters through the
-// approval flow: proposals are stored in Store (which audits every
-// transition), and an approved one is queued for the agent of its
-// management cluster as a durable message (actions.Client); the agent's
-// result is read back by action id.
+// approval flow (package approval): it words what the flow answers. The
+// flow seals, stores and audits every decision, and its loop sends the
+// approved change to the agent and follows the outcome, which is posted
+// into the conversation that approved it (chatops.Later) or, when none
+// waits in this process, by Config.Outcomes.
 type Changes struct {
-	Store *approval.Store
-	// Audit records refusals that never reach the Store (a proposal the
+	Flow *approval.Flow
+	// Audit records refusals that never reach the flow (a proposal the
 	// executor would refuse). Nil skips them.
 	Audit audit.Appender
-	// Queue sends requests to the agents and reads their results.
-	Queue *actions.Client
-	// Signer seals every request it sends with the approval it carries
-	// out; agents refuse anything unsealed. Required to dispatch.
-	Signer *actions.Signer
-	// Timeout bounds Approve's wait for the result before it answers
-	// "queued"; 0 means DefaultResultWait.
-	Timeout time.Duration
-	// Log receives what has no user to tell (the expiry sweep's
-	// failures); the zero Logger discards it.
+	// Log receives what has no user to tell; the zero Logger discards it.
 	Log zerolog.Logger
-
-	// following holds the ids whose result this process waits for
-	// (follow), so that the recovery sweep starts one wait per action.
-	mu        sync.Mutex
-	following map[string]bool
-}
-
-// RunExpiry marks pending proposals past their expiry as expired (and
-// audits them) every interval until ctx ends. Every replica may run it:
-// each proposal is expired once (compare-and-set in the Store).
-func (a *Changes) RunExpiry(ctx context.Context, every time.Duration) error {
-	if every <= 0 {
-		return fmt.Errorf("bot: expiry interval %v must be positive", every)
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		n, err := a.Store.Expire(ctx, time.Now())
-		if err != nil && ctx.Err() == nil {
-			a.Log.Warn().Err(err).Int("expired", n).Msg("proposal expiry sweep failed")
-		} else if n > 0 {
-			a.Log.Info().Int("expired", n).Msg("proposals expired")
-		}
-	}
 }
 
 // propose stores req for cluster k on behalf of user. ok is false when it
@@ -87,7 +38,7 @@ func (a *Changes) RunExpiry(ctx context.Context, every time.Duration) error {
 // proposal is stored but its audit record is not (its approval will be
 // audited, and refused if that fails too).
 func (a *Changes) propose(ctx context.Context, k diagnose.Key, req actions.Change, user string, opts ...approval.ProposeOption) (p approval.Proposal, warning string, refused chatops.Reply, ok bool) {
-	p, err := a.Store.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
+	p, err := a.Flow.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
 	warning, refused, ok = a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
 	return p, warning, refused, ok
 }

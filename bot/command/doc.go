@@ -1,24 +1,20 @@
 // Package command is the bot's chat layer: it answers the /hcp commands and
-// buttons that bot/chatops parses, from the correlator's picture, and
-// carries the commands that change clusters through the approval flow to
-// the agents.
+// buttons that bot/chatops parses, from the correlator's picture, and words
+// what the approval flow answers for the commands that change clusters.
 //
 //	bot/chatops (Slack, console) ─▶ Handler ─▶ Correlator (read: *bot.Bot)
-//	                                   └─▶ Changes ─▶ bot/approval (proposals, four-eyes, audit)
-//	                                          └─▶ actions.Client ─▶ agent (actions.Serve)
+//	                                   └─▶ Changes ─▶ approval.Flow (propose, decide; its loop runs the rest)
 //
 // Handler reads the correlator through Correlator, a narrow read interface
 // (clusters, diagnoses, incidents, storms, HostedCluster state): it never
 // changes the correlator's state, and the correlator knows nothing of it.
 // Handlers only answer or enqueue; nothing here posts incident messages.
 //
-// Changes is the approval flow: propose (propose.go), approve or reject
-// (approve.go), send the approved request and follow its result
-// (execute.go: the request is sealed and queued by actions.Client, the
-// result read back by action id; RunRecovery re-sends what a dead replica
-// left behind), roll back (rollback.go) and expire (RunExpiry). Only the
-// approval that wins the proposal's compare-and-set in bot/approval sends
-// the request; the agent verifies it again (actions.Verifier).
+// Changes decides nothing itself: who may change a cluster is package
+// approval's (Permit). It proposes (propose.go), approves or rejects
+// (approve.go) and proposes rollbacks (rollback.go) through the flow, and
+// answers at once; the outcome is worded by Outcome when the flow's loop
+// has it, in the conversation that approved it (chatops.Later).
 //
 // RefusalNotices tells the channel about the requests agents refused.
 package command

@@ -6,7 +6,7 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/approval"
 )
 
 // SlackGroups resolves approver groups with Slack's usergroups.users.list,

@@ -9,7 +9,7 @@ import (
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -112,7 +112,7 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		diags, _ := c.Bot.Diagnose(k)
 		for _, d := range diags {
 			if d.Fix != nil && d.Fix.Kind == "noproxy" {
-				return c.Changes.ProposeNoProxy(ctx, k, d.Fix, cmd.Add, r.UserID, forDiagnosis(d))
+				return c.Changes.ProposeNoProxy(ctx, k, d.Fix, cmd.Add, r.UserID, forDiagnosis(d), approval.InChannel(r.ChannelID))
 			}
 		}
 		return chatops.Reply{Text: fmt.Sprintf("No noProxy fix is proposed for %s: its noProxy already makes HyperShift bypass the proxy, or no proxy is set.", k)}
@@ -129,7 +129,7 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 				}
 			}
 		}
-		return c.Changes.Approve(ctx, cmd.ActionID, r.UserID)
+		return c.Changes.Approve(ctx, cmd.ActionID, r.UserID, approval.DecidedIn(r.ChannelID))
 	case chatops.Reject:
 		if c.Changes == nil {
 			return unavailable(cmd)
@@ -151,12 +151,12 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		}
 		return c.noProxyCheck(k, cmd.Host, cmd.Port)
 	case chatops.Expose:
-		return c.expose(ctx, cmd, r.UserID)
+		return c.expose(ctx, cmd, r.UserID, r.ChannelID)
 	case chatops.Rollback:
 		if c.Changes == nil {
 			return unavailable(cmd)
 		}
-		return c.Changes.ProposeRollback(ctx, cmd.ActionID, r.UserID)
+		return c.Changes.ProposeRollback(ctx, cmd.ActionID, r.UserID, approval.InChannel(r.ChannelID))
 	case chatops.Silence:
 		return c.silence(ctx, cmd, r.UserID)
 	case chatops.Audit:
@@ -210,7 +210,7 @@ func (c *Handler) approveIncidentFix(ctx context.Context, r chatops.ActionReques
 	diags, _ := c.Bot.Diagnose(inc.Cluster)
 	for _, d := range diags {
 		if d.Fix != nil && d.Fix.Kind == "noproxy" {
-			return c.Changes.ApproveFix(ctx, inc.Cluster, d.Fix, r.UserID, forDiagnosis(d))
+			return c.Changes.ApproveFix(ctx, inc.Cluster, d.Fix, r.UserID, forDiagnosis(d), approval.InChannel(r.ChannelID))
 		}
 	}
 	return chatops.Reply{Text: fmt.Sprintf("No fix to approve for %s any more: its noProxy no longer needs one.", esc(inc.Cluster.String()))}
@@ -251,7 +251,7 @@ func (c *Handler) now() time.Time {
 }
 
 // expose proposes a NodePort exposure of a hosted Service.
-func (c *Handler) expose(ctx context.Context, cmd chatops.Expose, user string) chatops.Reply {
+func (c *Handler) expose(ctx context.Context, cmd chatops.Expose, user, channel string) chatops.Reply {
 	k, reply, ok := c.resolve(cmd.Cluster)
 	if !ok {
 		return reply
@@ -267,7 +267,7 @@ func (c *Handler) expose(ctx context.Context, cmd chatops.Expose, user string) c
 	if err != nil {
 		return chatops.Reply{Text: "Cannot propose that change: " + errText(err)}
 	}
-	return c.Changes.ProposeExpose(ctx, k, hc, p, user)
+	return c.Changes.ProposeExpose(ctx, k, hc, p, user, approval.InChannel(channel))
 }
 
 // exposeParams turns the command into the request's parameters: chosen

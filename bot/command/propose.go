@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
@@ -38,7 +38,7 @@ func (a *Changes) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *diagn
 
 // DiagnosisRequester is who requested a fix approved straight from its
 // incident message without four-eyes: the diagnosis, not a person.
-const DiagnosisRequester = actions.SystemRequesterPrefix + "diagnosis"
+const DiagnosisRequester = approval.SystemRequesterPrefix + "diagnosis"
 
 // fixPrefix names the proposals made by an incident's Approve button.
 const fixPrefix = "fix-"
@@ -57,13 +57,13 @@ const fixPrefix = "fix-"
 // proposal of a fix has an id derived from its content, so that every
 // press on the incident meets the same pending proposal.
 func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, user string, opts ...approval.ProposeOption) chatops.Reply {
-	if err := a.Store.Authorize(ctx, user); err != nil {
+	if err := a.Flow.Authorize(ctx, user); err != nil {
 		a.auditRefusal(ctx, k, user, fmt.Errorf("approve the diagnosed fix: %w", err))
 		text, _ := refusal("approve", "the fix of "+esc(k.String()), approval.Proposal{}, err)
 		return chatops.Reply{Text: text}
 	}
 	req := noProxyRequest(k, fix, nil)
-	if !a.Store.FourEyes() {
+	if !a.Flow.FourEyes() {
 		p, warning, refused, ok := a.propose(ctx, k, req, DiagnosisRequester, opts...)
 		if !ok {
 			return refused
@@ -79,7 +79,7 @@ func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.
 	// someone else may create it between our read and our write.
 	for gen, attempt := 0, 0; gen < maxFixGenerations; {
 		req.ID = fixID(k, req, gen)
-		p, err := a.Store.Get(ctx, req.ID)
+		p, err := a.Flow.Get(ctx, req.ID)
 		switch {
 		case err == nil && p.State == approval.StatePending && !p.Expired(time.Now()):
 			if p.RequestedBy == user {
@@ -92,7 +92,7 @@ func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.
 		case !errors.Is(err, approval.ErrNotFound):
 			return chatops.Reply{Text: "Could not read the proposal: " + errText(err)}
 		}
-		p, err = a.Store.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
+		p, err = a.Flow.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
 		if errors.Is(err, approval.ErrExists) && attempt == 0 {
 			attempt++
 			continue
@@ -183,7 +183,7 @@ func noProxyDiff(n *actions.NoProxyParams) (after, diff string) {
 // Services the agent will create. hc is the bot's view of the
 // HostedCluster (nil if it has none yet): a cluster known not to run on
 // KubeVirt is refused here rather than after the approval.
-func (a *Changes) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.HostedClusterState, params actions.ExposeParams, user string) chatops.Reply {
+func (a *Changes) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.HostedClusterState, params actions.ExposeParams, user string, opts ...approval.ProposeOption) chatops.Reply {
 	if hc != nil && hc.Platform != "" && hc.Platform != hypershift.PlatformKubeVirt {
 		err := fmt.Errorf("%w: %s runs on platform %s; NodePort exposure forwards to KubeVirt virt-launcher pods, which only the KubeVirt platform has", actions.ErrNotKubeVirt, k, hc.Platform)
 		a.auditRefusal(ctx, k, user, err)
@@ -197,7 +197,7 @@ func (a *Changes) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.H
 		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},
 		Expose:  &params,
 	}
-	p, warning, refused, ok := a.propose(ctx, k, req, user)
+	p, warning, refused, ok := a.propose(ctx, k, req, user, opts...)
 	if !ok {
 		return refused
 	}

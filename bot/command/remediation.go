@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
 )
@@ -22,8 +22,8 @@ var _ Remediations = (*bot.Bot)(nil)
 // returns once the fixes already in the store were fed, so that a bot
 // started afterwards replays its events knowing them: the timeline's
 // rollout steps are then the same on every replica and after a restart.
-func FollowFixes(ctx context.Context, store *approval.Store, to Remediations) error {
-	return store.Follow(ctx, func(p approval.Proposal) {
+func FollowFixes(ctx context.Context, flow *approval.Flow, to Remediations) error {
+	return flow.Follow(ctx, func(p approval.Proposal) {
 		if r, ok := RemediationOf(p); ok {
 			to.RecordRemediation(r)
 		}
@@ -38,15 +38,15 @@ func RemediationOf(p approval.Proposal) (bot.Remediation, bool) {
 	}
 	r := bot.Remediation{
 		ID:          p.ID,
-		Cluster:     diagnose.Key{Source: p.Source, Cluster: event.ClusterRef{Namespace: p.Request.Cluster.Namespace, Name: p.Request.Cluster.Name}},
-		Kind:        string(p.Request.Type),
+		Cluster:     diagnose.Key{Source: p.Source, Cluster: event.ClusterRef{Namespace: p.Change.Cluster.Namespace, Name: p.Change.Cluster.Name}},
+		Kind:        string(p.Change.Type),
 		Cause:       bot.Cause{Rule: p.Cause.Rule, Title: p.Cause.Title, RootCause: p.Cause.Summary},
 		RequestedBy: p.RequestedBy, ApprovedBy: p.DecidedBy,
 		ProposedAt: p.CreatedAt, ApprovedAt: p.DecidedAt, ExecutedAt: p.Executed(),
 		RolledBackBy: p.RolledBackBy, RolledBackAt: p.RolledBackAt,
 	}
-	if p.Request.NoProxy != nil {
-		_, r.Diff = noProxyDiff(p.Request.NoProxy)
+	if p.Change.NoProxy != nil {
+		_, r.Diff = noProxyDiff(p.Change.NoProxy)
 	}
 	return r, true
 }

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/event"
@@ -50,10 +50,10 @@ type Exposure struct {
 // ExposureOf maps an executed expose proposal onto an Exposure.
 func ExposureOf(p approval.Proposal) Exposure {
 	e := Exposure{
-		Key:      diagnose.Key{Source: p.Source, Cluster: event.ClusterRef{Namespace: p.Request.Cluster.Namespace, Name: p.Request.Cluster.Name}},
+		Key:      diagnose.Key{Source: p.Source, Cluster: event.ClusterRef{Namespace: p.Change.Cluster.Namespace, Name: p.Change.Cluster.Name}},
 		ActionID: p.ID, RequestedBy: p.RequestedBy, ApprovedBy: p.DecidedBy, ExecutedAt: p.Executed(),
 	}
-	if x := p.Request.Expose; x != nil {
+	if x := p.Change.Expose; x != nil {
 		e.Service = x.Namespace + "/" + x.Service
 	}
 	if p.Result != nil {

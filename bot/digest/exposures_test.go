@@ -9,7 +9,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"

@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
@@ -72,7 +72,7 @@ type States interface {
 }
 
 // Exposures lists the NodePort exposures in place: executed expose
-// proposals not rolled back; *approval.Store implements it. A partial list
+// proposals not rolled back; *approval.Flow implements it. A partial list
 // comes with an error.
 type Exposures interface {
 	Exposures(ctx context.Context) ([]approval.Proposal, error)

@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/event"
@@ -71,10 +71,15 @@ type agentFlags struct {
 	nodeJoinGrace  time.Duration     // 0: watchers.DefaultNodeJoinGrace
 	nodePortRange  actions.PortRange // zero: actions.DefaultNodePortRange
 	lease          watchers.LeaderConfig
-	// Which action requests the agent runs (actions.Verifier).
+	// Which action requests the agent runs (approval.Trust).
 	trustedKeys     []string
 	requireFourEyes bool
 	approvers       []string
+	// requiredApprovals is the least number of approvals accepted.
+	requiredApprovals int
+	// actionAckWait: how soon another replica takes over a request from
+	// a leader that died (wire.ConsumerConfig); 0 is the default.
+	actionAckWait time.Duration
 	// natsCredsContent is a .creds file's content, from the variable
 	// nats.credsEnv names.
 	natsCredsContent []byte
@@ -84,7 +89,7 @@ type agentFlags struct {
 const agentFlagUsage = "[--config FILE] [--source NAME] [flags]\n\n" +
 	"Settings come from the config file's agent, nats and log sections (configs/example.yaml);\n" +
 	"a flag given overrides its environment variable, which overrides the file.\n" +
-	"Settings without a flag (lease timings, bufferEvents, hostedProbeInterval, requireFourEyes,\n" +
+	"Settings without a flag (lease timings, bufferEvents, hostedProbeInterval, requireFourEyes, requiredApprovals, actionAckWait,\n" +
 	"approvers, log.level, nats.storeDir, nats.credsFile, nats.streamReplicas) are in the file only.\n"
 
 // runAgent starts the agent from the agent section of a config file
@@ -151,7 +156,7 @@ func agentSettings(c *cli, args []string) (agentFlags, error) {
 		return agentFlags{}, usageErrorf("set a .creds file (nats.credsFile) or an nkey seed (--nats-nkey-seed, nats.nkeySeedFile), not both")
 	}
 	if len(cfg.Agent.TrustedKeys) > 0 {
-		if err := actions.CheckKeys(cfg.Agent.TrustedKeys); err != nil {
+		if err := approval.CheckKeys(cfg.Agent.TrustedKeys); err != nil {
 			return agentFlags{}, usageErrorf("trusted keys (--trusted-keys, agent.trustedKeys): %v", err)
 		}
 	}
@@ -351,19 +356,20 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	// Approved actions are executed by the replica that watches: inside
 	// the leader's run, so that one replica at a time acts and stops
 	// acting (and finishes what it started) before losing the lease.
-	refusals, err := audit.ForAgent(conn.JS, f.source)
+	trail, err := audit.ForAgent(conn.JS, f.source)
 	if err != nil {
 		return err
 	}
-	serve := actions.ServeConfig{
+	serve := approval.AgentConfig{
 		Source:   f.source,
 		Executor: executor,
-		Verifier: &actions.Verifier{
-			Keys: f.trustedKeys, Store: approval.NewLookup(conn.JS), Source: f.source,
-			FourEyes: f.requireFourEyes, Approvers: f.approvers,
+		Trust: approval.Trust{
+			Keys: f.trustedKeys, FourEyes: f.requireFourEyes, Approvers: f.approvers, Approvals: f.requiredApprovals,
 		},
-		Audit: audit.Refusals{Log: refusals},
-		Log:   log,
+		Trail:      trail,
+		Log:        log,
+		AckWait:    f.actionAckWait,
+		Registerer: reg,
 	}
 	run := func(ctx context.Context) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -377,7 +383,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		}
 		var served sync.WaitGroup
 		served.Go(func() {
-			if err := actions.Serve(ctx, conn.JS, serve); err != nil {
+			if err := approval.Serve(ctx, conn.JS, serve); err != nil {
 				log.Error().Err(err).Msg("not serving action requests")
 			}
 		})
@@ -609,5 +615,6 @@ func agentFlagsFromConfig(cfg *configs.Config, getenv func(string) string) agent
 		logLevel:      cfg.Log.Level, logFormat: cfg.Log.Format,
 		lease:       watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
 		trustedKeys: a.TrustedKeys, requireFourEyes: a.RequireFourEyes, approvers: a.Approvers,
+		requiredApprovals: a.RequiredApprovals, actionAckWait: a.ActionAckWait,
 	}
 }

@@ -18,10 +18,9 @@ import (
 	"github.com/slack-go/slack/socketmode"
 	"k8s.io/client-go/rest"
 
-	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -183,19 +182,19 @@ func botStream(ctx context.Context, cfg *configs.Config, conn *bus.Conn, log zer
 // configured one, or in `hcpbot all` without one a key made for this
 // process (its agent trusts it; nothing else ever sees it). Nil without
 // approvals.
-func approvalSigner(cfg *configs.Config, sec *configs.Secrets, mode string, log zerolog.Logger) (*actions.Signer, error) {
+func approvalSigner(cfg *configs.Config, sec *configs.Secrets, mode string, log zerolog.Logger) (*approval.Signer, error) {
 	switch {
 	case cfg.Approvals == nil:
 		return nil, nil
 	case len(sec.SigningKey) > 0:
-		s, err := actions.NewSigner(sec.SigningKey)
+		s, err := approval.NewSigner(sec.SigningKey)
 		if err != nil {
 			return nil, err
 		}
 		log.Info().Str("publicKey", s.PublicKey()).Msg("approved actions are signed with the configured key")
 		return s, nil
 	case mode == "all":
-		s, err := actions.NewEphemeralSigner()
+		s, err := approval.NewEphemeralSigner()
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +241,7 @@ func joinURLs(urls []string) string {
 // botRun runs the bot until ctx ends: the pipeline, the notifier and the
 // Slack endpoints (or Socket Mode), with its metrics in reg (served by
 // runConfigured); it sets opened once every stream and bucket is there.
-func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, reg *prometheus.Registry, opened *atomic.Bool, log zerolog.Logger) error {
+func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, signer *approval.Signer, conn *bus.Conn, reg *prometheus.Registry, opened *atomic.Bool, log zerolog.Logger) error {
 	log = log.With().Str("component", "bot").Logger()
 
 	console := notify.NewConsole(c.stdout)
@@ -283,13 +282,12 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	if n, isSlack := notifier.(*notify.Slack); isSlack {
 		commands.Delivery = n // `/hcp status` lists the channels Slack refuses
 	}
-	var acts *botcmd.Changes
+	var flow *approval.Flow
 	if cfg.Approvals != nil {
-		if acts, err = newApprovals(ctx, cfg, sec, signer, conn, auditLog); err != nil {
+		if flow, err = newFlow(ctx, cfg, sec, signer, conn, auditLog, notifier, reg, log); err != nil {
 			return err
 		}
-		acts.Log = log
-		commands.Changes = acts
+		commands.Changes = &botcmd.Changes{Flow: flow, Audit: auditLog, Log: log}
 	}
 	var runner *digest.Runner
 	if len(cfg.Digests) > 0 {
@@ -300,8 +298,8 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, ClientsOf: clientsOf(cfg.Bot), Log: log}
 		dc.Audit = auditLog
 		dc.Silences = silences
-		if acts != nil && acts.Store != nil {
-			dc.Exposures = acts.Store
+		if flow != nil {
+			dc.Exposures = flow
 		}
 		r, err := digest.NewRunner(ctx, conn.JS, dc, bus.WithReplicas(cfg.NATS.StreamReplicas))
 		if err != nil {
@@ -350,12 +348,11 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 			log.Error().Err(err).Msg("silence watch stopped")
 		}
 	})
-	if acts != nil {
-		wg.Go(func() { _ = acts.RunExpiry(ctx, time.Minute) })
-		// Every replica: approved actions whose request never got out
-		// (a bot killed right after the approval) are sent, results read
-		// by nobody are recorded. Safe in parallel (RunRecovery).
-		wg.Go(func() { _ = acts.RunRecovery(ctx, botcmd.DefaultRecoveryInterval) })
+	if flow != nil {
+		// Every replica: approved changes are sent and followed to their
+		// outcome, what a dead replica left is adopted, what nobody
+		// decided expires. Safe in parallel (approval.Flow.Run).
+		wg.Go(func() { _ = flow.Run(ctx) })
 	}
 	wg.Go(func() { _ = notifier.Run(ctx) })
 	refusals := &botcmd.RefusalNotices{
@@ -382,10 +379,10 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 			}
 		})
 	}
-	if acts != nil && acts.Store != nil {
+	if flow != nil {
 		// The fixes already executed are known before the events replay,
 		// so each incident's timeline comes out the same on every run.
-		if err := botcmd.FollowFixes(ctx, acts.Store, b); err != nil && ctx.Err() == nil {
+		if err := botcmd.FollowFixes(ctx, flow, b); err != nil && ctx.Err() == nil {
 			return err
 		}
 	}
@@ -420,35 +417,37 @@ func slackOptions(ctx context.Context, cfg *configs.Config, conn *bus.Conn, reg 
 	return []chatops.Option{chatops.WithReplayGuard(guard), chatops.WithResponder(responder), chatops.WithRegisterer(reg), chatops.WithLogger(log)}, nil
 }
 
-// newApprovals opens the proposal store, audited to log, with the
-// configured policy. Without this, commands that change clusters answer
-// that they are unavailable.
-func newApprovals(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, signer *actions.Signer, conn *bus.Conn, log *audit.Log) (*botcmd.Changes, error) {
-	replicas := max(cfg.NATS.StreamReplicas, 1)
+// newFlow opens the approval flow with the configured policy, audited to
+// log. Outcomes that no conversation of this replica waits for (its
+// approver's replica died, a restart) are posted to the channel the
+// decision was asked in, else the incident channel of the cluster.
+// Without approvals, commands that change clusters answer that they are
+// unavailable.
+func newFlow(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, signer *approval.Signer, conn *bus.Conn, log *audit.Log,
+	out notify.Notifier, reg prometheus.Registerer, logger zerolog.Logger) (*approval.Flow, error) {
 	a := cfg.Approvals
-	opts := []approval.StoreOption{approval.WithReplicas(replicas), approval.WithSealer(signer)}
+	fc := approval.Config{
+		Signer: signer, Trail: log, Replicas: max(cfg.NATS.StreamReplicas, 1), Log: logger, Registerer: reg,
+		Policy: approval.Policy{Approvers: a.Approvers, ApproverGroups: a.ApproverGroups, FourEyes: a.FourEyes, Approvals: a.Required, TTL: a.ProposalTTL},
+		Outcomes: func(ctx context.Context, p approval.Proposal) {
+			channel := p.Channel
+			if channel == "" {
+				channel = cfg.Bot.Channel(configs.Incident{Source: p.Source, Namespace: p.Change.Cluster.Namespace, Cluster: p.Change.Cluster.Name})
+			}
+			r := botcmd.Outcome(p)
+			if err := out.Upsert(ctx, notify.Message{Key: "outcome-" + p.ID, Channel: channel, Text: r.Text, Blocks: r.Blocks, Version: 1}); err != nil {
+				logger.Warn().Err(err).Str("action", p.ID).Msg("outcome not posted")
+			}
+		},
+	}
 	if len(a.ApproverGroups) > 0 {
 		// Group membership is read from Slack at each approval.
 		if sec.SlackBotToken == "" || cfg.Slack == nil {
 			return nil, errors.New("approvals.approverGroups need the Slack bot token to read group members")
 		}
-		opts = append(opts, approval.WithGroups(botcmd.SlackGroups{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil)}))
+		fc.Groups = botcmd.SlackGroups{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil)}
 	}
-	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{
-		Approvers: a.Approvers, ApproverGroups: a.ApproverGroups, FourEyes: a.FourEyes, TTL: a.ProposalTTL,
-	}, opts...)
-	if err != nil {
-		return nil, err
-	}
-	// The bot owns the action queue: the stream the agents consume and
-	// the bucket they answer in.
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStream(bus.WithReplicas(replicas))); err != nil {
-		return nil, err
-	}
-	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsKV(bus.WithReplicas(replicas))); err != nil {
-		return nil, err
-	}
-	return &botcmd.Changes{Store: store, Audit: log, Queue: &actions.Client{JS: conn.JS}, Signer: signer}, nil
+	return approval.NewFlow(ctx, conn.JS, fc)
 }
 
 // responseURLPrefixes are where the bot may POST delayed replies: Slack's
