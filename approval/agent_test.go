@@ -335,4 +335,3 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string)
 	}
 	return 0
 }
-

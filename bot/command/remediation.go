@@ -3,8 +3,8 @@ package command
 import (
 	"context"
 
-	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/approval"
+	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
 )
