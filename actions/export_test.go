@@ -28,6 +28,3 @@ func CountValidations(t testing.TB, match func(Change) bool) func(Type) int {
 		return n[typ]
 	}
 }
-
-// ErrorReply is the Reply the agent sends for err.
-var ErrorReply = errorReply

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -213,41 +212,6 @@ func TestValidateForgedNodePorts(t *testing.T) {
 	var r actions.Change
 	if err := json.Unmarshal([]byte(head+`{"namespace":"a","service":"b","nodePorts":[4294997297]}}`), &r); err == nil {
 		t.Errorf("a node port beyond int32 decoded: %+v", r.Expose)
-	}
-}
-
-// A port collision crosses the wire whole: the bot's error is a
-// *PortCollisionError with the agent's ports and alternatives.
-func TestPortCollisionReply(t *testing.T) {
-	pc := &actions.PortCollisionError{NodePort: 30002, PortCollision: actions.PortCollision{
-		Ports: []actions.PortProblem{{NodePort: 30002, Reason: actions.PortAllocated, Holder: "other/holds"}, {NodePort: 40000, Reason: actions.PortOutOfRange}},
-		Range: actions.DefaultNodePortRange, Alternatives: []int32{30004, 32767},
-	}}
-	for _, want := range []string{"30002 is already allocated in the management cluster (Service other/holds)", "40000 is outside the node-port range 30000-32767", "30004, 32767"} {
-		if !strings.Contains(pc.Error(), want) {
-			t.Errorf("%q does not say %q", pc.Error(), want)
-		}
-	}
-	data, err := json.Marshal(actions.ErrorReply(fmt.Errorf("expose: %w", pc)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r actions.Reply
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
-	}
-	back := r.Err()
-	var got *actions.PortCollisionError
-	if r.Code != actions.CodePortCollision || !errors.Is(back, actions.ErrPortCollision) || !errors.As(back, &got) {
-		t.Fatalf("reply %s: err %v", data, back)
-	}
-	if !reflect.DeepEqual(got.PortCollision, pc.PortCollision) || got.NodePort != 30002 || back.Error() != "expose: "+pc.Error() {
-		t.Errorf("rebuilt %+v (%q), want %+v", got, back, pc)
-	}
-	// From an agent that predates the details: the code still holds.
-	old := actions.Reply{Code: actions.CodePortCollision, Error: "nodePort already allocated"}.Err()
-	if !errors.Is(old, actions.ErrPortCollision) || errors.As(old, &got) {
-		t.Errorf("reply without details: %v", old)
 	}
 }
 

@@ -256,6 +256,7 @@ func (a *agent) handle(ctx context.Context, msg jetstream.Msg) {
 			return
 		}
 	}
+	chaosPoint(ChaosAfterAnswer, truncate(msg.Headers().Get(jetstream.MsgIDHeader)))
 	if err := msg.DoubleAck(rctx); err != nil {
 		// Redelivered later, then answered from the recorded result.
 		a.log.Warn().Err(err).Msg("action request not acknowledged")
@@ -476,7 +477,11 @@ func (a *agent) execute(ctx context.Context, p Proposal) (Result, error) {
 	// change the cluster behind the user's back.
 	xctx, cancelD := context.WithDeadline(xctx, p.Deadline())
 	defer cancelD()
+	chaosPoint(ChaosBeforeWrite, p.ID)
 	res, err := a.cfg.Executor.Execute(xctx, p.Change)
+	if err == nil {
+		chaosPoint(ChaosAfterWrite, p.ID)
+	}
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:

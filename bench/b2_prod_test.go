@@ -25,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval/wire"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
@@ -283,7 +283,7 @@ log: {level: info, format: json}
 		if !ok {
 			failf("approval trial %d: action %s not seen on %s", j, id, bus.ActionsStream)
 		}
-		key, err := actions.ResultKey(source, id)
+		key, err := wire.ResultKey(source, id)
 		if err != nil {
 			b.Fatal(err)
 		}

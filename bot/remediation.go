@@ -55,10 +55,19 @@ type Remediation struct {
 	// the diagnosis itself (command.DiagnosisRequester).
 	RequestedBy, ApprovedBy string
 	ProposedAt, ApprovedAt  time.Time
+	// Approvals are every approval that counted, in order (ApprovedBy
+	// and ApprovedAt are the one that completed the decision).
+	Approvals []Approval
 	ExecutedAt              time.Time
 	// RolledBackBy and RolledBackAt are set once the fix was rolled back.
 	RolledBackBy string
 	RolledBackAt time.Time
+}
+
+// Approval is one person's approval of a fix.
+type Approval struct {
+	By string
+	At time.Time
 }
 
 // Cause is the diagnosis a fix was approved for.

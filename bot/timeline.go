@@ -11,11 +11,19 @@ import (
 
 // Timeline is the incident's story in order: the first symptom and each
 // change of what was diagnosed and of the rollout (from the events, by
-// their own time), the fix's proposal, approval and execution (from the
-// approval store), the rollback, and the resolution. Both sources are
-// durable, so a restarted bot tells the same story.
+// their own time), the fix's proposal, every approval and its execution
+// (from the approval store), the rollback, and the resolution. Both
+// sources are durable, so a restarted bot tells the same story.
 func (inc *Incident) Timeline() []Step {
-	out := make([]Step, 0, len(inc.steps)+6)
+	out := append(inc.EventSteps(), inc.RemedySteps()...)
+	slices.SortStableFunc(out, func(a, b Step) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// EventSteps is the part of the timeline told by the events: the first
+// symptom, each change of diagnosis and rollout, and the resolution.
+func (inc *Incident) EventSteps() []Step {
+	out := make([]Step, 0, len(inc.steps)+2)
 	if len(inc.steps) == 0 || !inc.steps[0].At.Equal(inc.Opened) {
 		out = append(out, Step{At: inc.Opened, Text: "first symptom"})
 	}
@@ -26,18 +34,6 @@ func (inc *Incident) Timeline() []Step {
 		}
 		out = append(out, st)
 	}
-	if r := inc.Remedy; r != nil {
-		if !r.ProposedAt.IsZero() {
-			out = append(out, Step{At: r.ProposedAt, Text: fmt.Sprintf("fix `%s` proposed (%s)", r.ID, r.Kind), Actor: r.RequestedBy})
-		}
-		if !r.ApprovedAt.IsZero() {
-			out = append(out, Step{At: r.ApprovedAt, Text: fmt.Sprintf("fix `%s` approved", r.ID), Actor: r.ApprovedBy})
-		}
-		out = append(out, Step{At: r.ExecutedAt, Text: fmt.Sprintf("fix `%s` executed by the agent", r.ID)})
-		if !r.RolledBackAt.IsZero() {
-			out = append(out, Step{At: r.RolledBackAt, Text: fmt.Sprintf("fix `%s` rolled back", r.ID), Actor: r.RolledBackBy})
-		}
-	}
 	if !inc.Open() {
 		text := "resolved: every signal clear"
 		if inc.Deleted {
@@ -45,7 +41,35 @@ func (inc *Incident) Timeline() []Step {
 		}
 		out = append(out, Step{At: inc.Resolved, Text: text})
 	}
-	slices.SortStableFunc(out, func(a, b Step) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// RemedySteps is the part of the timeline told by the approval store: the
+// fix that ran, proposed, approved by each, executed, rolled back.
+func (inc *Incident) RemedySteps() []Step {
+	r := inc.Remedy
+	if r == nil {
+		return nil
+	}
+	var out []Step
+	if !r.ProposedAt.IsZero() {
+		out = append(out, Step{At: r.ProposedAt, Text: fmt.Sprintf("fix `%s` proposed (%s)", r.ID, r.Kind), Actor: r.RequestedBy})
+	}
+	approvals := r.Approvals
+	if len(approvals) == 0 && !r.ApprovedAt.IsZero() {
+		approvals = []Approval{{By: r.ApprovedBy, At: r.ApprovedAt}}
+	}
+	for i, a := range approvals {
+		text := fmt.Sprintf("fix `%s` approved", r.ID)
+		if len(approvals) > 1 {
+			text = fmt.Sprintf("fix `%s` approved (%d of %d)", r.ID, i+1, len(approvals))
+		}
+		out = append(out, Step{At: a.At, Text: text, Actor: a.By})
+	}
+	out = append(out, Step{At: r.ExecutedAt, Text: fmt.Sprintf("fix `%s` executed by the agent", r.ID)})
+	if !r.RolledBackAt.IsZero() {
+		out = append(out, Step{At: r.RolledBackAt, Text: fmt.Sprintf("fix `%s` rolled back", r.ID), Actor: r.RolledBackBy})
+	}
 	return out
 }
 

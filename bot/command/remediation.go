@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"slices"
 
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot"
@@ -44,6 +45,11 @@ func RemediationOf(p approval.Proposal) (bot.Remediation, bool) {
 		RequestedBy: p.RequestedBy, ApprovedBy: p.DecidedBy,
 		ProposedAt: p.CreatedAt, ApprovedAt: p.DecidedAt, ExecutedAt: p.Executed(),
 		RolledBackBy: p.RolledBackBy, RolledBackAt: p.RolledBackAt,
+	}
+	for _, d := range p.Decisions {
+		if d.Verdict == approval.VerdictApprove && slices.Contains(p.Approvers, d.By) && !slices.ContainsFunc(r.Approvals, func(a bot.Approval) bool { return a.By == d.By }) {
+			r.Approvals = append(r.Approvals, bot.Approval{By: d.By, At: d.At})
+		}
 	}
 	if p.Change.NoProxy != nil {
 		_, r.Diff = noProxyDiff(p.Change.NoProxy)

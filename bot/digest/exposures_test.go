@@ -19,7 +19,7 @@ import (
 
 // The stores the bot wires in implement the digest's inputs.
 var (
-	_ digest.Exposures = (*approval.Store)(nil)
+	_ digest.Exposures = (*approval.Flow)(nil)
 	_ digest.Silences  = (*silence.Store)(nil)
 )
 
@@ -60,7 +60,7 @@ func TestExposureOf(t *testing.T) {
 	p := approval.Proposal{
 		ID: "act-abcd1234", Source: "mgmt-1", RequestedBy: "U0REQ0001", DecidedBy: "U0APP0001", DecidedAt: at.Add(-time.Second), ExecutedAt: at,
 		State: approval.StateExecuted,
-		Request: actions.Change{ID: "act-abcd1234", Type: actions.TypeExposeNodePort, Cluster: actions.ClusterRef{Namespace: "clusters", Name: "good"},
+		Change: actions.Change{ID: "act-abcd1234", Type: actions.TypeExposeNodePort, Cluster: actions.ClusterRef{Namespace: "clusters", Name: "good"},
 			Expose: &actions.ExposeParams{Namespace: "shop", Service: "web"}},
 		Result: &actions.Result{Ports: []actions.ExposedPort{{Protocol: "TCP", Port: 8080, NodePort: 30080}}},
 	}

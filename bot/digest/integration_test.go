@@ -57,7 +57,7 @@ func (s *syncBuffer) String() string {
 type replica struct {
 	bot       *bot.Bot
 	runner    *digest.Runner
-	proposals *approval.Store
+	proposals *approval.Flow
 	silences  *silence.Store
 }
 
@@ -129,6 +129,16 @@ func TestDigestThreeClusters(t *testing.T) {
 	wg.Go(func() { pub.Run(ctx) })
 	wg.Go(func() { _ = agent.Run(ctx) })
 
+	// The bot's key, the same on every replica; the agent of source
+	// trusts it and answers the exposures the test approves.
+	signer, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		_ = approval.Serve(ctx, agentConn.JS, approval.AgentConfig{Source: source, Executor: exposer{}, Log: log,
+			Trust: approval.Trust{Keys: []string{signer.PublicKey()}, FourEyes: true}})
+	})
 	startReplica := func(out notify.Notifier, mode digest.Mode) replica {
 		conn := connect()
 		b := bot.New(bot.Config{Channel: "C0INCIDENTS"}, conn.JS, out, nil, log)
@@ -138,10 +148,12 @@ func TestDigestThreeClusters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		props, err := approval.NewStore(ctx, conn.JS, auditLog, approval.Policy{Approvers: []string{approver}, FourEyes: true})
+		props, err := approval.NewFlow(ctx, conn.JS, approval.Config{Signer: signer, Trail: auditLog, Log: log,
+			Policy: approval.Policy{Approvers: []string{requester, approver}, FourEyes: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		wg.Go(func() { _ = props.Run(ctx) })
 		sils, err := silence.NewStore(ctx, conn.JS, auditLog)
 		if err != nil {
 			t.Fatal(err)
@@ -321,41 +333,73 @@ func TestDigestThreeClusters(t *testing.T) {
 	}
 }
 
-// expose proposes, approves and marks executed an expose of Service
-// shop/<svc> on cluster ns/missing of source, with the result the executor
-// reports; rollBack marks it rolled back as well.
-func expose(ctx context.Context, t *testing.T, s *approval.Store, source, ns, svc string, nodePort int32, rollBack bool) approval.Proposal {
+// expose proposes an expose of Service shop/<svc> on cluster ns/missing
+// of source and approves it; the agent answers with what the executor
+// reports (exposer), and the flow records it. rollBack rolls it back as
+// well, approved likewise.
+func expose(ctx context.Context, t *testing.T, f *approval.Flow, source, ns, svc string, nodePort int32, rollBack bool) approval.Proposal {
 	t.Helper()
 	ref := actions.ClusterRef{Namespace: ns, Name: "missing"}
-	p, err := s.Propose(ctx, actions.Change{Type: actions.TypeExposeNodePort, Cluster: ref,
-		Expose: &actions.ExposeParams{Namespace: "shop", Service: svc, Ports: []actions.ExposePort{{Port: 8080}}}}, requester, approval.ForSource(source))
+	p, err := f.Propose(ctx, actions.Change{Type: actions.TypeExposeNodePort, Cluster: ref,
+		Expose: &actions.ExposeParams{Namespace: "shop", Service: svc, Ports: []actions.ExposePort{{Port: 8080, NodePort: nodePort}}}}, requester, approval.ForSource(source))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Approve(ctx, p.ID, approver, time.Now()); err != nil {
-		t.Fatal(err)
+	decided := func(id string, want approval.State) approval.Proposal {
+		t.Helper()
+		if _, err := f.Approve(ctx, id, approver); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := f.Get(ctx, p.ID)
+			if err == nil && got.State == want {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is %s (%v), want %s", p.ID, got.State, err, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
-	name := "hcpbot-" + p.ID
-	res := actions.Result{
-		ActionID: p.ID, Type: actions.TypeExposeNodePort, Outcome: actions.OutcomeApplied,
-		Summary: fmt.Sprintf("Exposed hosted Service shop/%s on NodePort %d", svc, nodePort),
+	p = decided(p.ID, approval.StateExecuted)
+	if rollBack {
+		rb, _, err := f.ProposeRollback(ctx, p.ID, requester)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = decided(rb.ID, approval.StateRolledBack)
+	}
+	return p
+}
+
+// exposer is the cluster side of the agent for the exposures of the
+// digest: it reports what the executor would (no cluster is touched).
+type exposer struct{}
+
+func (exposer) Execute(_ context.Context, ch actions.Change) (*actions.Result, error) {
+	if ch.Type == actions.TypeRollback {
+		return &actions.Result{ActionID: ch.Rollback.Undo.ActionID, Type: actions.TypeRollback, Outcome: actions.OutcomeRolledBack, Summary: "deleted the Services"}, nil
+	}
+	name := "hcpbot-" + ch.ID
+	nodePort := ch.Expose.Ports[0].NodePort
+	return &actions.Result{
+		ActionID: ch.ID, Type: actions.TypeExposeNodePort, Outcome: actions.OutcomeApplied,
+		Summary: fmt.Sprintf("Exposed hosted Service shop/%s on NodePort %d", ch.Expose.Service, nodePort),
 		Created: []actions.ObjectRef{
 			{Cluster: actions.ClusterHosted, Kind: "Service", Namespace: "shop", Name: name},
-			{Cluster: actions.ClusterManagement, Kind: "Service", Namespace: ns + "-missing", Name: name},
+			{Cluster: actions.ClusterManagement, Kind: "Service", Namespace: ch.Cluster.Namespace + "-missing", Name: name},
 		},
 		Ports:     []actions.ExposedPort{{Name: "http", Protocol: "TCP", Port: 8080, NodePort: nodePort}},
 		Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", nodePort)},
-		Undo:      &actions.Undo{ActionID: p.ID, Type: actions.TypeExposeNodePort, Cluster: ref, Expose: &actions.ExposeUndo{HostedNamespace: "shop"}},
-	}
-	if p, err = s.MarkExecuted(ctx, p.ID, res); err != nil {
-		t.Fatal(err)
-	}
-	if rollBack {
-		if p, err = s.MarkRolledBack(ctx, p.ID, approver, actions.Result{ActionID: p.ID, Type: actions.TypeRollback, Outcome: actions.OutcomeRolledBack}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return p
+		Undo:      &actions.Undo{ActionID: ch.ID, Type: actions.TypeExposeNodePort, Cluster: ch.Cluster, Expose: &actions.ExposeUndo{HostedNamespace: "shop"}},
+	}, nil
+}
+
+func (exposer) Observe(context.Context, actions.Change) (*actions.Result, bool, error) { return nil, false, nil }
+
+func (exposer) RecordEvent(context.Context, actions.Change, *actions.Result, actions.Actors) error {
+	return nil
 }
 
 func inputs(b *bot.Bot) []digest.Cluster {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/slack-go/slack"
 )
@@ -27,7 +28,8 @@ type Console struct {
 	mu      sync.Mutex
 	queue   []any // Message or Reply
 	printed map[string]uint64
-	replies map[string]struct{} // key + "\x00" + reply id
+	posted  map[string]time.Time // when each Key was first printed
+	replies map[string]struct{}  // key + "\x00" + reply id
 	running bool
 	stopped bool
 }
@@ -133,6 +135,12 @@ func (c *Console) renderMessage(m Message) string {
 		return ""
 	}
 	c.printed[m.Key] = m.Version
+	if !seen {
+		if c.posted == nil {
+			c.posted = map[string]time.Time{}
+		}
+		c.posted[m.Key] = time.Now()
+	}
 	verb := "NEW"
 	if seen {
 		verb = "UPDATE"
@@ -181,7 +189,18 @@ func writeIndented(b *strings.Builder, s, indent string) {
 	}
 }
 
-var _ RootChecker = (*Console)(nil)
+var (
+	_ RootChecker = (*Console)(nil)
+	_ PostTimes   = (*Console)(nil)
+)
+
+// FirstPosted implements PostTimes: when this process first printed Key.
+func (c *Console) FirstPosted(_ context.Context, key string) (time.Time, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.posted[key]
+	return at, ok, nil
+}
 
 // HasRoot implements RootChecker: a Key counts once queued.
 func (c *Console) HasRoot(_ context.Context, key string) (bool, error) {

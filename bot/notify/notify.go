@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/slack-go/slack"
 )
@@ -108,4 +109,10 @@ func (r *Reply) validate() error {
 // folds into a storm never had a message of its own.
 type RootChecker interface {
 	HasRoot(ctx context.Context, key string) (bool, error)
+}
+
+// PostTimes is implemented by notifiers that know when a Key's root
+// message was first posted (Slack: the message's ts), for timelines.
+type PostTimes interface {
+	FirstPosted(ctx context.Context, key string) (at time.Time, ok bool, err error)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -294,6 +295,27 @@ func (s *Slack) start(q *chanQueue) {
 }
 
 var _ RootChecker = (*Slack)(nil)
+
+var _ PostTimes = (*Slack)(nil)
+
+// FirstPosted implements PostTimes from the root's Slack ts, which is the
+// time Slack stored the message (seconds since the epoch, then a dot and
+// a part that only makes it unique).
+func (s *Slack) FirstPosted(ctx context.Context, key string) (time.Time, bool, error) {
+	r, _, err := s.store.Get(ctx, rootID(key))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, fmt.Errorf("notify: look up root of %q: %w", key, err)
+	}
+	sec, _, _ := strings.Cut(r.TS, ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}, false, nil
+	}
+	return time.Unix(n, 0).UTC(), true, nil
+}
 
 // HasRoot implements RootChecker from the store: a claimed root counts,
 // since its post may be in flight.
