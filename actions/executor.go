@@ -49,9 +49,9 @@ func (x *Executor) run(ctx context.Context, c checked) (*Result, error) {
 	case TypeNoProxyPatch:
 		return x.patchNoProxy(ctx, c)
 	case TypeExposeNodePort:
-		return x.expose(ctx, c)
+		return x.expose(ctx, c, false)
 	case TypeRollback:
-		return x.rollback(ctx, c.req.Rollback.Undo)
+		return x.rollback(ctx, c.req.ID, c.req.Rollback.Undo, false)
 	}
 	// Only the zero checked gets here: nothing that passed Validate.
 	return nil, fmt.Errorf("%w: request %q was not validated", ErrInvalid, c.req.ID)
