@@ -31,6 +31,9 @@ type Executor struct {
 	// which exposed node ports are checked against before any write; the
 	// zero value means DefaultNodePortRange (30000-32767).
 	NodePortRange PortRange
+	// Instance names this agent (its pod) in the Events RecordEvent
+	// records (reportingInstance); empty leaves it unset.
+	Instance string
 }
 
 // Execute validates req and runs it.
