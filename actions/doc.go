@@ -22,8 +22,19 @@
 // overwritten. A noProxy patch whose write meets a newer resourceVersion
 // (HyperShift writing the status) reads again and retries, a few times, as
 // long as the noProxy still is the value the proposal was made for.
-// Re-running an action is safe: the noProxy patch reports
-// "unchanged" and an exposure finds its own Services by the action id label.
+//
+// Re-running an action is safe, and truthful: the agent may die after a
+// write and before its result is recorded, or lose the API server's answer.
+// Every write marks what it changed with the action id (AnnotationAction
+// on a HostedCluster or Proxy/cluster, in the same update as the value;
+// LabelActionID on the Services of an exposure), so a re-run recognises
+// its own earlier write and reports "applied" (or "rolled-back") with the
+// same Undo, where it would otherwise see a changed value and report a
+// conflict. Transient tells a failure worth retrying unchanged (API server
+// 5xx, 429, network, timeouts) from a definite answer; Observe reports,
+// reading only, whether a change is in place, for a caller whose retries
+// ran out; RecordEvent records each execution as a Kubernetes Event on the
+// object changed, naming the action id and the people behind it.
 //
 // This package is the executor only. Whether a change may be made, and
 // how the request reaches the agent, is package approval's (its Permit is

@@ -32,6 +32,9 @@ type Executor struct {
 	// which exposed node ports are checked against before any write; the
 	// zero value means DefaultNodePortRange (30000-32767).
 	NodePortRange PortRange
+	// Instance names this agent (its pod) in the Events RecordEvent
+	// records (reportingInstance); empty leaves it unset.
+	Instance string
 }
 
 // Execute validates req and runs it.
@@ -50,9 +53,9 @@ func (x *Executor) run(ctx context.Context, c checked) (*Result, error) {
 	case TypeNoProxyPatch:
 		return x.patchNoProxy(ctx, c)
 	case TypeExposeNodePort:
-		return x.expose(ctx, c)
+		return x.expose(ctx, c, false)
 	case TypeRollback:
-		return x.rollback(ctx, c.req.Rollback.Undo)
+		return x.rollback(ctx, c.req.ID, c.req.Rollback.Undo, false)
 	}
 	// Only the zero checked gets here: nothing that passed Validate.
 	return nil, fmt.Errorf("%w: request %q was not validated", ErrInvalid, c.req.ID)

@@ -32,6 +32,14 @@ const (
 	AnnotationSource      = "hcpbot.io/source-service"
 )
 
+// AnnotationAction marks an object the executor changed but did not
+// create (a HostedCluster, Proxy/cluster) with the id of the action whose
+// value it holds: a noProxy patch sets it to the patch's id, a rollback to
+// the rollback's, in the same update as the value. A re-run of the action
+// (its result was never recorded: the agent died after the write, or the
+// response was lost) recognises its own write by it.
+const AnnotationAction = "hcpbot.io/action"
+
 // maxEndpointNodes bounds the endpoint list: a few addresses are enough to
 // reach the app, a 200-node management cluster would flood the chat.
 const maxEndpointNodes = 5
@@ -78,7 +86,11 @@ func actionSelector(id string) string {
 // *PortCollisionError naming it and the nearest free ports, with nothing
 // written; only a node port the hosted API server allocated can collide
 // after the hosted Service exists, which is then deleted again.
-// Re-running the same action id returns the Services it created.
+//
+// Re-running the same action id (its result was never recorded: the agent
+// died, or an API call failed transiently) finds the Services an earlier
+// attempt created by the action id label, creates what is missing, and
+// reports "applied" with every Service of the action and the same Undo.
 func (x *Executor) Expose(ctx context.Context, req Change) (*Result, error) {
 	if req.Type != TypeExposeNodePort {
 		return nil, fmt.Errorf("%w: Expose got a %q request", ErrInvalid, req.Type)
@@ -87,7 +99,7 @@ func (x *Executor) Expose(ctx context.Context, req Change) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return x.expose(ctx, c)
+	return x.expose(ctx, c, false)
 }
 
 // nodePortRange is the range node ports are checked against.
@@ -98,8 +110,9 @@ func (x *Executor) nodePortRange() PortRange {
 	return DefaultNodePortRange
 }
 
-// expose is Expose of a validated request.
-func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
+// expose is Expose of a validated request. With observe it writes nothing
+// and returns a nil Result where it would have written.
+func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result, error) {
 	req := c.req
 	p := req.Expose
 	hc, err := x.getHostedCluster(ctx, req.Cluster)
@@ -130,16 +143,22 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 	if len(hostedSvcs.Items) > 1 || len(mgmtSvcs.Items) > 1 {
 		return nil, fmt.Errorf("%w: action %s owns %d hosted and %d management Services, expected one each; roll it back", ErrConflict, req.ID, len(hostedSvcs.Items), len(mgmtSvcs.Items))
 	}
+	if observe && len(mgmtSvcs.Items) == 0 {
+		// Every exposure ends with its management Service.
+		return nil, nil
+	}
 
 	// hostedSvc is the hosted NodePort Service whose node ports are
 	// forwarded: the one an earlier run of this action created, the app's
 	// own when it is of type NodePort, or the one created now.
 	var hostedSvc *corev1.Service
 	var usage *portUsage
-	forward, createdHosted := false, false
+	// ownHosted: hostedSvc is this action's (created now or by an earlier
+	// attempt), not the app's own; wrote: this run created something.
+	forward, ownHosted, wrote := false, false, false
 	if len(hostedSvcs.Items) == 1 {
 		// An earlier run of this action got at least this far.
-		hostedSvc = &hostedSvcs.Items[0]
+		hostedSvc, ownHosted = &hostedSvcs.Items[0], true
 	} else {
 		app, err := appService(ctx, hosted, p)
 		if err != nil {
@@ -174,7 +193,7 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 			if hostedSvc, err = x.createHostedService(ctx, hosted, req, app, ports, usage); err != nil {
 				return nil, err
 			}
-			createdHosted = true
+			ownHosted, wrote = true, true
 		}
 	}
 	res := &Result{ActionID: req.ID, Type: req.Type, Ports: exposedPorts(hostedSvc)}
@@ -189,6 +208,15 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 			}
 			return err
 		}
+		if Transient(err) {
+			// The management Service may exist all the same (the API
+			// server created it and the response was lost). A transient
+			// failure is retried: the re-run finds the hosted Service by
+			// the action id label and completes the exposure, where
+			// deleting it now would leave a management Service without
+			// its hosted one.
+			return err
+		}
 		if derr := deleteService(ctx, hosted, hostedSvc); derr != nil {
 			err = errors.Join(err, fmt.Errorf("cleanup of hosted Service %s/%s: %w", hostedSvc.Namespace, hostedSvc.Name, derr))
 		}
@@ -201,7 +229,6 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 		if !portsMatch(hostedSvc, mgmtSvc) {
 			return nil, fmt.Errorf("%w: Services of action %s no longer agree on node ports; roll it back", ErrConflict, req.ID)
 		}
-		res.Outcome = OutcomeUnchanged
 	} else {
 		if usage == nil {
 			if usage, err = x.portUsage(ctx, hosted, req.ID); err != nil {
@@ -218,13 +245,15 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 		if err != nil {
 			return nil, cleanup(managementCreateError(err, hostedSvc, usage))
 		}
-		res.Outcome = OutcomeApplied
-		res.Created = append(res.Created, ObjectRef{Cluster: ClusterManagement, Kind: "Service", Namespace: mgmtSvc.Namespace, Name: mgmtSvc.Name})
+		wrote = true
 	}
-	if createdHosted {
-		res.Created = append([]ObjectRef{hostedRef}, res.Created...)
-		res.Outcome = OutcomeApplied
+	// Whichever attempt created them, these are the action's objects: the
+	// result reports all of them, as the first attempt would have.
+	res.Outcome = OutcomeApplied
+	if ownHosted {
+		res.Created = append(res.Created, hostedRef)
 	}
+	res.Created = append(res.Created, ObjectRef{Cluster: ClusterManagement, Kind: "Service", Namespace: mgmtSvc.Namespace, Name: mgmtSvc.Name})
 
 	ips, err := x.managementNodeIPs(ctx)
 	if err != nil {
@@ -235,7 +264,7 @@ func (x *Executor) expose(ctx context.Context, c checked) (*Result, error) {
 			res.Endpoints = append(res.Endpoints, net.JoinHostPort(ip, strconv.Itoa(int(port.NodePort))))
 		}
 	}
-	res.Summary = exposeSummary(req, hostedSvc, mgmtSvc, res, len(ips), forward)
+	res.Summary = exposeSummary(req, hostedSvc, mgmtSvc, res, len(ips), forward, !wrote)
 	return res, nil
 }
 
@@ -602,13 +631,15 @@ func (x *Executor) managementNodeIPs(ctx context.Context) ([]string, error) {
 	return ips, nil
 }
 
-func exposeSummary(req Change, hosted, mgmt *corev1.Service, res *Result, nodes int, forwarded bool) string {
+// exposeSummary says what res reports; earlier: an earlier attempt of the
+// action made every object and this run wrote nothing.
+func exposeSummary(req Change, hosted, mgmt *corev1.Service, res *Result, nodes int, forwarded, earlier bool) string {
 	var b strings.Builder
 	switch {
-	case res.Outcome == OutcomeUnchanged && forwarded:
-		fmt.Fprintf(&b, "Action %s had already forwarded ", req.ID)
-	case res.Outcome == OutcomeUnchanged:
-		fmt.Fprintf(&b, "Action %s had already exposed ", req.ID)
+	case earlier && forwarded:
+		fmt.Fprintf(&b, "Already in place from an earlier attempt of action %s (nothing written now): forwarded ", req.ID)
+	case earlier:
+		fmt.Fprintf(&b, "Already in place from an earlier attempt of action %s (nothing written now): exposed ", req.ID)
 	case forwarded:
 		b.WriteString("Forwarded ")
 	default:
@@ -634,7 +665,9 @@ func exposeSummary(req Change, hosted, mgmt *corev1.Service, res *Result, nodes 
 	return b.String()
 }
 
-func (x *Executor) rollbackExpose(ctx context.Context, undo Undo) (*Result, error) {
+// rollbackExpose deletes the Services of undo's exposure. With observe it
+// deletes nothing and returns a nil Result while any remains.
+func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) (*Result, error) {
 	hc, err := x.getHostedCluster(ctx, undo.Cluster)
 	if err != nil {
 		return nil, err
@@ -643,15 +676,18 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo) (*Result, erro
 	// Management first: that closes the port reachable from outside, and
 	// it still happens when the hosted cluster cannot be reached.
 	cpNS := hypershift.ControlPlaneNamespace(hc.Namespace, hc.Name)
-	if err := deleteOwned(ctx, x.Kube, ClusterManagement, cpNS, undo.ActionID, res); err != nil {
+	if err := deleteOwned(ctx, x.Kube, ClusterManagement, cpNS, undo.ActionID, res, observe); err != nil {
 		return res, err
 	}
 	hosted, err := x.hostedClient(ctx, hc)
 	if err != nil {
 		return res, err
 	}
-	if err := deleteOwned(ctx, hosted, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res); err != nil {
+	if err := deleteOwned(ctx, hosted, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res, observe); err != nil {
 		return res, err
+	}
+	if observe && len(res.Deleted) > 0 {
+		return nil, nil
 	}
 	if len(res.Deleted) == 0 {
 		res.Summary = fmt.Sprintf("Action %s has no Services left; nothing to delete.", undo.ActionID)
@@ -667,16 +703,19 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo) (*Result, erro
 }
 
 // deleteOwned deletes the Services in namespace labelled as made by hcpbot
-// for action id, and records them in res.
-func deleteOwned(ctx context.Context, kc kubernetes.Interface, cluster, namespace, id string, res *Result) error {
+// for action id, and records them in res; with observe it only records
+// them.
+func deleteOwned(ctx context.Context, kc kubernetes.Interface, cluster, namespace, id string, res *Result, observe bool) error {
 	list, err := kc.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(id)})
 	if err != nil {
 		return fmt.Errorf("list %s Services of action %s: %w", cluster, id, err)
 	}
 	for i := range list.Items {
 		svc := &list.Items[i]
-		if err := deleteService(ctx, kc, svc); err != nil {
-			return fmt.Errorf("delete %s Service %s/%s: %w", cluster, svc.Namespace, svc.Name, err)
+		if !observe {
+			if err := deleteService(ctx, kc, svc); err != nil {
+				return fmt.Errorf("delete %s Service %s/%s: %w", cluster, svc.Namespace, svc.Name, err)
+			}
 		}
 		res.Deleted = append(res.Deleted, ObjectRef{Cluster: cluster, Kind: "Service", Namespace: svc.Namespace, Name: svc.Name})
 	}

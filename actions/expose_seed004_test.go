@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -124,14 +125,16 @@ func TestExposeSeed004ForwardsExistingNodePorts(t *testing.T) {
 	}
 	t.Logf("summary: %s", res.Summary)
 
-	// Re-running the action finds its Service and writes nothing.
+	// Re-running the action (its result was not recorded) finds its
+	// Service, writes nothing and reports what the first run did.
 	again, err := x.Execute(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgmt.expect(t, "re-run (management)", "get hostedclusters", "get secrets", "list services", "list nodes")
 	hostedRec.expect(t, "re-run (hosted)", "list services", "get services")
-	if again.Outcome != actions.OutcomeUnchanged || len(again.Created) != 0 || !slices.Equal(again.Ports, wantPorts) {
+	if again.Outcome != actions.OutcomeApplied || !slices.Equal(again.Created, wantCreated) || !slices.Equal(again.Ports, wantPorts) ||
+		!reflect.DeepEqual(again.Undo, res.Undo) || !strings.Contains(again.Summary, "earlier attempt of action "+req.ID) {
 		t.Errorf("re-run: %+v", again)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -178,14 +179,16 @@ func TestExposeAndRollback(t *testing.T) {
 			_ = env.Kube.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
 		}
 	})
-	// Re-running the same action finds its Services and creates nothing.
+	// Re-running the same action (the agent died after both creations)
+	// finds its Services, creates nothing and reports what it made.
 	again, err := x.Execute(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgmt.expect(t, "re-run (management)", "get hostedclusters", "get secrets", "list services", "list nodes")
 	hostedRec.expect(t, "re-run (hosted)", "list services")
-	if again.Outcome != actions.OutcomeUnchanged || len(again.Created) != 0 || !slices.Equal(again.Ports, res.Ports) {
+	if again.Outcome != actions.OutcomeApplied || !slices.Equal(again.Created, wantCreated) || !slices.Equal(again.Ports, res.Ports) ||
+		!reflect.DeepEqual(again.Undo, res.Undo) || !strings.Contains(again.Summary, "earlier attempt of action "+req.ID) {
 		t.Errorf("re-run: %+v", again)
 	}
 	var wantEndpoints []string

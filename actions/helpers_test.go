@@ -1,13 +1,17 @@
 package actions_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -30,24 +34,77 @@ type recorder struct {
 	// after runs once a call has returned; tests use it to interleave a
 	// concurrent edit at an exact point.
 	after func(action string)
+	// fail, when set, fails the calls it returns a failure for: the
+	// executor sees the API server's failures on a real connection.
+	fail func(action string) failure
+}
+
+// failure is what a recorder does to one call.
+type failure struct {
+	// status: the call never reaches the API server, which seems to
+	// answer with this error (a Status body, as the API server writes it).
+	status *apierrors.StatusError
+	// lost: the API server handles the call, then the connection breaks
+	// before its answer arrives (the agent's view when it dies after a
+	// write, or the network drops the response).
+	lost bool
 }
 
 func (r *recorder) RoundTrip(next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := next.RoundTrip(req)
 		a := describe(req)
 		if a == "" {
-			return resp, err
+			return next.RoundTrip(req)
 		}
 		r.mu.Lock()
 		r.actions = append(r.actions, a)
-		after := r.after
+		after, fail := r.after, r.fail
 		r.mu.Unlock()
+		var f failure
+		if fail != nil {
+			f = fail(a)
+		}
+		if f.status != nil {
+			return statusResponse(req, f.status), nil
+		}
+		resp, err := next.RoundTrip(req)
+		if f.lost && err == nil {
+			_ = resp.Body.Close()
+			return nil, io.ErrUnexpectedEOF
+		}
 		if after != nil && err == nil {
 			after(a)
 		}
 		return resp, err
 	})
+}
+
+// statusResponse is the answer the API server writes for err.
+func statusResponse(req *http.Request, err *apierrors.StatusError) *http.Response {
+	st := err.Status()
+	st.APIVersion, st.Kind = "v1", "Status"
+	body, _ := json.Marshal(st)
+	return &http.Response{
+		StatusCode: int(st.Code), Status: http.StatusText(int(st.Code)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: req,
+	}
+}
+
+// once fails the first call named action (e.g. "update hostedclusters")
+// with f, and no other.
+func once(action string, f failure) func(string) failure {
+	var mu sync.Mutex
+	done := false
+	return func(a string) failure {
+		mu.Lock()
+		defer mu.Unlock()
+		if a != action || done {
+			return failure{}
+		}
+		done = true
+		return f
+	}
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

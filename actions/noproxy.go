@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +22,8 @@ type noProxyObject struct {
 	name string
 	path []string
 	desc string
+	// ref names the object in an Event (RecordEvent reads its UID).
+	ref corev1.ObjectReference
 }
 
 func (x *Executor) noProxyObject(target Target, ref ClusterRef) noProxyObject {
@@ -30,6 +33,7 @@ func (x *Executor) noProxyObject(target Target, ref ClusterRef) noProxyObject {
 			name: hypershift.ProxyName,
 			path: []string{"spec", "noProxy"},
 			desc: "Proxy " + hypershift.ProxyName + " spec.noProxy",
+			ref:  corev1.ObjectReference{APIVersion: hypershift.ProxyGVR.GroupVersion().String(), Kind: "Proxy", Name: hypershift.ProxyName},
 		}
 	}
 	return noProxyObject{
@@ -37,7 +41,12 @@ func (x *Executor) noProxyObject(target Target, ref ClusterRef) noProxyObject {
 		name: ref.Name,
 		path: []string{"spec", "configuration", "proxy", "noProxy"},
 		desc: "HostedCluster " + ref.String() + " spec.configuration.proxy.noProxy",
+		ref:  hostedClusterRef(ref),
 	}
+}
+
+func hostedClusterRef(ref ClusterRef) corev1.ObjectReference {
+	return corev1.ObjectReference{APIVersion: hypershift.HostedClusterGVR.GroupVersion().String(), Kind: "HostedCluster", Namespace: ref.Namespace, Name: ref.Name}
 }
 
 func (o noProxyObject) get(ctx context.Context) (*unstructured.Unstructured, string, error) {
@@ -52,17 +61,26 @@ func (o noProxyObject) get(ctx context.Context) (*unstructured.Unstructured, str
 	return u, v, nil
 }
 
-// write stores value on u: a server-side dry run first, so that admission
-// and validation failures surface before anything is persisted, then the
-// real update. Both carry u's resourceVersion, so a concurrent change makes
-// them fail with ErrConflict instead of being overwritten.
-func (o noProxyObject) write(ctx context.Context, u *unstructured.Unstructured, value string) (*unstructured.Unstructured, error) {
+// write stores value on u, marked with the id of the action that writes
+// it (AnnotationAction) in the same update, so that no moment exists in
+// which the value is there and the mark is not: a server-side dry run
+// first, so that admission and validation failures surface before
+// anything is persisted, then the real update. Both carry u's
+// resourceVersion, so a concurrent change makes them fail with
+// ErrConflict instead of being overwritten.
+func (o noProxyObject) write(ctx context.Context, u *unstructured.Unstructured, value, mark string) (*unstructured.Unstructured, error) {
 	u = u.DeepCopy()
 	if value == "" {
 		unstructured.RemoveNestedField(u.Object, o.path...)
 	} else if err := unstructured.SetNestedField(u.Object, value, o.path...); err != nil {
 		return nil, err
 	}
+	ann := u.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AnnotationAction] = mark
+	u.SetAnnotations(ann)
 	if _, err := o.ri.Update(ctx, u, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
 		return nil, o.classify("dry run", err)
 	}
@@ -90,7 +108,9 @@ const fieldManager = "hcpbot"
 // noProxy list, keeping the user's entries and their order. It returns
 // ErrConflict, writing nothing, when the list no longer equals Expected or
 // changes during the call, and outcome "unchanged" when every entry is
-// already there.
+// already there. The write marks the object with the action id
+// (AnnotationAction); a re-run of the action that finds its own mark on the
+// value it writes reports "applied" with the first run's Undo.
 //
 // A write refused for a stale resourceVersion is read and tried again
 // (bounded by retry.DefaultRetry): HyperShift writes the HostedCluster's
@@ -115,7 +135,7 @@ func (x *Executor) patchNoProxy(ctx context.Context, c checked) (*Result, error)
 	var res *Result
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var err error
-		res, err = x.patchNoProxyOnce(ctx, req, obj)
+		res, err = x.patchNoProxyOnce(ctx, req, obj, false)
 		return err
 	})
 	if err != nil {
@@ -126,42 +146,72 @@ func (x *Executor) patchNoProxy(ctx context.Context, c checked) (*Result, error)
 
 // patchNoProxyOnce is one read, compare and write of PatchNoProxy; its
 // error is an API conflict (apierrors.IsConflict) only when the write met
-// a newer resourceVersion.
-func (x *Executor) patchNoProxyOnce(ctx context.Context, req Change, obj noProxyObject) (*Result, error) {
+// a newer resourceVersion. With observe it writes nothing and returns a
+// nil Result where it would have written.
+func (x *Executor) patchNoProxyOnce(ctx context.Context, req Change, obj noProxyObject, observe bool) (*Result, error) {
 	p := req.NoProxy
 	u, current, err := obj.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{ActionID: req.ID, Type: req.Type, Before: current}
+	after := noproxy.Merge(p.Expected, p.Add)
+	mine := u.GetAnnotations()[AnnotationAction] == req.ID
 	if current != p.Expected {
+		if mine && current == after {
+			// An earlier attempt of this very action wrote it and its
+			// result was never recorded (the agent died after the write,
+			// or the response was lost): report what that attempt did.
+			res := noProxyApplied(req, obj, p.Expected, after, u.GetResourceVersion())
+			res.Summary = fmt.Sprintf("Already in place from an earlier attempt of action %s (nothing written now): added %s to %s.",
+				req.ID, strings.Join(res.Added, ", "), obj.desc)
+			return res, nil
+		}
+		if mine {
+			return nil, fmt.Errorf("%w: %s is %q; an earlier attempt of action %s wrote %q, which has been changed since", ErrConflict, obj.desc, current, req.ID, after)
+		}
+		// Even when current is exactly the value this action would write,
+		// it is not this action's write without the mark: someone else (a
+		// person, another action) made the same edit. "applied" would then
+		// offer a Roll back that reverts their edit, and "unchanged" would
+		// claim the proposal's value was found, which it was not: the
+		// conflict stands, and a proposal made again from the current value
+		// reports "unchanged".
 		return nil, fmt.Errorf("%w: %s is %q, the proposal was made for %q", ErrConflict, obj.desc, current, p.Expected)
 	}
-	after := noproxy.Merge(current, p.Add)
 	// Compare with the list merged with nothing, not with current: a list
 	// that only differs by whitespace already holds every entry, and
 	// tidying a user's spacing is no reason to roll out every NodePool.
 	if after == noproxy.Merge(current, nil) {
-		res.Outcome, res.After = OutcomeUnchanged, current
+		res := &Result{ActionID: req.ID, Type: req.Type, Outcome: OutcomeUnchanged, Before: current, After: current}
 		res.Summary = fmt.Sprintf("%s already contains %s; nothing changed.", obj.desc, strings.Join(p.Add, ", "))
 		return res, nil
 	}
-	written, err := obj.write(ctx, u, after)
+	if observe {
+		return nil, nil
+	}
+	written, err := obj.write(ctx, u, after, req.ID)
 	if err != nil {
 		return nil, err
 	}
-	res.Outcome, res.After = OutcomeApplied, after
-	res.Added = added(current, after)
-	res.Diff = valueDiff(obj.desc, current, after)
+	return noProxyApplied(req, obj, current, after, written.GetResourceVersion()), nil
+}
+
+// noProxyApplied is the Result of patch req having changed before to
+// after, leaving the object at resourceVersion rv.
+func noProxyApplied(req Change, obj noProxyObject, before, after, rv string) *Result {
+	p := req.NoProxy
+	res := &Result{ActionID: req.ID, Type: req.Type, Outcome: OutcomeApplied, Before: before, After: after}
+	res.Added = added(before, after)
+	res.Diff = valueDiff(obj.desc, before, after)
 	res.Summary = fmt.Sprintf("Added %s to %s.", strings.Join(res.Added, ", "), obj.desc)
 	if p.Target.orDefault() == TargetHostedCluster {
 		res.Summary += " HyperShift now rolls the change out to every NodePool of the cluster."
 	}
 	res.Undo = &Undo{
 		ActionID: req.ID, Type: TypeNoProxyPatch, Cluster: req.Cluster,
-		NoProxy: &NoProxyUndo{Target: p.Target, Previous: current, Written: after, ResourceVersion: written.GetResourceVersion()},
+		NoProxy: &NoProxyUndo{Target: p.Target, Previous: before, Written: after, ResourceVersion: rv},
 	}
-	return res, nil
+	return res
 }
 
 // added lists the entries of after that before lacks (Merge appends them).
@@ -180,7 +230,10 @@ func valueDiff(desc, before, after string) string {
 	return fmt.Sprintf("--- %s\n+++ %s\n-%s\n+%s\n", desc, desc, before, after)
 }
 
-func (x *Executor) rollbackNoProxy(ctx context.Context, undo Undo) (*Result, error) {
+// rollbackNoProxy restores the value from before undo's action, marking
+// the object with mark (the rollback's own id). With observe it writes
+// nothing and returns a nil Result where it would have written.
+func (x *Executor) rollbackNoProxy(ctx context.Context, mark string, undo Undo, observe bool) (*Result, error) {
 	n := undo.NoProxy
 	obj := x.noProxyObject(n.Target, undo.Cluster)
 	u, current, err := obj.get(ctx)
@@ -191,14 +244,27 @@ func (x *Executor) rollbackNoProxy(ctx context.Context, undo Undo) (*Result, err
 	// The value, not the resourceVersion, decides: status updates and
 	// unrelated spec edits change the version without touching noProxy.
 	if current != n.Written {
+		if current == n.Previous && u.GetAnnotations()[AnnotationAction] == mark {
+			// An earlier attempt of this rollback restored it; its result
+			// was not recorded.
+			res.Outcome, res.Before, res.After = OutcomeRolledBack, n.Written, n.Previous
+			res.Diff = valueDiff(obj.desc, n.Written, n.Previous)
+			res.Summary = fmt.Sprintf("Already in place from an earlier attempt of this rollback (nothing written now): restored %s to its value from before action %s.", obj.desc, undo.ActionID)
+			return res, nil
+		}
 		if current == n.Previous {
+			// Without the mark someone else restored it: nothing this
+			// rollback did, so nothing to report as rolled back.
 			res.Outcome, res.After = OutcomeUnchanged, current
 			res.Summary = fmt.Sprintf("%s already holds the value from before action %s; nothing changed.", obj.desc, undo.ActionID)
 			return res, nil
 		}
 		return nil, fmt.Errorf("%w: %s is %q, not %q as action %s left it; not restoring %q", ErrConflict, obj.desc, current, n.Written, undo.ActionID, n.Previous)
 	}
-	if _, err := obj.write(ctx, u, n.Previous); err != nil {
+	if observe {
+		return nil, nil
+	}
+	if _, err := obj.write(ctx, u, n.Previous, mark); err != nil {
 		return nil, err
 	}
 	res.Outcome, res.After = OutcomeRolledBack, n.Previous

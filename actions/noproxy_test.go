@@ -3,6 +3,7 @@ package actions_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -73,6 +74,7 @@ func TestPatchNoProxySeed000(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	res0 := res
 	mgmt.expect(t, "apply", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters")
 	got, rv := readHC(t, c.Namespace, c.Name)
 	if got != fixedNoProxy {
@@ -99,9 +101,20 @@ func TestPatchNoProxySeed000(t *testing.T) {
 		t.Errorf("second run wrote: resourceVersion %s → %s", rv, rv2)
 	}
 
-	// The first request replayed is stale now: conflict, not a double add.
-	if _, err := x.Execute(ctx, req); !errors.Is(err, actions.ErrConflict) {
-		t.Errorf("replayed request: %v, want ErrConflict", err)
+	// The first request replayed (its result lost) finds its own write,
+	// marked with its id: applied as before, with the same Undo, and no
+	// double add.
+	first := res0
+	replay, err := x.Execute(ctx, req)
+	if err != nil {
+		t.Fatalf("replayed request: %v", err)
+	}
+	mgmt.expect(t, "replay", "get hostedclusters")
+	if replay.Outcome != actions.OutcomeApplied || !reflect.DeepEqual(replay.Undo, first.Undo) || replay.Before != first.Before || replay.After != first.After {
+		t.Errorf("replayed request: %+v, want applied with undo %+v", replay, first.Undo)
+	}
+	if got, rv2 := readHC(t, c.Namespace, c.Name); got != fixedNoProxy || rv2 != rv {
+		t.Errorf("replay wrote: noProxy %q, resourceVersion %s → %s", got, rv, rv2)
 	}
 }
 

@@ -57,14 +57,15 @@ func TestRBACMatchesRecordedCalls(t *testing.T) {
 			}
 		}
 	}
-	// From the recorded management calls in noproxy_test.go and
-	// expose_test.go.
+	// From the recorded management calls in noproxy_test.go,
+	// expose_test.go and event_test.go.
 	needed := map[string][]string{
 		"hypershift.openshift.io/hostedclusters": {"get", "update"},
 		"config.openshift.io/proxies":            {"get", "update"},
 		"/secrets":                               {"get"},
 		"/services":                              {"create", "delete", "list"},
 		"/nodes":                                 {"list"},
+		"/events":                                {"create"},
 	}
 	// What the agent's informers (watchers/agent.go, watchers/hosted.go)
 	// and its leader election (client-go LeaseLock) use besides; exercised

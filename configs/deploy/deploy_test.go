@@ -263,7 +263,8 @@ func TestAgentManifests(t *testing.T) {
 			t.Errorf("leader election rule %+v, args %q: want the Lease hcpbot-agent", r, c.Args)
 		}
 	}
-	if find(t, objs, "PodDisruptionBudget", "hcpbot-agent") == nil || find(t, objs, "ValidatingAdmissionPolicyBinding", "hcpbot-agent-services") == nil {
+	if find(t, objs, "PodDisruptionBudget", "hcpbot-agent") == nil || find(t, objs, "ValidatingAdmissionPolicyBinding", "hcpbot-agent-services") == nil ||
+		find(t, objs, "ValidatingAdmissionPolicyBinding", "hcpbot-agent-events") == nil {
 		t.Error("missing PDB or admission policy binding")
 	}
 	// Every subject of every binding is the agent's ServiceAccount.
@@ -882,13 +883,38 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the agent reporting its own proxy change", func() bool {
 		return eventSubjects(t, botConn.JS, source, ref)[event.TypeProxyChange] > 0
 	})
+	// Each execution recorded as the agent records it, with its rights
+	// only: one Event on the object changed, however often recorded.
+	agentX := &actions.Executor{Dynamic: dc, Kube: kc, Instance: "hcpbot-agent-0"}
+	recorded := func(ch actions.Change, res *actions.Result, ns, name, kind string) {
+		t.Helper()
+		for range 2 {
+			if err := agentX.RecordEvent(ctx, ch, res, actions.Actors{RequestedBy: "alice", Approvers: []string{"bob"}}); err != nil {
+				t.Errorf("RecordEvent %s as the agent: %v", ch.ID, err)
+			}
+		}
+		ev := env.Kube.CoreV1().Events(ns)
+		list, err := ev.List(ctx, metav1.ListOptions{
+			FieldSelector: ev.GetFieldSelector(&name, &ns, &kind, nil).String(),
+			LabelSelector: actions.LabelActionID + "=" + ch.ID,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 {
+			t.Errorf("Events of %s on %s %s/%s: %+v, want one", ch.ID, kind, ns, name, list.Items)
+		}
+	}
+	recorded(fix, res, c.Namespace, c.Name, "HostedCluster")
 	// The same on standalone OpenShift's Proxy/cluster.
 	pfix := actions.Change{ID: "fix-deploy02", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Name: hypershift.ProxyName},
 		NoProxy: &actions.NoProxyParams{Target: actions.TargetProxy, Expected: ".corp.example", Add: []string{"kubernetes"}}}
-	if res := bot.request(t, source, pfix).Result; res.Outcome != actions.OutcomeApplied {
-		t.Errorf("Proxy/cluster fix: %+v", res)
+	pres := bot.request(t, source, pfix).Result
+	if pres.Outcome != actions.OutcomeApplied {
+		t.Errorf("Proxy/cluster fix: %+v", pres)
 	}
+	recorded(pfix, pres, "", hypershift.ProxyName, "Proxy")
 
 	// Seed 004: expose, then roll back, through the agent.
 	expose := actions.Change{ID: "expo-deploy01", Type: actions.TypeExposeNodePort, RequestedBy: "alice",
@@ -901,11 +927,14 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	if _, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, actions.ManagementServiceName(expose.ID), metav1.GetOptions{}); err != nil {
 		t.Errorf("management Service of the exposure: %v", err)
 	}
+	recorded(expose, exp, cpNS, actions.ManagementServiceName(expose.ID), "Service")
 	rollback := actions.Change{ID: "undo-deploy01", Type: actions.TypeRollback, RequestedBy: "alice",
 		Cluster: expose.Cluster, Rollback: &actions.RollbackParams{Undo: *exp.Undo}}
-	if res := bot.request(t, source, rollback).Result; res.Outcome != actions.OutcomeRolledBack {
-		t.Errorf("rollback: %+v", res)
+	rres := bot.request(t, source, rollback).Result
+	if rres.Outcome != actions.OutcomeRolledBack {
+		t.Errorf("rollback: %+v", rres)
 	}
+	recorded(rollback, rres, c.Namespace, c.Name, "HostedCluster")
 	if _, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, actions.ManagementServiceName(expose.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("management Service after the rollback: %v", err)
 	}
@@ -935,6 +964,8 @@ func checkAccess(t *testing.T, kc kubernetes.Interface, cpNS string) {
 		{attr{Verb: "watch", Resource: "configmaps"}, true},
 		{attr{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: namespace, Name: "hcpbot-agent"}, true},
 		{attr{Verb: "update", Group: "config.openshift.io", Resource: "proxies", Name: "cluster"}, true},
+		{attr{Verb: "create", Resource: "events", Namespace: cpNS}, true},
+		{attr{Verb: "create", Resource: "events", Namespace: metav1.NamespaceDefault}, true},
 		// Not granted.
 		{attr{Verb: "delete", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace, Name: "example"}, false},
 		{attr{Verb: "create", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace}, false},
@@ -963,6 +994,12 @@ func checkAccess(t *testing.T, kc kubernetes.Interface, cpNS string) {
 		{attr{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: hcNamespace}, false},
 		{attr{Verb: "impersonate", Resource: "serviceaccounts", Namespace: namespace, Name: "default"}, false},
 		{attr{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}, false},
+		{attr{Verb: "get", Resource: "events", Namespace: hcNamespace, Name: "any"}, false},
+		{attr{Verb: "list", Resource: "events"}, false},
+		{attr{Verb: "update", Resource: "events", Namespace: hcNamespace, Name: "any"}, false},
+		{attr{Verb: "patch", Resource: "events", Namespace: cpNS, Name: "any"}, false},
+		{attr{Verb: "delete", Resource: "events", Namespace: cpNS, Name: "any"}, false},
+		{attr{Verb: "create", Group: "events.k8s.io", Resource: "events", Namespace: hcNamespace}, false},
 	} {
 		r, err := kc.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(),
 			&authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &tc.attr}}, metav1.CreateOptions{})
@@ -1011,6 +1048,28 @@ func checkAdmission(t *testing.T, kc kubernetes.Interface, cpNS string) {
 	err = kc.CoreV1().Services(cpNS).Delete(ctx, other.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
 		t.Errorf("deleting a Service that is not hcpbot's: %v, want refused", err)
+	}
+
+	// Events: only the agent's own, only about what its actions change.
+	ev := func(component, kind string) *corev1.Event {
+		return &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: cpNS, GenerateName: "probe."},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: kind, Namespace: cpNS, Name: "any"},
+			Reason:         "Probe", Message: "probe", Type: corev1.EventTypeNormal,
+			Source: corev1.EventSource{Component: component}, ReportingController: component,
+		}
+	}
+	for what, e := range map[string]*corev1.Event{
+		"reported by another component": ev("kubelet", "Service"),
+		"about a Pod":                   ev(actions.EventComponent, "Pod"),
+	} {
+		testenv.Eventually(t, 30*time.Second, "the admission policy refusing an Event "+what, func() bool {
+			_, err := kc.CoreV1().Events(cpNS).Create(ctx, e, dry)
+			return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+		})
+	}
+	if _, err := kc.CoreV1().Events(cpNS).Create(ctx, ev(actions.EventComponent, "Service"), dry); err != nil {
+		t.Errorf("an hcpbot Event about a Service in %s: %v", cpNS, err)
 	}
 }
 
