@@ -290,6 +290,8 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		return err
 	}
 	executor.NodePortRange = f.nodePortRange
+	// The Events it records name the replica that made the change.
+	executor.Instance = f.identity
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := watchers.NewMetrics(reg)
