@@ -72,7 +72,9 @@ func (f *Flow) follow(id string, notify func(Proposal)) {
 func (f *Flow) Run(ctx context.Context) error {
 	sweep := time.NewTicker(f.sweep)
 	defer sweep.Stop()
-	f.sweepOnce(ctx)
+	// Nothing approved here is followed yet: a replica that starts adopts
+	// at once what its predecessor left.
+	f.sweepOnce(ctx, true)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -83,7 +85,7 @@ func (f *Flow) Run(ctx context.Context) error {
 		case <-f.wake:
 		case <-timer.C:
 		case <-sweep.C:
-			f.sweepOnce(ctx)
+			f.sweepOnce(ctx, false)
 		}
 	}
 }
@@ -339,9 +341,10 @@ func (f *Flow) markRolledBack(ctx context.Context, rb Proposal, now time.Time) {
 
 // sweepOnce reads every proposal: it adopts approved ones nobody here
 // follows (after a sweep interval, so that the replica whose user
-// approved normally records and posts), expires what is past its expiry,
-// and reports records whose seals do not verify.
-func (f *Flow) sweepOnce(ctx context.Context) {
+// approved normally records and posts; at once when this replica starts),
+// expires what is past its expiry, and reports records whose seals do not
+// verify.
+func (f *Flow) sweepOnce(ctx context.Context, starting bool) {
 	now := f.now()
 	err := f.kv.scan(ctx, func(id string, rec Record, err error) {
 		if err == nil {
@@ -351,7 +354,7 @@ func (f *Flow) sweepOnce(ctx context.Context) {
 			case err != nil:
 			case p.State == StatePending && p.Expired(now):
 				f.expire(ctx, id, now)
-			case p.State == StateApproved && now.Sub(p.DecidedAt) >= f.sweep,
+			case p.State == StateApproved && (starting || now.Sub(p.DecidedAt) >= f.sweep),
 				p.State == StateFailed && p.Code == CodeNoAnswer && now.Before(p.DecidedAt.Add(lateAnswer)):
 				f.follow(id, nil)
 			}

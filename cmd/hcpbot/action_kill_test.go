@@ -15,9 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
-	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
@@ -27,12 +26,12 @@ import (
 )
 
 // The bot PROCESS is SIGKILLed right after an approval is stored — the
-// approval's compare-and-set written, its request not yet known to have
-// got out — and started again: the restarted bot finds the approved
-// proposal, queues its request (the action id as message id, so a copy
-// the first bot did send is dropped), and the agent, started only after
-// the kill, executes it exactly once; the restarted bot records the
-// result in the approval store.
+// sealed decision written, its request not yet known to have got out —
+// and started again: the restarted bot finds the approved proposal, proves
+// it (Permit) and queues its request (the action id as message id, so a
+// copy the first bot did send is dropped), and the agent, started only
+// after the kill, executes it exactly once; the restarted bot records the
+// outcome in the approval store.
 func TestChaosBotKilledAfterApproval(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the hcpbot binary")
@@ -58,7 +57,7 @@ func TestChaosBotKilledAfterApproval(t *testing.T) {
 	if err := os.WriteFile(seedPath, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	signer, err := actions.NewSigner(seed)
+	signer, err := approval.NewSigner(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +120,10 @@ log: {level: info, format: json}
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, conn.JS, alog, approval.Policy{Approvers: []string{"UBOTKILL02"}}, approval.WithSealer(signer))
+	// What the approving bot writes before it sends (a replica with the
+	// same key, whose loop never runs); then it dies.
+	store, err := approval.NewFlow(ctx, conn.JS, approval.Config{Signer: signer, Trail: alog, Log: natstest.Logger(t),
+		Policy: approval.Policy{Approvers: []string{"UBOTKILL02"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +133,7 @@ log: {level: info, format: json}
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What the approving bot writes before it sends; then it dies.
-	if _, err := store.Approve(ctx, p.ID, "UBOTKILL02", time.Now()); err != nil {
+	if _, err := store.Approve(ctx, p.ID, "UBOTKILL02"); err != nil {
 		t.Fatal(err)
 	}
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
@@ -163,7 +164,7 @@ log: {level: info, format: json}
 		t.Errorf("noProxy = %q, want %q", np, spec.NoProxy+",kubernetes")
 	}
 	// A few more recovery sweeps would re-send it; it still ran once.
-	time.Sleep(botcmd.DefaultRecoveryInterval + 5*time.Second)
+	time.Sleep(approval.DefaultSweepInterval + 5*time.Second)
 	b, _ := os.ReadFile(agentLog)
 	executions := 0
 	for line := range strings.SplitSeq(string(b), "\n") {

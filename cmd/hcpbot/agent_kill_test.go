@@ -19,9 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
-	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -112,15 +111,16 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := actions.NewEphemeralSigner()
+	signer, err := approval.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, conn.JS, alog, approval.Policy{Approvers: []string{"UCHAOS02"}}, approval.WithSealer(signer))
+	store, err := approval.NewFlow(ctx, conn.JS, approval.Config{Signer: signer, Trail: alog, Log: natstest.Logger(t),
+		Policy: approval.Policy{Approvers: []string{"UCHAOS02"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	acts := &botcmd.Changes{Store: store, Audit: alog, Queue: &actions.Client{JS: conn.JS}, Signer: signer, Timeout: 2 * time.Minute}
+	go func() { _ = store.Run(ctx) }()
 
 	// The lease timings are file-only settings (agent.leaderElection).
 	agentConfig := filepath.Join(dir, "agent.yaml")
@@ -228,10 +228,12 @@ func TestChaosTwoAgentReplicasKill(t *testing.T) {
 		ids = append(ids, p.ID)
 		answered := make(chan time.Time, 1)
 		var reply string
-		go func() {
-			reply = acts.Approve(ctx, p.ID, "UCHAOS02").Text
+		if _, err := store.Approve(ctx, p.ID, "UCHAOS02", approval.OnOutcome(func(o approval.Proposal) {
+			reply = string(o.State) + ": " + o.Reason
 			answered <- time.Now()
-		}()
+		})); err != nil {
+			t.Fatal(err)
+		}
 
 		var handover time.Duration
 		waitFor(t, agentLeaseDuration+60*time.Second, fmt.Sprintf("kill %d: the follower to take the lease", i), func() bool {

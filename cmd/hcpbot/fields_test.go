@@ -17,14 +17,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/fakeagent"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
@@ -776,28 +777,42 @@ func (f *botFixture) healDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := actions.NewSigner(f.signingSeed)
+	signer, err := approval.NewSigner(f.signingSeed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{"U0FPAPPR01", "U0FPAPPR02"}, FourEyes: true},
-		approval.WithReplicas(3), approval.WithSealer(signer))
+	// Another bot replica (same key) and an agent of mgmt-fp-1 that
+	// reports the fix applied without touching the cluster: the fix does
+	// not heal it.
+	flow, err := approval.NewFlow(ctx, conn.JS, approval.Config{Signer: signer, Trail: log, Replicas: 3, Log: natstest.Logger(t),
+		Policy: approval.Policy{Approvers: []string{"U0FPAPPR01", "U0FPAPPR02"}, FourEyes: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rctx, stop := context.WithCancel(ctx)
+	flowDone := make(chan struct{})
+	go func() { defer close(flowDone); _ = flow.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-flowDone })
+	fakeagent.Serve(t, f.conn(t).JS, "mgmt-fp-1", signer.PublicKey(), &fakeagent.Executor{})
 	req := actions.Change{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: "fp-win", Name: "hc-0"},
 		NoProxy: &actions.NoProxyParams{Target: actions.TargetHostedCluster, Expected: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16", "10.132.0.0/14"}}}
-	p, err := store.Propose(ctx, req, "U0FPAPPR01", approval.ForSource("mgmt-fp-1"),
+	p, err := flow.Propose(ctx, req, "U0FPAPPR01", approval.ForSource("mgmt-fp-1"),
 		approval.ForDiagnosis("proxy-tunnel", "API traffic of fp-win/hc-0 on mgmt-fp-1 is tunnelled through the HTTPS proxy", "The noProxy of fp-win/hc-0 lacks kubernetes."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Approve(ctx, p.ID, "U0FPAPPR02", time.Now()); err != nil {
+	outcome := make(chan approval.Proposal, 1)
+	if _, err := flow.Approve(ctx, p.ID, "U0FPAPPR02", approval.OnOutcome(func(p approval.Proposal) { outcome <- p })); err != nil {
 		t.Fatal(err)
 	}
-	executed, err := store.MarkExecuted(ctx, p.ID, actions.Result{ActionID: p.ID, Type: actions.TypeNoProxyPatch, Outcome: actions.OutcomeApplied, Summary: "patched"})
-	if err != nil {
-		t.Fatal(err)
+	var executed approval.Proposal
+	select {
+	case executed = <-outcome:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the fix was not executed")
+	}
+	if executed.State != approval.StateExecuted {
+		t.Fatalf("fix %s: %s", executed.State, executed.Reason)
 	}
 	var notHealed time.Time
 	f.rec.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {

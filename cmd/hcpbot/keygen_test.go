@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 )
 
 // keygen writes a user seed that the bot can sign with (0600, never
@@ -34,7 +34,7 @@ func TestKeygen(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("seed file mode %v, %v", fi.Mode(), err)
 	}
-	s, err := actions.NewSigner(seed)
+	s, err := approval.NewSigner(seed)
 	if err != nil || s.PublicKey() != pub {
 		t.Errorf("signer from the seed: %v, key %s, printed %s", err, s.PublicKey(), pub)
 	}
