@@ -221,8 +221,8 @@ func isWrongLastSeq(err error) bool {
 // user is granted). bus connects with the default API prefix.
 const msgGetSubject = jetstream.DefaultAPIPrefix + "STREAM.MSG.GET." + StreamName
 
-// lastReadTimeout bounds reading the last message when ctx has no
-// deadline of its own.
+// lastReadTimeout bounds reading the last message. A NATS user not
+// allowed to publish there gets no answer at all, only the wait.
 const lastReadTimeout = 5 * time.Second
 
 // lastOn returns the sequence and digest of the last message on subject;
@@ -230,11 +230,8 @@ const lastReadTimeout = 5 * time.Second
 // GetLastMsgForSubject without the stream info that obtaining a Stream
 // costs (and that the agent may not read).
 func (l *Log) lastOn(ctx context.Context, subject string) (uint64, string, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, lastReadTimeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, lastReadTimeout)
+	defer cancel()
 	req, err := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{subject})
@@ -243,7 +240,7 @@ func (l *Log) lastOn(ctx context.Context, subject string) (uint64, string, error
 	}
 	msg, err := l.js.Conn().RequestWithContext(ctx, msgGetSubject, req)
 	if err != nil {
-		return 0, "", err
+		return 0, "", fmt.Errorf("no answer on %s (may this NATS user publish there?): %w", msgGetSubject, err)
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`

@@ -366,6 +366,18 @@ func TestAuditVerifyReportsForgeries(t *testing.T) {
 	want[publish(t, c.JS, subject, second.Data)] = audit.ProblemGap
 	// Not a record at all; the bot chains onto it all the same.
 	want[publish(t, c.JS, subject, []byte("rm -rf /"))] = audit.ProblemUndecodable
+	// The same genuine record, re-chained onto the subject's head: the
+	// chain holds, the signature does not.
+	var rechained audit.Record
+	if err := json.Unmarshal(second.Data, &rechained); err != nil {
+		t.Fatal(err)
+	}
+	rechained.PrevSeq, rechained.PrevDigest = last(t, s, subject)
+	data, err := json.Marshal(rechained)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want[publish(t, c.JS, subject, data)] = audit.ProblemBadSignature
 	appendOK()
 	// A record in the pre-chain format, after the chain began.
 	legacy, _ := json.Marshal(audit.Record{ID: "old", Kind: audit.KindApproved, Source: "bot", Time: time.Now().UTC()})
