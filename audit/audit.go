@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -63,8 +63,9 @@ const (
 	// KindSilenced: notifications for a cluster or incident were muted
 	// (bot/silence); ActionID holds the silence id.
 	KindSilenced Kind = "silenced"
-	// KindForged: a record in the approval store claims what no seal
-	// proves (written without the bot's key); it was refused.
+	// KindForged: a record in the approval store claims a decision that
+	// no seal proves (someone wrote the store without the signing key);
+	// the approval loop reports it, ActionID naming the proposal.
 	KindForged Kind = "forged"
 )
 
@@ -97,7 +98,24 @@ type Record struct {
 	Result  string `json:"result,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 
-	// Seq is the stream sequence, set by Recent; never written.
+	// The chain and the signature are set by Append (whatever the caller
+	// put there); see the package documentation.
+	//
+	// Chain is ChainVersion on chained records, 0 on records written
+	// before the trail was chained.
+	Chain int `json:"chain,omitempty"`
+	// PrevSeq and PrevDigest name the previous message on the record's
+	// subject: its stream sequence and the hex SHA-256 of its exact
+	// bytes. Both are empty on the first record of a subject.
+	PrevSeq    uint64 `json:"prevSeq,omitempty"`
+	PrevDigest string `json:"prevDigest,omitempty"`
+	// Key is the public nkey of the Log's Signer; Sig its ed25519
+	// signature over SigningContext and the record encoded without Sig.
+	// Sig must stay the last field (signedPart relies on it).
+	Key string `json:"key,omitempty"`
+	Sig []byte `json:"sig,omitempty"`
+
+	// Seq is the stream sequence, set when reading; never written.
 	Seq uint64 `json:"-"`
 }
 
@@ -120,6 +138,12 @@ type Log struct {
 	now           func() time.Time
 	// subject maps a record's source onto its subject.
 	subject func(source string) (string, error)
+	signer  Signer // nil: records are not signed
+	// maxSince bounds Since; 0 means MaxSince (tests lower it).
+	maxSince int
+
+	headsMu sync.Mutex
+	heads   map[string]*head // by subject
 }
 
 var (
@@ -133,6 +157,7 @@ type options struct {
 	duplicates    time.Duration
 	defaultSource string
 	now           func() time.Time
+	signer        Signer
 }
 
 // Option configures Open.
@@ -155,6 +180,11 @@ func WithDefaultSource(s string) Option { return func(o *options) { o.defaultSou
 
 // WithClock sets the clock used for records without a time (tests).
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithSigner signs every record the Log appends with s (the bot's
+// action-signing key): whoever holds only the bot's NATS credentials can
+// then still append, but not a record that Verify accepts.
+func WithSigner(s Signer) Option { return func(o *options) { o.signer = s } }
 
 // Open creates the audit stream or brings it to the configured settings,
 // and returns the Log writing to it. Every process may call it at start-up.
@@ -179,20 +209,23 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, er
 	if err != nil {
 		return nil, fmt.Errorf("audit: ensure stream %s: %w", StreamName, err)
 	}
-	return &Log{js: js, stream: s, defaultSource: o.defaultSource, now: o.now, subject: event.AuditSubject}, nil
+	return &Log{js: js, stream: s, defaultSource: o.defaultSource, now: o.now, subject: event.AuditSubject,
+		signer: o.signer, heads: map[string]*head{}}, nil
 }
 
 // ForAgent returns a Log for the agent of source: it appends on
 // event.AgentAuditSubject(source), into the stream the bot created with
 // Open, and never creates or changes the stream (the agent's NATS user
-// may not). Its Recent fails: the agent does not read the trail.
+// may not). Its records are chained like the bot's and not signed: NATS
+// permissions let only that agent write its subject. Its Recent, Since
+// and Verify fail: the agent does not read the trail.
 func ForAgent(js jetstream.JetStream, source string) (*Log, error) {
 	if _, err := event.AgentAuditSubject(source); err != nil {
 		return nil, fmt.Errorf("audit: agent source: %w", err)
 	}
 	return &Log{js: js, defaultSource: source, now: time.Now, subject: func(string) (string, error) {
 		return event.AgentAuditSubject(source)
-	}}, nil
+	}, heads: map[string]*head{}}, nil
 }
 
 // idPattern keeps record IDs short and free of characters that would need
@@ -208,7 +241,8 @@ func NewID() string {
 	return "aud-" + idEncoding.EncodeToString(b)
 }
 
-// Append redacts r and writes it. Appending the same ID again within the
+// Append redacts r and writes it, chained onto the last record of its
+// subject (and signed, WithSigner). Appending the same ID again within the
 // duplicate window is a no-op that returns nil, so a retry is safe.
 func (l *Log) Append(ctx context.Context, r Record) error {
 	if r.ID == "" {
@@ -231,17 +265,7 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 		r.Time = l.now()
 	}
 	r.Time = r.Time.UTC()
-	r = Redact(r)
-	data, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("audit: encode record %s: %w", r.ID, err)
-	}
-	// The expected stream guards against another stream capturing the
-	// subject, where the record would not enjoy the append-only settings.
-	if _, err := l.js.Publish(ctx, subject, data, jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(StreamName)); err != nil {
-		return fmt.Errorf("audit: append record %s: %w", r.ID, err)
-	}
-	return nil
+	return l.appendChained(ctx, subject, Redact(r))
 }
 
 // Redact returns r with credentials removed from every free-text field and
@@ -267,104 +291,6 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + cutMark
-}
-
-// recentFetchWait bounds one fetch of Recent; the messages are stored, so
-// they arrive at once and a short wait only matters on a slow link.
-const recentFetchWait = 2 * time.Second
-
-// Recent returns the newest n records, newest first. It reads with a
-// short-lived ordered consumer starting n messages before the end: the
-// stream denies deletion, so sequences between first and last have no
-// holes and the start sequence is exact. Records that cannot be decoded
-// (not written by Append) are skipped.
-func (l *Log) Recent(ctx context.Context, n int) ([]Record, error) {
-	if l.stream == nil {
-		return nil, errors.New("audit: this log only appends (ForAgent)")
-	}
-	if n <= 0 {
-		return nil, nil
-	}
-	info, err := l.stream.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("audit: stream info: %w", err)
-	}
-	st := info.State
-	if st.Msgs == 0 {
-		return nil, nil
-	}
-	last := st.LastSeq
-	start := st.FirstSeq
-	if last >= uint64(n) && last-uint64(n)+1 > start {
-		start = last - uint64(n) + 1
-	}
-	cons, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       start,
-		InactiveThreshold: 30 * time.Second,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("audit: read consumer: %w", err)
-	}
-	defer func() {
-		// The consumer is ephemeral and expires on its own; deleting it
-		// now only saves server resources, so the error does not matter.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
-	}()
-
-	out := make([]Record, 0, min(uint64(n), last-start+1))
-	for {
-		want := int(min(last-start+1, 256))
-		batch, err := cons.Fetch(want, jetstream.FetchMaxWait(recentFetchWait))
-		if err != nil {
-			return nil, fmt.Errorf("audit: read: %w", err)
-		}
-		got := 0
-		done := false
-		for msg := range batch.Messages() {
-			got++
-			meta, err := msg.Metadata()
-			if err != nil {
-				continue
-			}
-			seq := meta.Sequence.Stream
-			if seq > last {
-				// Appended after we looked; not part of this answer.
-				done = true
-				continue
-			}
-			var r Record
-			if err := json.Unmarshal(msg.Data(), &r); err == nil {
-				r.Seq = seq
-				out = append(out, r)
-			}
-			if seq == last {
-				done = true
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, fmt.Errorf("audit: read: %w", err)
-		}
-		if done {
-			break
-		}
-		if got == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("audit: read: %w", err)
-			}
-			return nil, fmt.Errorf("audit: read: stream ended before sequence %d", last)
-		}
-	}
-	// Newest first; the consumer delivered oldest first.
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out, nil
 }
 
 // String renders a record on one line, for logs and chat.

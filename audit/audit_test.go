@@ -15,14 +15,14 @@ import (
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
 
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), natstest.Timeout)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func connect(t *testing.T) *bus.Conn {
+func connect(t testing.TB) *bus.Conn {
 	t.Helper()
 	srv := natstest.RunServer(t)
 	c, err := bus.Connect(testContext(t), bus.Config{URLs: []string{srv.ClientURL()}, Name: t.Name()}, natstest.Logger(t))
@@ -33,7 +33,7 @@ func connect(t *testing.T) *bus.Conn {
 	return c
 }
 
-func openLog(t *testing.T, js jetstream.JetStream, opts ...audit.Option) *audit.Log {
+func openLog(t testing.TB, js jetstream.JetStream, opts ...audit.Option) *audit.Log {
 	t.Helper()
 	l, err := audit.Open(testContext(t), js, opts...)
 	if err != nil {

@@ -80,6 +80,10 @@ type Timeline struct{ IncidentID string }
 // Audit shows the last N audit entries; 0 leaves the count to the handler.
 type Audit struct{ N int }
 
+// AuditVerify checks the whole audit trail: every record's link to its
+// predecessor and the bot's signatures.
+type AuditVerify struct{}
+
 // DigestNow posts the digest immediately.
 type DigestNow struct{}
 
@@ -102,6 +106,7 @@ func (Approve) Name() string      { return "approve" }
 func (Reject) Name() string       { return "reject" }
 func (Silence) Name() string      { return "silence" }
 func (Audit) Name() string        { return "audit" }
+func (AuditVerify) Name() string  { return "audit " + auditVerifyWord }
 func (Timeline) Name() string     { return "timeline" }
 func (DigestNow) Name() string    { return "digest now" }
 func (NoProxyCheck) Name() string { return "noproxy check" }
@@ -117,6 +122,7 @@ func (Approve) command()      {}
 func (Reject) command()       {}
 func (Silence) command()      {}
 func (Audit) command()        {}
+func (AuditVerify) command()  {}
 func (Timeline) command()     {}
 func (DigestNow) command()    {}
 func (NoProxyCheck) command() {}
@@ -177,7 +183,8 @@ func (c Audit) String() string {
 	}
 	return "audit " + strconv.Itoa(c.N)
 }
-func (DigestNow) String() string { return "digest now" }
+func (c AuditVerify) String() string { return c.Name() }
+func (DigestNow) String() string     { return "digest now" }
 func (c NoProxyCheck) String() string {
 	return "noproxy check " + c.Cluster.String() + " " + joinHostPort(c.Host, c.Port)
 }

@@ -52,7 +52,7 @@ func init() {
 		{verb: "reject", args: "<action-id> [reason...]", summary: "reject a proposed action", parse: parseReject},
 		{verb: "silence", args: "<cluster|incident-id> <duration> [reason...]", summary: "mute a cluster or incident (e.g. 2h, 1d; at most 30d)", parse: parseSilence},
 		{verb: "timeline", args: "<incident-id>", summary: "an incident's story, step by step (a postmortem draft)", parse: parseTimeline},
-		{verb: "audit", args: "[n]", summary: "last n audit entries", parse: parseAudit},
+		{verb: "audit", args: "[n|verify]", summary: "last n audit entries; verify: check the whole trail for gaps, broken links and forged records", parse: parseAudit},
 		{verb: "digest", sub: "now", summary: "post the digest now", parse: noArgs(DigestNow{})},
 		{verb: "noproxy", sub: "check", args: "<cluster> <host[:port]>", summary: "would this cluster's clients bypass the proxy for host?", parse: parseNoProxyCheck},
 	}
@@ -369,15 +369,21 @@ func parseAudit(args []string) (Command, error) {
 		return Audit{}, nil
 	}
 	s := args[0]
+	if asciiLower(s) == auditVerifyWord {
+		return AuditVerify{}, nil
+	}
 	if s == "" || len(s) > 4 || strings.TrimLeft(s, "0123456789") != "" {
-		return nil, hintf("n must be a number between 1 and %d", MaxAudit)
+		return nil, hintf("n must be a number between 1 and %d, or %s", MaxAudit, auditVerifyWord)
 	}
 	n, _ := strconv.Atoi(s) // 1-4 digits: cannot fail
 	if n < 1 || n > MaxAudit {
-		return nil, hintf("n must be a number between 1 and %d", MaxAudit)
+		return nil, hintf("n must be a number between 1 and %d, or %s", MaxAudit, auditVerifyWord)
 	}
 	return Audit{N: n}, nil
 }
+
+// auditVerifyWord follows audit to verify the trail instead of listing it.
+const auditVerifyWord = "verify"
 
 func parseNoProxyCheck(args []string) (Command, error) {
 	if err := arity(args, 2, 2); err != nil {

@@ -70,6 +70,8 @@ func TestParseValid(t *testing.T) {
 		{"audit 20", Audit{N: 20}, ""},
 		{"audit 0020", Audit{N: 20}, "audit 20"},
 		{"audit 1000", Audit{N: 1000}, ""},
+		{"audit verify", AuditVerify{}, ""},
+		{"Audit  VERIFY ", AuditVerify{}, "audit verify"},
 		{"digest now", DigestNow{}, ""},
 		{"noproxy check clusters/example api.corp.example", NoProxyCheck{Cluster: example, Host: "api.corp.example"}, ""},
 		{"noproxy check clusters/example API.corp.example:443", NoProxyCheck{Cluster: example, Host: "api.corp.example", Port: 443}, "noproxy check clusters/example api.corp.example:443"},
@@ -195,6 +197,10 @@ func TestParseInvalid(t *testing.T) {
 		{"audit 1001", "audit", "between 1 and 1000"},
 		{"audit -5", "audit", "between 1 and 1000"},
 		{"audit 5 6", "audit", "too many"},
+		{"audit verify now", "audit", "too many"},
+		{"audit verify 5", "audit", "too many"},
+		{"audit verfy", "audit", "or verify"},
+		{"audit vеrify", "audit", "or verify"}, // Cyrillic е
 		{"digest", "digest now", "did you mean"},
 		{"digest later", "digest now", "did you mean"},
 		{"noproxy check clusters/example", "noproxy check", "missing"},
@@ -249,6 +255,7 @@ func TestUsageAndHelp(t *testing.T) {
 		"fix noproxy":   "/hcp fix noproxy <cluster> [--add ENTRY,...]",
 		"noproxy check": "/hcp noproxy check <cluster> <host[:port]>",
 		"digest":        "/hcp digest now",
+		"audit verify":  "/hcp audit [n|verify]",
 		"nope":          "",
 		"":              "",
 	} {

@@ -147,9 +147,9 @@ func TestNewCommandsUsage(t *testing.T) {
 		"silence clusters/web forever":          "/hcp silence",
 		"silence clusters/web 90d":              "/hcp silence",
 		"silence what 2h":                       "/hcp silence",
-		"audit x":                               "/hcp audit [n]",
-		"audit 0":                               "/hcp audit [n]",
-		"audit 1 2":                             "/hcp audit [n]",
+		"audit x":                               "/hcp audit [n|verify]",
+		"audit 0":                               "/hcp audit [n|verify]",
+		"audit 1 2":                             "/hcp audit [n|verify]",
 	} {
 		out := console(t, c, "UREQ0001", line)
 		// The console prints Slack's "Usage: `...`" as "usage: ...".

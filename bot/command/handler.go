@@ -56,6 +56,9 @@ type Handler struct {
 	// Audit reads the audit trail for `audit`; nil answers it as
 	// unavailable. *audit.Log implements it.
 	Audit audit.Reader
+	// AuditVerifier checks the trail for `audit verify`; nil answers it as
+	// unavailable. *audit.Verifier implements it.
+	AuditVerifier AuditVerifier
 	// Now is the clock for silences; nil means time.Now.
 	Now func() time.Time
 	// Delivery says which channels the bot cannot post to, for `status`;
@@ -161,6 +164,8 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		return c.silence(ctx, cmd, r.UserID)
 	case chatops.Audit:
 		return c.audit(ctx, cmd.N)
+	case chatops.AuditVerify:
+		return c.auditVerify(ctx)
 	case chatops.Timeline:
 		return c.timeline(ctx, cmd.IncidentID)
 	}

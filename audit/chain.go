@@ -1,0 +1,265 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/hcpbot/hcpbot/internal/jitter"
+)
+
+// ChainVersion is the Chain field of every record Append writes; records
+// without it were written before the trail was chained.
+const ChainVersion = 1
+
+// SigningContext starts what a Signer signs: the record's bytes follow
+// it, so that no signature over an audit record can pass for one over
+// anything else the key signs (approved action requests, proposal seals).
+const SigningContext = "hcpbot-audit-v1\n"
+
+// Signer signs the records a Log appends (WithSigner). The bot passes its
+// action-signing key.
+type Signer interface {
+	// PublicKey is the nkeys public key ("U…") the signatures verify with.
+	PublicKey() string
+	// Sign returns the ed25519 signature of input, as nkeys makes it.
+	// input always starts with SigningContext: a Signer shared with other
+	// uses of the key may refuse anything else.
+	Sign(input []byte) ([]byte, error)
+}
+
+// NewKeyPairSigner signs with kp, and only inputs that start with
+// SigningContext.
+func NewKeyPairSigner(kp nkeys.KeyPair) (Signer, error) {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("audit: signing key: %w", err)
+	}
+	return keyPairSigner{kp: kp, pub: pub}, nil
+}
+
+// NewSeedSigner signs with the key of an nkeys seed ("SU…", as `hcpbot
+// keygen` writes: the approvals.signingKey).
+func NewSeedSigner(seed []byte) (Signer, error) {
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		// nkeys never quotes the seed in its errors, but say less anyway.
+		return nil, errors.New("audit: signing key: not an nkeys seed")
+	}
+	return NewKeyPairSigner(kp)
+}
+
+type keyPairSigner struct {
+	kp  nkeys.KeyPair
+	pub string
+}
+
+func (s keyPairSigner) PublicKey() string { return s.pub }
+
+func (s keyPairSigner) Sign(input []byte) ([]byte, error) {
+	if !bytes.HasPrefix(input, []byte(SigningContext)) {
+		return nil, errors.New("audit: refusing to sign something that is not an audit record")
+	}
+	return s.kp.Sign(input)
+}
+
+// digest is the hex SHA-256 of a message's exact bytes: what the next
+// record on the subject names as PrevDigest.
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// sigField is how the signature starts in an encoded record. Sig is the
+// last field of Record, so a signed record is its signed bytes with this
+// field spliced in before the closing brace; inside a JSON string a quote
+// is always escaped, so the last occurrence is the field itself.
+const sigField = `,"sig":"`
+
+// encode renders r as stored, signed when the Log has a signer: the
+// signature covers every other field, chain fields included.
+func (l *Log) encode(r Record) ([]byte, error) {
+	r.Key, r.Sig = "", nil
+	if l.signer != nil {
+		r.Key = l.signer.PublicKey()
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode record %s: %w", r.ID, err)
+	}
+	if l.signer == nil {
+		return body, nil
+	}
+	if r.Sig, err = l.signer.Sign(append([]byte(SigningContext), body...)); err != nil {
+		return nil, fmt.Errorf("audit: sign record %s: %w", r.ID, err)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode record %s: %w", r.ID, err)
+	}
+	return data, nil
+}
+
+// signedPart splits a stored record into the bytes its signature covers
+// and the signature; ok is false when it carries no signature field.
+func signedPart(data []byte) (signed, sig []byte, ok bool) {
+	i := bytes.LastIndex(data, []byte(sigField))
+	if i < 0 || !bytes.HasSuffix(data, []byte(`"}`)) || i+len(sigField) > len(data)-2 {
+		return nil, nil, false
+	}
+	sig, err := base64.StdEncoding.DecodeString(string(data[i+len(sigField) : len(data)-2]))
+	if err != nil {
+		return nil, nil, false
+	}
+	signed = append(append([]byte(SigningContext), data[:i]...), '}')
+	return signed, sig, true
+}
+
+// head is what this Log knows of the last message on one subject. Its
+// mutex serialises the Log's appends there, so that they never race each
+// other for the same predecessor; other writers (bot replicas) are kept
+// in line by the server's expected-sequence check.
+type head struct {
+	mu     sync.Mutex
+	known  bool
+	seq    uint64 // 0: the subject holds no message
+	digest string
+}
+
+func (l *Log) head(subject string) *head {
+	l.headsMu.Lock()
+	defer l.headsMu.Unlock()
+	h, ok := l.heads[subject]
+	if !ok {
+		h = &head{}
+		l.heads[subject] = h
+	}
+	return h
+}
+
+// Retries of an append that lost the race for its predecessor: bounded,
+// with jitter so that two replicas that collided do not collide again.
+const (
+	appendAttempts    = 10
+	appendBackoffBase = 10 * time.Millisecond
+	appendBackoffMax  = time.Second
+)
+
+// appendChained publishes r on subject as the successor of the subject's
+// last message. A retried append (same ID) within the duplicate window is
+// answered as a duplicate by the server whatever the subject's last
+// message has become since (TestAuditAppendRetryAfterChainMoved), so it never
+// lands twice.
+func (l *Log) appendChained(ctx context.Context, subject string, r Record) error {
+	h := l.head(subject)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r.Chain = ChainVersion
+	for attempt := 1; ; attempt++ {
+		if !h.known {
+			seq, dig, err := l.lastOn(ctx, subject)
+			if err != nil {
+				return fmt.Errorf("audit: append record %s: read the last record of %s: %w", r.ID, subject, err)
+			}
+			h.known, h.seq, h.digest = true, seq, dig
+		}
+		r.PrevSeq, r.PrevDigest = h.seq, h.digest
+		data, err := l.encode(r)
+		if err != nil {
+			return err
+		}
+		// The expected stream guards against another stream capturing the
+		// subject, where the record would not enjoy the append-only settings.
+		ack, err := l.js.Publish(ctx, subject, data, jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(StreamName),
+			jetstream.WithExpectLastSequencePerSubject(h.seq))
+		switch {
+		case err == nil && ack.Duplicate:
+			// Landed before, under whatever predecessor it named then; what
+			// follows it now is unknown here.
+			h.known = false
+			return nil
+		case err == nil:
+			h.seq, h.digest = ack.Sequence, digest(data)
+			return nil
+		}
+		// A timeout may have landed the record: either way the head is
+		// no longer known.
+		h.known = false
+		if !isWrongLastSeq(err) || attempt == appendAttempts {
+			return fmt.Errorf("audit: append record %s (attempt %d): %w", r.ID, attempt, err)
+		}
+		t := time.NewTimer(jitter.Backoff(attempt, appendBackoffBase, appendBackoffMax))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("audit: append record %s: %w", r.ID, errors.Join(err, ctx.Err()))
+		case <-t.C:
+		}
+	}
+}
+
+// isWrongLastSeq: another writer appended on the subject since its last
+// message was read. Replicated streams answer 10164 instead of 10071.
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// msgGetSubject is the API the last message of a subject is read with
+// ($JS.API.STREAM.MSG.GET, the only read of the stream the agent's NATS
+// user is granted). bus connects with the default API prefix.
+const msgGetSubject = jetstream.DefaultAPIPrefix + "STREAM.MSG.GET." + StreamName
+
+// lastReadTimeout bounds reading the last message. A NATS user not
+// allowed to publish there gets no answer at all, only the wait.
+const lastReadTimeout = 5 * time.Second
+
+// lastOn returns the sequence and digest of the last message on subject;
+// 0 and "" when it holds none. It is jetstream.Stream's
+// GetLastMsgForSubject without the stream info that obtaining a Stream
+// costs (and that the agent may not read).
+func (l *Log) lastOn(ctx context.Context, subject string) (uint64, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, lastReadTimeout)
+	defer cancel()
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return 0, "", err
+	}
+	msg, err := l.js.Conn().RequestWithContext(ctx, msgGetSubject, req)
+	if err != nil {
+		return 0, "", fmt.Errorf("no answer on %s (may this NATS user publish there?): %w", msgGetSubject, err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Data    []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, "", fmt.Errorf("decode %s answer: %w", msgGetSubject, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, "", nil
+	case resp.Error != nil:
+		return 0, "", resp.Error
+	case resp.Message == nil || resp.Message.Subject != subject || resp.Message.Seq == 0:
+		return 0, "", fmt.Errorf("unexpected %s answer", msgGetSubject)
+	}
+	return resp.Message.Seq, digest(resp.Message.Data), nil
+}
