@@ -10,6 +10,8 @@ import (
 	"slices"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/hcpbot/hcpbot/audit"
 )
 
 // What the bot signs, each under its own context string, so that a
@@ -63,9 +65,21 @@ func NewEphemeralSigner() (*Signer, error) {
 // PublicKey is what agents list as trusted ("U…").
 func (s *Signer) PublicKey() string { return s.pub }
 
-// Sign signs data as it is. It is for the audit trail, which puts its own
-// context string in front; everything of this package goes through seal.
-func (s *Signer) Sign(data []byte) ([]byte, error) { return s.kp.Sign(data) }
+// ForAudit is the key as the audit trail signs its records with it: it
+// signs only what starts with audit.SigningContext, so no record can pass
+// for a proposal, a decision or a request.
+func (s *Signer) ForAudit() audit.Signer { return auditSigner{s} }
+
+type auditSigner struct{ s *Signer }
+
+func (a auditSigner) PublicKey() string { return a.s.pub }
+
+func (a auditSigner) Sign(input []byte) ([]byte, error) {
+	if !bytes.HasPrefix(input, []byte(audit.SigningContext)) {
+		return nil, errors.New("approval: the audit signer signs audit records only")
+	}
+	return a.s.kp.Sign(input)
+}
 
 // Seal is a signed value: Body is the JSON the signature covers, kept as
 // bytes so that what is verified is exactly what was signed.

@@ -128,6 +128,9 @@ type Appender interface {
 // Reader reads back the newest records.
 type Reader interface {
 	Recent(ctx context.Context, n int) ([]Record, error)
+	// Since reads every record from start on, of the subjects given (all
+	// when none), oldest first.
+	Since(ctx context.Context, start time.Time, subjects ...string) ([]Record, error)
 }
 
 // Log is the audit trail on JetStream. It is safe for concurrent use.

@@ -57,8 +57,8 @@ type Remediation struct {
 	ProposedAt, ApprovedAt  time.Time
 	// Approvals are every approval that counted, in order (ApprovedBy
 	// and ApprovedAt are the one that completed the decision).
-	Approvals []Approval
-	ExecutedAt              time.Time
+	Approvals  []Approval
+	ExecutedAt time.Time
 	// RolledBackBy and RolledBackAt are set once the fix was rolled back.
 	RolledBackBy string
 	RolledBackAt time.Time

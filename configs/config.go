@@ -278,6 +278,10 @@ type Approvals struct {
 	// public key in agent.trustedKeys. Required unless the file has an
 	// agent section (`hcpbot all`, which makes a key per process).
 	SigningKey SecretRef
+	// PreviousKeys are the public keys (U…) the bot signed with before a
+	// rotation: proposals, decisions and audit records they sealed still
+	// verify. Default: none.
+	PreviousKeys []string
 }
 
 // Digest is a scheduled summary posted to a channel.

@@ -523,6 +523,14 @@ func (d *decoder) approvals(n *yaml.Node, path string, a *Approvals) bool {
 				a.ProposalTTL = t
 			}
 		}},
+		{"previousKeys", func(v *yaml.Node, p string) {
+			d.uniqueStrings(v, p, &a.PreviousKeys, func(s string) string {
+				if !nkeys.IsValidPublicUserKey(s) {
+					return fmt.Sprintf("%q is not an nkeys user public key (U…, 56 characters)", s)
+				}
+				return ""
+			})
+		}},
 		{"signingKeyEnv", d.secretEnv(&a.SigningKey.Env)},
 		{"signingKeyFile", d.secretFile(&a.SigningKey.File)},
 	}, map[string]string{

@@ -396,7 +396,9 @@ func (exposer) Execute(_ context.Context, ch actions.Change) (*actions.Result, e
 	}, nil
 }
 
-func (exposer) Observe(context.Context, actions.Change) (*actions.Result, bool, error) { return nil, false, nil }
+func (exposer) Observe(context.Context, actions.Change) (*actions.Result, bool, error) {
+	return nil, false, nil
+}
 
 func (exposer) RecordEvent(context.Context, actions.Change, *actions.Result, actions.Actors) error {
 	return nil

@@ -223,6 +223,10 @@ func botNATSClient(cfg *configs.Config, sec *configs.Secrets, mode string) natsC
 	return nc
 }
 
+// auditVerifyEvery is how often the lease holder verifies the audit
+// trail: a full read, about 10 s per 100,000 signed records.
+const auditVerifyEvery = time.Hour
+
 // commandDrain bounds how long a stopping bot waits for running slash
 // commands and their delayed replies.
 const commandDrain = 5 * time.Second
@@ -264,10 +268,23 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return err
 	}
 	replicas := max(cfg.NATS.StreamReplicas, 1)
-	auditLog, err := audit.Open(ctx, conn.JS, audit.WithReplicas(replicas))
+	auditOpts := []audit.Option{audit.WithReplicas(replicas)}
+	var trusted []string // the keys bot records are signed with, now and before
+	if signer != nil {
+		// Records the bot writes are signed: whoever holds only its NATS
+		// credentials can append, not a record that verifies.
+		auditOpts = append(auditOpts, audit.WithSigner(signer.ForAudit()))
+		trusted = append([]string{signer.PublicKey()}, cfg.Approvals.PreviousKeys...)
+	}
+	auditLog, err := audit.Open(ctx, conn.JS, auditOpts...)
 	if err != nil {
 		return err
 	}
+	auditMetrics, err := audit.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	verifier := audit.NewVerifier(auditLog, audit.VerifyOptions{TrustedKeys: trusted}, auditMetrics, log)
 	silences, err := silence.NewStore(ctx, conn.JS, auditLog, silence.WithReplicas(replicas))
 	if err != nil {
 		return err
@@ -278,7 +295,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok
 	}
 	b := bot.New(bcfg, conn.JS, notifier, reg, log)
-	commands := &botcmd.Handler{Bot: b, Audit: auditLog, Silences: silences}
+	commands := &botcmd.Handler{Bot: b, Audit: auditLog, AuditVerifier: verifier, Silences: silences}
 	if n, isSlack := notifier.(*notify.Slack); isSlack {
 		commands.Delivery = n // `/hcp status` lists the channels Slack refuses
 	}
@@ -343,6 +360,9 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = lease.Run(ctx) })
+	// The lease holder checks the whole trail's chain (and signatures)
+	// every hour; hcpbot_audit_verify_problems says what it found.
+	wg.Go(func() { _ = verifier.Run(ctx, auditVerifyEvery, lease.Leader) })
 	wg.Go(func() {
 		if err := silences.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("silence watch stopped")
@@ -427,7 +447,7 @@ func newFlow(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, sig
 	out notify.Notifier, reg prometheus.Registerer, logger zerolog.Logger) (*approval.Flow, error) {
 	a := cfg.Approvals
 	fc := approval.Config{
-		Signer: signer, Trail: log, Replicas: max(cfg.NATS.StreamReplicas, 1), Log: logger, Registerer: reg,
+		Signer: signer, PreviousKeys: a.PreviousKeys, Trail: log, Replicas: max(cfg.NATS.StreamReplicas, 1), Log: logger, Registerer: reg,
 		Policy: approval.Policy{Approvers: a.Approvers, ApproverGroups: a.ApproverGroups, FourEyes: a.FourEyes, Approvals: a.Required, TTL: a.ProposalTTL},
 		Outcomes: func(ctx context.Context, p approval.Proposal) {
 			channel := p.Channel
