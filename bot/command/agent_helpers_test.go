@@ -205,7 +205,7 @@ func sentAtOnce(t *testing.T, what string, r chatops.Reply, took time.Duration, 
 	if took > atOnce {
 		t.Errorf("%s answered after %s, want within %s", what, took, atOnce)
 	}
-	for _, want := range []string{"approved by <@" + approver + ">", "and sent to the agent of " + source + ". It runs at most once", "The outcome will be posted"} {
+	for _, want := range []string{"approved by <@", "<@" + approver + "> and sent to the agent of " + source + ". It runs at most once", "The outcome will be posted"} {
 		if !strings.Contains(r.Text, want) {
 			t.Errorf("%s answered %q, want %q", what, r.Text, want)
 		}

@@ -389,3 +389,36 @@ func TestApproveAnswersWithinASecondAgentDown(t *testing.T) {
 	}
 	t.Logf("answered in %s; the outcome came %s after the agent started", a.took, call.Time.Sub(started))
 }
+
+// Under a policy of two approvals (approvals.required: 2), the first
+// approval by the proposal's button replaces the proposal with a message
+// that still carries its Approve and Reject buttons, for the second
+// approver; the incident button's first press says how many are still
+// needed. Nothing runs before the second approval; then the outcome
+// names both approvers.
+func TestTwoApprovalsKeepTheButtons(t *testing.T) {
+	e := newApprovals(t, "mgmt-1", func(c *approval.Config) { c.Policy.Approvals = 2 })
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Changes: e.approvals}
+	id, _ := e.propose(t, "mgmt-1")
+	r := press(c, approver1, chatops.ActionApprove, id)
+	if !strings.Contains(r.Text, "approved by <@"+approver1+"> (1 of 2 approvals): 1 more approver(s) needed") || !r.ReplaceOriginal ||
+		!slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + id, chatops.ActionReject + "=" + id}) {
+		t.Errorf("first approval: %q, replace %v, buttons %v", r.Text, r.ReplaceOriginal, buttons(r))
+	}
+	if r := press(c, approver1, chatops.ActionApprove, id); !strings.Contains(r.Text, "You already approved") || r.ReplaceOriginal {
+		t.Errorf("the same approver again: %+v", r)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if s := stateOf(t, e.flow, id); s != approval.StatePending || e.agent.calls() != 0 {
+		t.Fatalf("after one approval of two: %s, %d executions", s, e.agent.calls())
+	}
+	out := pressApprove(t, c, approver2, id, "mgmt-1").wait(t, "and applied")
+	if !strings.Contains(out.Text, "approved by <@"+approver1+"> and <@"+approver2+"> and applied") {
+		t.Errorf("outcome %q", out.Text)
+	}
+
+	r = e.approvals.ApproveFix(context.Background(), key("mgmt-1"), fix(), approver1)
+	if !strings.Contains(r.Text, "(1 of 3 approvals)") || !strings.Contains(r.Text, "2 more approvers are needed") {
+		t.Errorf("first press on the incident: %q", r.Text)
+	}
+}
