@@ -120,10 +120,11 @@ func (f *Flow) work(ctx context.Context) time.Duration {
 		fl.poll = min(2*fl.poll, maxPoll)
 		f.mu.Unlock()
 	}
-	wait := time.Hour
+	// fl.next is on the flow's clock, which need not be the machine's.
+	wait, now := time.Hour, f.now()
 	f.mu.Lock()
 	for _, fl := range f.inflight {
-		wait = min(wait, max(time.Until(fl.next), 0))
+		wait = min(wait, max(fl.next.Sub(now), 0))
 	}
 	f.mu.Unlock()
 	return wait

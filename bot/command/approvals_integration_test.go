@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
@@ -25,9 +25,11 @@ import (
 )
 
 // From Slack, signed: `expose` proposes; a stranger's Approve button
-// changes nothing; an approver's creates both Services on the real API
-// servers (ports and selectors lined up) and replaces the proposal;
-// `rollback` proposes the undo, whose approval deletes exactly them.
+// changes nothing; an approver's is answered at once (replacing the
+// proposal) and its outcome, posted later into the same conversation,
+// replaces that answer once the agent created both Services on the real
+// API servers (ports and selectors lined up); `rollback` proposes the
+// undo, whose approval deletes exactly them.
 func TestExposeApproveRollbackLive(t *testing.T) {
 	e := newLiveEnv(t)
 	ctx := context.Background()
@@ -47,14 +49,19 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 	if list, err := e.hosted.Kube.CoreV1().Services(appNS).List(ctx, metav1.ListOptions{LabelSelector: actions.LabelActionID + "=" + id}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("after a stranger's Approve: %d Services, %v", len(list.Items), err)
 	}
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StatePending {
-		t.Fatalf("after a stranger's Approve the proposal is %s", p.State)
+	if s := stateOf(t, e.flow, id); s != approval.StatePending {
+		t.Fatalf("after a stranger's Approve the proposal is %s", s)
 	}
 
-	// The approver's button: executed, the proposal message replaced.
-	call = e.slack.press(approver1, chatops.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
-	if txt := call.Form.Get("text"); !strings.Contains(txt, "and applied") || call.Form.Get("replace_original") != "true" {
-		t.Fatalf("approver's Approve answered %v", call.Form)
+	// The approver's button: answered at once, then executed; both
+	// replace the message that carried the button.
+	conv := e.slack.pressIn(approver1, chatops.ActionApprove, id)
+	if call := conv.approvedAtOnce(t, approver1, e.source); call.Form.Get("replace_original") != "true" {
+		t.Errorf("approver's Approve answered %v", call.Form)
+	}
+	call = conv.posted(func(s string) bool { return strings.Contains(s, "and applied") || strings.Contains(s, "not applied") })
+	if txt := call.Form.Get("text"); !strings.Contains(txt, "`"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied") || call.Form.Get("replace_original") != "true" {
+		t.Fatalf("approver's Approve: outcome %v", call.Form)
 	}
 	if got := buttonsOf(t, call.Form.Get("blocks")); !slices.Equal(got, []string{chatops.ActionRollback + "=" + id}) {
 		t.Errorf("result buttons %v", got)
@@ -108,9 +115,11 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 	if _, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, msvc.Name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("refused rollback removed the management Service: %v", err)
 	}
-	r := e.slack.command("approve "+rb, approver2, func(s string) bool { return strings.Contains(s, rb) })
-	if !strings.Contains(r, "rolled-back") || !strings.Contains(r, id+"` is now rolled back") {
-		t.Fatalf("rollback approval: %q", r)
+	a, c := e.slack.send("approve "+rb, approver2)
+	a.approvedAtOnce(t, approver2, e.source)
+	r := c.posted(func(s string) bool { return strings.Contains(s, rb) }).Form.Get("text")
+	if !strings.Contains(r, "approved by <@"+approver2+"> and rolled-back") || !strings.Contains(r, id+"` is now rolled back") {
+		t.Fatalf("rollback approval: outcome %q", r)
 	}
 	if _, err := e.hosted.Kube.CoreV1().Services(appNS).Get(ctx, hsvc.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("hosted Service after rollback: %v", err)
@@ -121,13 +130,14 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 	if _, err := e.hosted.Kube.CoreV1().Services(appNS).Get(ctx, "petclinic", metav1.GetOptions{}); err != nil {
 		t.Errorf("the app's own Service is gone: %v", err)
 	}
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StateRolledBack || p.RolledBackBy != approver2 {
+	if p, _ := e.flow.Get(ctx, id); p.State != approval.StateRolledBack || p.RolledBackBy != approver2 {
 		t.Errorf("original after rollback: %s by %q", p.State, p.RolledBackBy)
 	}
 
-	// The whole story is in the audit trail, and /hcp audit shows it.
+	// The whole story is in the audit trail, and /hcp audit shows it:
+	// each execution recorded by the bot and by the agent.
 	kinds := auditKinds(t, e.log)
-	if kinds[audit.KindProposed] != 2 || kinds[audit.KindApproved] != 2 || kinds[audit.KindExecuted] != 2 || kinds[audit.KindRolledBack] != 1 || kinds[audit.KindRefused] < 3 {
+	if kinds[audit.KindProposed] != 2 || kinds[audit.KindApproved] != 2 || kinds[audit.KindExecuted] != 4 || kinds[audit.KindRolledBack] != 1 || kinds[audit.KindRefused] < 3 {
 		t.Errorf("audit kinds %v", kinds)
 	}
 	if r := e.slack.command("audit 20", stranger, func(s string) bool { return strings.Contains(s, "audit entries") }); !strings.Contains(r, "rolled-back "+id) || !strings.Contains(r, "refused") {
@@ -136,7 +146,8 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 }
 
 // A HostedCluster edited between proposal and approval is not overwritten:
-// the agent refuses the stale proposal and the reply asks for a new one.
+// the agent refuses the stale proposal and the outcome, posted after the
+// immediate answer, asks for a new one.
 func TestNoProxyEditedBeforeApprovalLive(t *testing.T) {
 	e := newLiveEnv(t)
 	ctx := context.Background()
@@ -152,9 +163,11 @@ func TestNoProxyEditedBeforeApprovalLive(t *testing.T) {
 	if err := scenario.SetNoProxy(ctx, env.Dynamic, e.ns, "kv", edited); err != nil {
 		t.Fatal(err)
 	}
-	call := e.slack.press(approver1, chatops.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
-	if txt := call.Form.Get("text"); !strings.Contains(txt, "changed since the proposal") || !strings.Contains(txt, "fix noproxy "+e.cluster) {
-		t.Errorf("stale approval answered %q", txt)
+	conv := e.slack.pressIn(approver1, chatops.ActionApprove, id)
+	conv.approvedAtOnce(t, approver1, e.source)
+	call := conv.posted(func(s string) bool { return strings.Contains(s, "not applied") || strings.Contains(s, "and applied") })
+	if txt := call.Form.Get("text"); !strings.Contains(txt, "`"+id+"` was not applied: the HostedCluster changed since the proposal") || !strings.Contains(txt, "fix noproxy "+e.cluster) {
+		t.Errorf("stale approval: outcome %q", txt)
 	}
 	u, err := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(e.ns).Get(ctx, "kv", metav1.GetOptions{})
 	if err != nil {
@@ -163,14 +176,14 @@ func TestNoProxyEditedBeforeApprovalLive(t *testing.T) {
 	if got, _, _ := unstructured.NestedString(u.Object, "spec", "configuration", "proxy", "noProxy"); got != edited {
 		t.Errorf("noProxy %q, want the concurrent edit %q kept", got, edited)
 	}
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StateFailed {
-		t.Errorf("stale proposal is %s, want failed", p.State)
+	if s := stateOf(t, e.flow, id); s != approval.StateFailed {
+		t.Errorf("stale proposal is %s, want failed", s)
 	}
 }
 
 // From the seed 000 incident: the Approve button of the incident message,
 // pressed by two approvers (signed interaction payloads; four-eyes is on),
-// patches the HostedCluster's noProxy on the real API server so that it
+// is answered at once and then patches the HostedCluster's noProxy on the real API server so that it
 // holds `kubernetes` and the service CIDR and keeps every earlier entry,
 // and the audit trail records it. A non-approver's press changes nothing
 // and proposes nothing; the first approver's press alone changes nothing.
@@ -205,8 +218,14 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	if got := noProxy(); got != scenario.SeedNoProxy {
 		t.Fatalf("one approver's press changed noProxy to %q", got)
 	}
-	call = e.slack.press(approver2, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "approved by") })
+	conv := e.slack.pressIn(approver2, chatops.ActionApprove, inc.Key)
+	call = conv.approvedAtOnce(t, approver2, e.source)
 	t.Logf("approve answered: %s", call.Form.Get("text"))
+	call = conv.posted(func(s string) bool { return strings.Contains(s, "applied") || strings.Contains(s, "failed") })
+	t.Logf("outcome: %s", call.Form.Get("text"))
+	if txt := call.Form.Get("text"); !strings.Contains(txt, "(requested by <@"+approver1+">) approved by <@"+approver2+"> and applied") {
+		t.Errorf("outcome %q", txt)
+	}
 	got := noProxy()
 	entries := strings.Split(got, ",")
 	if !strings.HasPrefix(got, scenario.SeedNoProxy+",") || !slices.Contains(entries, "kubernetes") || !slices.Contains(entries, "172.31.0.0/16") {
@@ -231,7 +250,7 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	// two), and a second approver's would meet the agent's refusal to
 	// overwrite the changed HostedCluster.
 	e.slack.press(approver1, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
-	e.slack.press(approver2, chatops.ActionApprove, inc.Key, func(s string) bool {
+	e.slack.pressIn(approver2, chatops.ActionApprove, inc.Key).posted(func(s string) bool {
 		return strings.Contains(s, "not applied") || strings.Contains(s, "nothing to change")
 	})
 	if again := noProxy(); again != got {

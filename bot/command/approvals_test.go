@@ -7,15 +7,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -23,7 +22,7 @@ import (
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
-	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
+	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 )
 
 const (
@@ -35,24 +34,20 @@ const (
 
 var actionID = regexp.MustCompile(`act-[a-z2-7]{16}`)
 
-// fakeAgent answers action requests for source with answer, counting them.
-type fakeAgent struct {
-	calls  atomic.Int32
-	mu     sync.Mutex
-	last   actions.Change
-	answer func(req actions.Change) actions.Reply
-}
-
+// approvalsEnv is the approval path without a control plane: a bot
+// replica (its flow's loop running) and the agent of source (the real
+// approval.Serve) on one nats-server; the agent's executor is fake.
 type approvalsEnv struct {
 	approvals *command.Changes
-	store     *approval.Store
+	flow      *approval.Flow
 	log       *audit.Log
-	agent     *fakeAgent
+	agent     *fakeExecutor
+	signer    *approval.Signer
+	botJS     jetstream.JetStream
 	agentJS   jetstream.JetStream
-	verifier  *actions.Verifier
 }
 
-func newApprovals(t *testing.T, source string) *approvalsEnv {
+func newApprovals(t *testing.T, source string, mod ...func(*approval.Config)) *approvalsEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 	defer cancel()
@@ -70,29 +65,16 @@ func newApprovals(t *testing.T, source string) *approvalsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, verifier := agentKeys(t, agentConn.JS, source)
-	store, err := approval.NewStore(ctx, botConn.JS, log, approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true}, approval.WithSealer(signer))
+	signer, err := approval.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fa := &fakeAgent{answer: func(req actions.Change) actions.Reply {
-		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "added " + strings.Join(req.NoProxy.Add, ", "), Diff: "+ kubernetes"}}
-	}}
-	queue := ensureQueue(t, botConn.JS)
-	serveFake(t, agentConn.JS, source, func(data []byte) (actions.Reply, bool) {
-		fa.calls.Add(1)
-		req, _ := openRequest(t, verifier, data)
-		fa.mu.Lock()
-		fa.last = req
-		answer := fa.answer
-		fa.mu.Unlock()
-		// Slow enough that concurrent approvals overlap the dispatch.
-		time.Sleep(100 * time.Millisecond)
-		return answer(req), true
-	})
+	flow := runFlow(t, botConn.JS, signer, log, fourEyes(), mod...)
+	x := newFakeExecutor(applied)
+	serveAgent(t, agentConn.JS, source, signer, x)
 	return &approvalsEnv{
-		approvals: &command.Changes{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 10 * time.Second},
-		store:     store, log: log, agent: fa, agentJS: agentConn.JS, verifier: verifier,
+		approvals: &command.Changes{Flow: flow, Audit: log, Log: natstest.Logger(t)},
+		flow:      flow, log: log, agent: x, signer: signer, botJS: botConn.JS, agentJS: agentConn.JS,
 	}
 }
 
@@ -110,7 +92,12 @@ func fix() *diagnose.Fix {
 // propose returns the id the proposal reply names.
 func (e *approvalsEnv) propose(t *testing.T, source string, add ...string) (string, chatops.Reply) {
 	t.Helper()
-	r := e.approvals.ProposeNoProxy(context.Background(), key(source), fix(), add, requester)
+	return proposeWith(t, e.approvals, source, add...)
+}
+
+func proposeWith(t *testing.T, c *command.Changes, source string, add ...string) (string, chatops.Reply) {
+	t.Helper()
+	r := c.ProposeNoProxy(context.Background(), key(source), fix(), add, requester)
 	id := actionID.FindString(r.Text)
 	if id == "" {
 		t.Fatalf("no action id in the proposal reply: %s", r.Text)
@@ -118,10 +105,20 @@ func (e *approvalsEnv) propose(t *testing.T, source string, add ...string) (stri
 	return id, r
 }
 
+// approve approves id as user in conversation l and returns the answer
+// and how long it took.
+func (e *approvalsEnv) approve(id, user string, l *later) (chatops.Reply, time.Duration) {
+	start := time.Now()
+	r := e.approvals.Approve(l.ctx(), id, user)
+	return r, time.Since(start)
+}
+
 // A proposal carries the fix and the user's extra entries, names its
-// source and says how to approve; of two concurrent approvals exactly one
-// dispatches, after the refusals of the requester (four-eyes) and of a
-// stranger.
+// source and says how to approve. The requester (four-eyes) and a
+// stranger are refused and nothing is approved. Of two concurrent
+// approvals exactly one wins: it is answered at once (approver, agent),
+// the other is told it is decided; the agent runs the change once, and
+// the outcome comes later into the winner's conversation only.
 func TestApprovalsProposeApprove(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	ctx := context.Background()
@@ -134,108 +131,109 @@ func TestApprovalsProposeApprove(t *testing.T) {
 	if !r.InChannel {
 		t.Error("the proposal is not shown to the channel, where approvers see it")
 	}
-	p, err := e.store.Get(ctx, id)
+	p, err := e.flow.Get(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Source != "mgmt-1" || p.RequestedBy != requester || p.Request.NoProxy.Expected != fix().Before ||
-		!slices.Equal(p.Request.NoProxy.Add, []string{"kubernetes", "172.31.0.0/16", "example.com"}) ||
-		p.Request.Cluster != (actions.ClusterRef{Namespace: "clusters", Name: "c1"}) {
+	if p.Source != "mgmt-1" || p.RequestedBy != requester || p.Change.NoProxy.Expected != fix().Before ||
+		!slices.Equal(p.Change.NoProxy.Add, []string{"kubernetes", "172.31.0.0/16", "example.com"}) ||
+		p.Change.Cluster != (actions.ClusterRef{Namespace: "clusters", Name: "c1"}) {
 		t.Fatalf("stored proposal: %+v", p)
 	}
 
 	for user, want := range map[string]string{requester: "Four-eyes", stranger: "not allowed"} {
-		if r := e.approvals.Approve(ctx, id, user); !strings.Contains(r.Text, want) {
+		if r, _ := e.approve(id, user, &later{}); !strings.Contains(r.Text, want) {
 			t.Errorf("approve by %s: %q, want %q", user, r.Text, want)
 		}
 	}
-	if n := e.agent.calls.Load(); n != 0 {
-		t.Fatalf("refused approvals dispatched %d times", n)
+	if s := stateOf(t, e.flow, id); s != approval.StatePending || e.agent.calls() != 0 {
+		t.Fatalf("after refused approvals: %s, %d executions", s, e.agent.calls())
 	}
 
 	replies := make([]chatops.Reply, 2)
+	took := make([]time.Duration, 2)
+	convs := []*later{{}, {}}
 	var wg sync.WaitGroup
 	for i, user := range []string{approver1, approver2} {
-		wg.Go(func() { replies[i] = e.approvals.Approve(ctx, id, user) })
+		wg.Go(func() { replies[i], took[i] = e.approve(id, user, convs[i]) })
 	}
 	wg.Wait()
-	if n := e.agent.calls.Load(); n != 1 {
-		t.Fatalf("two concurrent approvals dispatched %d times, want 1", n)
-	}
-	var applied, decided int
-	for _, r := range replies {
+	winner := -1
+	for i, r := range replies {
 		switch {
-		case strings.Contains(r.Text, "and applied"):
-			applied++
-		case strings.Contains(r.Text, "already decided"):
-			decided++
+		case strings.Contains(r.Text, "sent to the agent"):
+			winner = i
+		case !strings.Contains(r.Text, "already decided"):
+			t.Errorf("concurrent approval answered %q", r.Text)
 		}
 	}
-	if applied != 1 || decided != 1 {
-		t.Errorf("replies: %q and %q; want one applied and one already decided", replies[0].Text, replies[1].Text)
+	if winner < 0 || strings.Contains(replies[1-winner].Text, "sent to the agent") {
+		t.Fatalf("replies %q and %q; want one sent to the agent and one already decided", replies[0].Text, replies[1].Text)
 	}
-	e.agent.mu.Lock()
-	sent := e.agent.last
-	e.agent.mu.Unlock()
-	if sent.ID != id || sent.RequestedBy != requester || !slices.Equal(sent.NoProxy.Add, p.Request.NoProxy.Add) {
-		t.Errorf("agent got %+v, want the proposal's request", sent)
+	by := []string{approver1, approver2}[winner]
+	sentAtOnce(t, "the winning approval", replies[winner], took[winner], by, "mgmt-1")
+	outcome := convs[winner].wait(t, "and applied")
+	if want := "`" + id + "` (requested by <@" + requester + ">) approved by <@" + by + "> and applied: added kubernetes, 172.31.0.0/16, example.com"; !strings.HasPrefix(outcome.Text, want) || !outcome.InChannel {
+		t.Errorf("outcome %q, want %q", outcome.Text, want)
 	}
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StateExecuted || p.Result == nil || p.Result.Outcome != actions.OutcomeApplied {
+	if sent := e.agent.lastChange(); sent.ID != id || sent.RequestedBy != requester || !slices.Equal(sent.NoProxy.Add, p.Change.NoProxy.Add) {
+		t.Errorf("agent ran %+v, want the proposal's change", sent)
+	}
+	if p, _ := e.flow.Get(ctx, id); p.State != approval.StateExecuted || p.Result == nil || p.Result.Outcome != actions.OutcomeApplied {
 		t.Errorf("proposal after approval: %+v", p)
 	}
-	if r := e.approvals.Approve(ctx, id, approver1); !strings.Contains(r.Text, "already decided") {
+	if r, _ := e.approve(id, approver1, &later{}); !strings.Contains(r.Text, "already decided: it is executed") {
 		t.Errorf("late approve: %q", r.Text)
 	}
-	if r := e.approvals.Approve(ctx, "act-aaaaaaaaaaaaaaaa", approver1); !strings.Contains(r.Text, "no proposal") {
+	if r, _ := e.approve("act-aaaaaaaaaaaaaaaa", approver1, &later{}); !strings.Contains(r.Text, "no proposal") {
 		t.Errorf("unknown id: %q", r.Text)
 	}
-	if n := e.agent.calls.Load(); n != 1 {
-		t.Errorf("dispatched %d times in all, want 1", n)
+	time.Sleep(1500 * time.Millisecond) // a sweep of the loop: nothing is sent again
+	if n := e.agent.calls(); n != 1 {
+		t.Errorf("executed %d times in all, want 1", n)
 	}
-	recs, err := e.log.Recent(ctx, 50)
-	if err != nil {
-		t.Fatal(err)
+	if n := len(convs[1-winner].all()); n != 0 {
+		t.Errorf("the refused approval's conversation got %d later replies", n)
 	}
-	kinds := map[audit.Kind]int{}
-	for _, r := range recs {
-		kinds[r.Kind]++
-	}
-	if kinds[audit.KindProposed] != 1 || kinds[audit.KindApproved] != 1 || kinds[audit.KindExecuted] != 1 || kinds[audit.KindRefused] < 3 {
+	// The bot records the execution, and so does the agent on its own
+	// subject.
+	kinds := auditKinds(t, e.log)
+	if kinds[audit.KindProposed] != 1 || kinds[audit.KindApproved] != 1 || kinds[audit.KindExecuted] != 2 || kinds[audit.KindRefused] < 3 {
 		t.Errorf("audit kinds: %v", kinds)
 	}
 }
 
-// The agent's error codes come back as sentences: a conflict asks for a
-// new proposal; without an agent the request is queued.
+// The agent's failures come back as sentences in the approving
+// conversation: a conflict asks for a new proposal. Without an agent the
+// approval is answered all the same, and the proposal stays approved.
 func TestApprovalsFailures(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
-	ctx := context.Background()
-	e.agent.mu.Lock()
-	e.agent.answer = func(actions.Change) actions.Reply {
-		return actions.Reply{Code: actions.CodeConflict, Error: "conflict: HostedCluster clusters/c1 noProxy is now x"}
-	}
-	e.agent.mu.Unlock()
+	e.agent.setAnswer(func(actions.Change) (*actions.Result, error) {
+		return nil, fmt.Errorf("%w: HostedCluster clusters/c1 noProxy is now x", actions.ErrConflict)
+	})
 	id, _ := e.propose(t, "mgmt-1")
-	r := e.approvals.Approve(ctx, id, approver1)
-	if !strings.Contains(r.Text, "the HostedCluster changed since the proposal; propose again with `/hcp fix noproxy clusters/c1`") {
-		t.Errorf("conflict reply: %q", r.Text)
+	var conv later
+	r, took := e.approve(id, approver1, &conv)
+	sentAtOnce(t, "approval", r, took, approver1, "mgmt-1")
+	if got := conv.wait(t, "not applied"); !strings.Contains(got.Text, "`"+id+"` was not applied: the HostedCluster changed since the proposal; propose again with `/hcp fix noproxy clusters/c1`") {
+		t.Errorf("conflict outcome: %q", got.Text)
 	}
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StateFailed {
-		t.Errorf("state after conflict: %s", p.State)
+	if s := stateOf(t, e.flow, id); s != approval.StateFailed {
+		t.Errorf("state after conflict: %s", s)
 	}
 
-	// No agent: queued, not an error; it stays approved.
+	// No agent: answered at once; it stays approved and nothing follows.
 	id, _ = e.propose(t, "mgmt-nobody")
-	r = e.approvals.Approve(ctx, id, approver1)
-	if !strings.Contains(r.Text, "queued: the agent of mgmt-nobody has not picked it up yet") {
-		t.Errorf("no agent: %q", r.Text)
-	}
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StateApproved {
-		t.Errorf("state while queued: %s", p.State)
+	var none later
+	r, took = e.approve(id, approver1, &none)
+	sentAtOnce(t, "approval with no agent", r, took, approver1, "mgmt-nobody")
+	time.Sleep(1500 * time.Millisecond)
+	if s := stateOf(t, e.flow, id); s != approval.StateApproved || len(none.all()) != 0 {
+		t.Errorf("with no agent: %s, later replies %v", s, none.all())
 	}
 
 	// An extra entry the executor would refuse is never proposed.
-	r = e.approvals.ProposeNoProxy(ctx, key("mgmt-1"), fix(), []string{"*"}, requester)
+	r = e.approvals.ProposeNoProxy(context.Background(), key("mgmt-1"), fix(), []string{"*"}, requester)
 	if !strings.Contains(r.Text, "Cannot propose") || actionID.MatchString(r.Text) {
 		t.Errorf("wildcard proposal: %q", r.Text)
 	}
@@ -253,90 +251,174 @@ func TestApprovalsReject(t *testing.T) {
 	if r := e.approvals.Reject(ctx, id, "wrong cluster, see http://u:hunter2@proxy:3128", requester); !strings.Contains(r.Text, "rejected by") || strings.Contains(r.Text, "hunter2") {
 		t.Errorf("reject: %q", r.Text)
 	}
-	if r := e.approvals.Approve(ctx, id, approver1); !strings.Contains(r.Text, "already decided: it is rejected") {
+	if r, _ := e.approve(id, approver1, &later{}); !strings.Contains(r.Text, "already decided: it is rejected") {
 		t.Errorf("approve after reject: %q", r.Text)
 	}
-	if n := e.agent.calls.Load(); n != 0 {
-		t.Errorf("dispatched %d times", n)
-	}
-}
-
-// A request nobody picks up is answered "queued", not as an error, and
-// stays approved; when the agent comes, it runs once and the outcome is
-// posted into the same conversation (chatops.Later), replacing the
-// message that said "queued", and recorded.
-func TestApprovalQueuedUntilAgentComes(t *testing.T) {
-	e := newApprovals(t, "mgmt-1")
-	e.approvals.Timeout = time.Second
-	var later syncbuf.Buffer
-	ctx := chatops.WithLater(context.Background(), func(r chatops.Reply) {
-		_, _ = later.Write([]byte(fmt.Sprintf("replace=%v %s\n", r.ReplaceOriginal, r.Text)))
-	})
-	id, _ := e.propose(t, "mgmt-late")
-	// The proposal's Approve button.
-	cmds := &command.Handler{Bot: botKnowing(t), Changes: e.approvals}
-	r := cmds.HandleAction(ctx, chatops.ActionRequest{Origin: chatops.Origin{UserID: approver1}, ActionID: chatops.ActionApprove, Value: id})
-	if !strings.Contains(r.Text, "approved by <@"+approver1+"> and queued: the agent of mgmt-late has not picked it up yet. The result will be posted here.") || !r.ReplaceOriginal {
-		t.Fatalf("queued reply: %+v", r)
-	}
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StateApproved {
-		t.Fatalf("state while queued: %s", p.State)
-	}
-	var runs atomic.Int32
-	serveFake(t, e.agentJS, "mgmt-late", func(data []byte) (actions.Reply, bool) {
-		v := *e.verifier
-		v.Source = "mgmt-late"
-		req, _ := openRequest(t, &v, data)
-		runs.Add(1)
-		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "added late"}}, true
-	})
-	testenv.Eventually(t, natstest.Timeout, "the outcome posted later", func() bool {
-		// It replaces the message that said "queued".
-		return strings.Contains(later.String(), "replace=true `"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied: added late")
-	})
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StateExecuted || p.Result == nil {
-		t.Errorf("state after the result: %s", p.State)
-	}
-	if n := runs.Load(); n != 1 {
+	time.Sleep(1500 * time.Millisecond)
+	if n := e.agent.calls(); n != 0 {
 		t.Errorf("executed %d times", n)
 	}
 }
 
-// An approval whose request never got out (the bot died right after
-// storing it) is sent by the recovery sweep, which two replicas run at
-// once, and executed exactly once; its outcome is recorded. One approved
-// too long ago for its deadline is marked failed without being sent.
-func TestRecoverySendsApprovedRequests(t *testing.T) {
+// The proposal's Approve button while no agent of its cluster runs: it
+// is answered at once, replacing the proposal, and the proposal stays
+// approved; when the agent comes, the change runs once and the outcome
+// replaces that answer in the same conversation (chatops.Later).
+func TestApprovalQueuedUntilAgentComes(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	var conv later
+	id, _ := e.propose(t, "mgmt-late")
+	cmds := &command.Handler{Bot: botKnowing(t), Changes: e.approvals}
+	start := time.Now()
+	r := cmds.HandleAction(conv.ctx(), chatops.ActionRequest{Origin: chatops.Origin{UserID: approver1}, ActionID: chatops.ActionApprove, Value: id})
+	sentAtOnce(t, "the Approve button", r, time.Since(start), approver1, "mgmt-late")
+	if !strings.Contains(r.Text, "The outcome will be posted here.") || !r.ReplaceOriginal {
+		t.Errorf("answer %+v: want it to replace the proposal and promise the outcome here", r)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if s := stateOf(t, e.flow, id); s != approval.StateApproved || len(conv.all()) != 0 {
+		t.Fatalf("while no agent runs: %s, later replies %v", s, conv.all())
+	}
+	late := newFakeExecutor(func(ch actions.Change) (*actions.Result, error) {
+		return &actions.Result{ActionID: ch.ID, Type: ch.Type, Outcome: actions.OutcomeApplied, Summary: "added late"}, nil
+	})
+	serveAgent(t, e.agentJS, "mgmt-late", e.signer, late)
+	got := conv.wait(t, "and applied")
+	if want := "`" + id + "` (requested by <@" + requester + ">) approved by <@" + approver1 + "> and applied: added late"; !strings.HasPrefix(got.Text, want) || !got.ReplaceOriginal {
+		t.Errorf("outcome %+v, want %q replacing the answer", got, want)
+	}
+	if p, _ := e.flow.Get(context.Background(), id); p.State != approval.StateExecuted || p.Result == nil {
+		t.Errorf("state after the outcome: %s", p.State)
+	}
+	if n := late.runsOf(id); n != 1 {
+		t.Errorf("executed %d times", n)
+	}
+}
+
+// An approval whose request never got out (its replica died right after
+// the approval) is sent by the loop of the other replicas, two of them
+// sweeping at once, executed exactly once and its outcome recorded and
+// posted once. One approved too long ago for its deadline is marked
+// failed, posted as not picked up, and never sent.
+func TestRecoverySendsApprovedRequests(t *testing.T) {
+	var posted later
+	outcomes := func(c *approval.Config) {
+		c.Outcomes = func(_ context.Context, p approval.Proposal) { posted.add(command.Outcome(p)) }
+	}
+	e := newApprovals(t, "mgmt-1", outcomes)
+	runFlow(t, e.botJS, e.signer, e.log, fourEyes(), outcomes) // a second replica
+	ctx := context.Background()
+	dying := openFlow(t, e.botJS, e.signer, e.log, fourEyes())
 	id, _ := e.propose(t, "mgmt-1")
-	// What a bot killed between the approval and the send leaves behind.
-	if _, err := e.store.Approve(ctx, id, approver1, time.Now()); err != nil {
+	if _, err := dying.Approve(ctx, id, approver1); err != nil {
 		t.Fatal(err)
 	}
-	old, _ := e.propose(t, "mgmt-1")
-	if _, err := e.store.Approve(ctx, old, approver1, time.Now().Add(-actions.QueueHorizon-actions.ResultGrace-time.Minute)); err != nil {
+	// Approved by a replica whose clock said it was long ago.
+	past := openFlow(t, e.botJS, e.signer, e.log, fourEyes(), func(c *approval.Config) {
+		c.Now = func() time.Time { return time.Now().Add(-approval.QueueHorizon - approval.ResultGrace - time.Minute) }
+	})
+	old, _ := proposeWith(t, &command.Changes{Flow: past}, "mgmt-1")
+	if _, err := past.Approve(ctx, old, approver1); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	for range 2 {
-		// Another replica: its own Approvals on the same store and queue.
-		a := &command.Changes{Store: e.store, Audit: e.log, Queue: e.approvals.Queue, Signer: e.approvals.Signer}
-		wg.Go(func() { _ = a.RunRecovery(ctx, 200*time.Millisecond) })
+
+	done := posted.wait(t, "`"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied")
+	late := posted.wait(t, "`"+old+"` is approved but no agent of mgmt-1 picked it up before")
+	t.Logf("posted:\n%s\n%s", done.Text, late.Text)
+	if s := stateOf(t, e.flow, id); s != approval.StateExecuted {
+		t.Errorf("%s is %s", id, s)
 	}
-	testenv.Eventually(t, natstest.Timeout, "the approved action executed and recorded", func() bool {
-		p, _ := e.store.Get(ctx, id)
-		return p.State == approval.StateExecuted
+	if p, _ := e.flow.Get(ctx, old); p.State != approval.StateFailed || p.Code != approval.CodeNoAnswer {
+		t.Errorf("%s is %s (%s)", old, p.State, p.Code)
+	}
+	time.Sleep(2 * time.Second) // more sweeps of both replicas
+	if n := e.agent.runsOf(id); n != 1 {
+		t.Errorf("the agent ran %s %d times, want 1", id, n)
+	}
+	if _, sent := agentAnswer(t, e.botJS, "mgmt-1", old); sent || e.agent.runsOf(old) != 0 {
+		t.Errorf("%s past its deadline reached the agent", old)
+	}
+	n := 0
+	for _, r := range posted.all() {
+		if strings.HasPrefix(r.Text, "`"+id+"`") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the outcome of %s was posted %d times, want once", id, n)
+	}
+	testenv.Eventually(t, natsWait, "both outcomes audited", func() bool {
+		kinds := auditKinds(t, e.log)
+		return kinds[audit.KindFailed] == 1 && kinds[audit.KindExecuted] == 2
 	})
-	testenv.Eventually(t, natstest.Timeout, "the one past its deadline marked failed", func() bool {
-		p, _ := e.store.Get(ctx, old)
-		return p.State == approval.StateFailed && strings.Contains(p.Reason, "not picked up")
-	})
-	time.Sleep(time.Second) // a few more sweeps of both replicas
-	cancel()
-	wg.Wait()
-	if n := e.agent.calls.Load(); n != 1 {
-		t.Errorf("the agent ran %d requests, want 1", n)
+}
+
+// `/hcp approve` through the signed Slack front while no agent of the
+// proposal's management cluster runs: the HTTP answer comes within a
+// second, naming the approver and the agent, and nothing runs; once an
+// agent starts, the outcome arrives in the same conversation (the
+// command's response_url).
+func TestApproveAnswersWithinASecondAgentDown(t *testing.T) {
+	e := newApprovals(t, "mgmt-1")
+	id, _ := e.propose(t, "mgmt-down")
+	front := newSlackFront(t, &command.Handler{Bot: botKnowing(t), Changes: e.approvals})
+	a, conv := front.send("approve "+id, approver1)
+	a.approvedAtOnce(t, approver1, "mgmt-down")
+	if !strings.Contains(a.Text, "The outcome will be posted here.") {
+		t.Errorf("answer %q does not promise the outcome here", a.Text)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	for _, c := range front.rec.CallsTo(slackrec.MethodResponseURL) {
+		if c.Channel == conv.rch {
+			t.Errorf("posted while no agent runs: %q", c.Form.Get("text"))
+		}
+	}
+	if s := stateOf(t, e.flow, id); s != approval.StateApproved {
+		t.Fatalf("while no agent runs: %s", s)
+	}
+
+	x := newFakeExecutor(applied)
+	started := time.Now()
+	serveAgent(t, e.agentJS, "mgmt-down", e.signer, x)
+	call := conv.posted(outcomeOf(id))
+	if want := "`" + id + "` (requested by <@" + requester + ">) approved by <@" + approver1 + "> and applied: added kubernetes, 172.31.0.0/16"; !strings.HasPrefix(call.Form.Get("text"), want) {
+		t.Errorf("outcome %q, want %q", call.Form.Get("text"), want)
+	}
+	if n := x.runsOf(id); n != 1 || stateOf(t, e.flow, id) != approval.StateExecuted {
+		t.Errorf("executed %d times; %s", n, stateOf(t, e.flow, id))
+	}
+	t.Logf("answered in %s; the outcome came %s after the agent started", a.took, call.Time.Sub(started))
+}
+
+// Under a policy of two approvals (approvals.required: 2), the first
+// approval by the proposal's button replaces the proposal with a message
+// that still carries its Approve and Reject buttons, for the second
+// approver; the incident button's first press says how many are still
+// needed. Nothing runs before the second approval; then the outcome
+// names both approvers.
+func TestTwoApprovalsKeepTheButtons(t *testing.T) {
+	e := newApprovals(t, "mgmt-1", func(c *approval.Config) { c.Policy.Approvals = 2 })
+	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Changes: e.approvals}
+	id, _ := e.propose(t, "mgmt-1")
+	r := press(c, approver1, chatops.ActionApprove, id)
+	if !strings.Contains(r.Text, "approved by <@"+approver1+"> (1 of 2 approvals): 1 more approver(s) needed") || !r.ReplaceOriginal ||
+		!slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + id, chatops.ActionReject + "=" + id}) {
+		t.Errorf("first approval: %q, replace %v, buttons %v", r.Text, r.ReplaceOriginal, buttons(r))
+	}
+	if r := press(c, approver1, chatops.ActionApprove, id); !strings.Contains(r.Text, "You already approved") || r.ReplaceOriginal {
+		t.Errorf("the same approver again: %+v", r)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if s := stateOf(t, e.flow, id); s != approval.StatePending || e.agent.calls() != 0 {
+		t.Fatalf("after one approval of two: %s, %d executions", s, e.agent.calls())
+	}
+	out := pressApprove(t, c, approver2, id, "mgmt-1").wait(t, "and applied")
+	if !strings.Contains(out.Text, "approved by <@"+approver1+"> and <@"+approver2+"> and applied") {
+		t.Errorf("outcome %q", out.Text)
+	}
+
+	r = e.approvals.ApproveFix(context.Background(), key("mgmt-1"), fix(), approver1)
+	if !strings.Contains(r.Text, "(1 of 3 approvals)") || !strings.Contains(r.Text, "2 more approvers are needed") {
+		t.Errorf("first press on the incident: %q", r.Text)
 	}
 }

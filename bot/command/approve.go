@@ -34,9 +34,11 @@ func (a *Changes) Approve(ctx context.Context, id, user string, opts ...approval
 	case err != nil:
 		return chatops.Reply{Text: fmt.Sprintf("Could not approve `%s`: %s", esc(id), errText(err))}
 	case p.State == approval.StatePending:
+		// With the proposal's buttons: on a button press this replaces
+		// the proposal, and the next approver presses Approve there.
 		need := p.Needed()
-		return chatops.Reply{Text: fmt.Sprintf("`%s`%s approved by %s (%d of %d approvals): %d more approver(s) needed — press Approve or `/hcp approve %s`.",
-			esc(id), requestedBy(p), mention(user), len(p.Approvers), need, need-len(p.Approvers), esc(id)), InChannel: true}
+		return proposalReply(p.ID, fmt.Sprintf("`%s`%s approved by %s (%d of %d approvals): %d more approver(s) needed — press Approve or `/hcp approve %s`.",
+			esc(id), requestedBy(p), mention(user), len(p.Approvers), need, need-len(p.Approvers), esc(id)))
 	}
 	then := "The outcome will be posted here."
 	if later == nil {

@@ -11,36 +11,24 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/chaosreport"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
 
-// authClock is a settable clock shared by the Store and the test.
-type authClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *authClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *authClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // Every way of deciding a change one must not decide — a non-approver, the
 // requester under four-eyes, an expired proposal, another cluster's action
-// id, a replayed approve of an executed action (also concurrent), a reject
-// after the approve, an approve after a reject, an id that does not exist
-// — is refused, runs nothing on the agent (action requests counted on
-// NATS), and is audited as a refusal. Only the legitimate approvals run,
-// each once.
+// id, a replayed approve of an executed action (also concurrent, on two
+// replicas), a reject after the approve, an approve after a reject, an id
+// that does not exist — is refused, runs nothing on the agent (the real
+// approval.Serve; its executor counts what it is asked to run), and is
+// audited as a refusal. Only the legitimate approvals run, each once.
 func TestChaosAuthorisation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -55,76 +43,52 @@ func TestChaosAuthorisation(t *testing.T) {
 		return c
 	}
 	botConn, agentConn := connect("bot"), connect("agent")
-	clk := &authClock{t: time.Now().UTC()}
 	alog, err := audit.Open(ctx, botConn.JS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ttl = time.Minute
-	signer, verifier := agentKeys(t, agentConn.JS, source)
-	store, err := approval.NewStore(ctx, botConn.JS, alog,
-		approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true, TTL: ttl}, approval.WithClock(clk.Now), approval.WithSealer(signer))
+	signer, err := approval.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
+	const ttl = time.Minute
+	pol := fourEyes()
+	pol.TTL = ttl
+	// Two bot replicas, as deployed; the second only takes part in the
+	// concurrent replays.
+	replicas := []*approval.Flow{runFlow(t, botConn.JS, signer, alog, pol), runFlow(t, botConn.JS, signer, alog, pol)}
+	flow := replicas[0]
+	// A replica whose clock is a TTL behind: what it proposes is expired.
+	behind := openFlow(t, botConn.JS, signer, alog, pol, func(c *approval.Config) {
+		c.Now = func() time.Time { return time.Now().Add(-ttl - time.Second) }
+	})
 
-	// The agent's side: every action request is counted, by action id.
-	var executed atomic.Int64
-	var perIDMu sync.Mutex
-	perID := map[string]int{}
-	queue := ensureQueue(t, botConn.JS)
-	serveFake(t, agentConn.JS, source, func(data []byte) (actions.Reply, bool) {
-		req, ok := openRequest(t, verifier, data)
-		if !ok {
-			return actions.Reply{}, false
-		}
-		executed.Add(1)
-		perIDMu.Lock()
-		perID[req.ID]++
-		perIDMu.Unlock()
-		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "applied"}}, true
+	// The agent's side: every execution is counted, by action id.
+	x := newFakeExecutor(func(ch actions.Change) (*actions.Result, error) {
+		return &actions.Result{ActionID: ch.ID, Type: ch.Type, Outcome: actions.OutcomeApplied, Summary: "applied"}, nil
 	})
-	approvals := &command.Changes{Store: store, Audit: alog, Queue: queue, Signer: signer, Timeout: 20 * time.Second}
-	// The same queueing the bot does, for the one refusal the bot's
-	// Approve has no parameter for (the cluster the decision came from).
-	dispatch := approval.DispatcherFunc(func(ctx context.Context, p approval.Proposal) (actions.Result, error) {
-		att, err := p.Attestation()
-		if err != nil {
-			return actions.Result{}, err
-		}
-		data, err := signer.Seal(p.Request, att, time.Now())
-		if err != nil {
-			return actions.Result{}, err
-		}
-		if err := queue.Send(ctx, p.Source, p.ID, data); err != nil {
-			return actions.Result{}, err
-		}
-		r, err := queue.Wait(ctx, p.Source, p.ID)
-		if err != nil {
-			return actions.Result{}, err
-		}
-		if r.Result == nil {
-			return actions.Result{}, r.Err()
-		}
-		return *r.Result, r.Err()
-	})
+	serveAgent(t, agentConn.JS, source, signer, x)
+	approvals := &command.Changes{Flow: flow, Audit: alog}
 
 	clusterKey := func(name string) diagnose.Key {
 		return diagnose.Key{Source: source, Cluster: event.ClusterRef{Namespace: "clusters", Name: name}}
 	}
-	propose := func(t *testing.T, cluster string) string {
+	proposeOn := func(t *testing.T, c *command.Changes, cluster string) string {
 		t.Helper()
 		f := &diagnose.Fix{Kind: "noproxy", Target: "HostedCluster/clusters/" + cluster, Before: ".cluster.local", Add: []string{"kubernetes"}}
-		r := approvals.ProposeNoProxy(ctx, clusterKey(cluster), f, nil, requester)
+		r := c.ProposeNoProxy(ctx, clusterKey(cluster), f, nil, requester)
 		id := actionID.FindString(r.Text)
 		if id == "" {
 			t.Fatalf("no action id in the proposal reply: %s", r.Text)
 		}
 		return id
 	}
-	approve := func(id, user string) error {
-		_, err := approval.ApproveAndRun(ctx, store, dispatch, id, user)
-		return err
+	propose := func(t *testing.T, cluster string) string { return proposeOn(t, approvals, cluster) }
+	// executed waits for the outcome of a legitimate approval of id, so
+	// that its one execution is counted before the attacks on it.
+	executed := func(t *testing.T, id string) {
+		t.Helper()
+		testenv.Eventually(t, natsWait, id+" executed", func() bool { return stateOf(t, flow, id) == approval.StateExecuted })
 	}
 	// refusedRecords counts the audit's refusals of id by user whose reason
 	// cites want.
@@ -153,6 +117,10 @@ func TestChaosAuthorisation(t *testing.T) {
 	viaBotReject := func(id, user string) (string, error) {
 		return approvals.Reject(ctx, id, "changed my mind", user).Text, nil
 	}
+	viaFlow := func(id, user string) (string, error) {
+		_, err := flow.Approve(ctx, id, user)
+		return "", err
+	}
 	type row struct {
 		name string
 		// setup proposes (and possibly decides legitimately) and returns
@@ -166,28 +134,28 @@ func TestChaosAuthorisation(t *testing.T) {
 		{name: "own request under four-eyes", setup: func(t *testing.T) (string, int) { return propose(t, "c1"), 0 },
 			attempts: []attempt{{requester, approval.ErrOwnRequest, viaBotApprove}}},
 		{name: "expired", setup: func(t *testing.T) (string, int) {
-			id := propose(t, "c1")
-			clk.Add(ttl + time.Second)
-			return id, 0
+			return proposeOn(t, &command.Changes{Flow: behind, Audit: alog}, "c1"), 0
 		}, attempts: []attempt{{approver1, approval.ErrExpired, viaBotApprove}, {approver2, approval.ErrExpired, viaBotApprove}}},
 		{name: "another cluster's action id", setup: func(t *testing.T) (string, int) { return propose(t, "c2"), 0 },
 			attempts: []attempt{{approver1, approval.ErrWrongCluster, func(id, user string) (string, error) {
-				_, err := approval.ApproveAndRun(ctx, store, dispatch, id, user, approval.ExpectCluster(actions.ClusterRef{Namespace: "clusters", Name: "c1"}))
-				return "", err
+				// As from the thread of cluster c1.
+				return approvals.Approve(ctx, id, user, approval.ExpectCluster(actions.ClusterRef{Namespace: "clusters", Name: "c1"})).Text, nil
 			}}}},
 		{name: "replayed approve of an executed action", setup: func(t *testing.T) (string, int) {
 			id := propose(t, "c1")
-			if r := approvals.Approve(ctx, id, approver1); !strings.Contains(r.Text, "approved by") {
+			if r := approvals.Approve(ctx, id, approver1); !strings.Contains(r.Text, "approved by <@"+approver1+"> and sent to the agent") {
 				t.Fatalf("legitimate approval: %s", r.Text)
 			}
+			executed(t, id)
 			return id, 1
 		}, attempts: []attempt{{approver1, approval.ErrAlreadyDecided, viaBotApprove}, {approver2, approval.ErrAlreadyDecided, viaBotApprove},
-			{approver2, approval.ErrAlreadyDecided, func(id, user string) (string, error) { return "", approve(id, user) }}}},
+			{approver2, approval.ErrAlreadyDecided, viaFlow}}},
 		{name: "reject after approve", setup: func(t *testing.T) (string, int) {
 			id := propose(t, "c1")
-			if err := approve(id, approver2); err != nil {
+			if _, err := flow.Approve(ctx, id, approver2); err != nil {
 				t.Fatalf("legitimate approval: %v", err)
 			}
+			executed(t, id)
 			return id, 1
 		}, attempts: []attempt{{approver1, approval.ErrAlreadyDecided, viaBotReject}, {requester, approval.ErrAlreadyDecided, viaBotReject}}},
 		{name: "approve after reject", setup: func(t *testing.T) (string, int) {
@@ -209,11 +177,11 @@ func TestChaosAuthorisation(t *testing.T) {
 			t.Run(fmt.Sprintf("%d/%s", round, r.name), func(t *testing.T) {
 				id, l := r.setup(t)
 				legit += l
-				before := executed.Load()
+				before := x.calls()
 				for _, a := range r.attempts {
 					attempts++
 					text, err := a.do(id, a.user)
-					// The bot's replies say why; the Store's errors wrap
+					// The bot's replies say why; the flow's errors wrap
 					// the sentinel.
 					if err != nil && !errors.Is(err, a.want) {
 						t.Errorf("%s by %s: %v, want %v", r.name, a.user, err, a.want)
@@ -228,27 +196,30 @@ func TestChaosAuthorisation(t *testing.T) {
 					}
 					refused++
 				}
-				if got := executed.Load() - before; got != 0 {
-					t.Errorf("%s: %d action requests reached the agent", r.name, got)
+				if s, err := flow.Get(ctx, id); err == nil && s.State == approval.StateApproved {
+					t.Errorf("%s: %s is approved", r.name, id)
+				}
+				if got := x.calls() - before; got != 0 {
+					t.Errorf("%s: %d executions on the agent", r.name, got)
 				}
 				if r.name == "expired" {
-					if p, err := store.Get(ctx, id); err != nil || p.State != approval.StateExpired {
+					if p, err := flow.Get(ctx, id); err != nil || p.State != approval.StateExpired {
 						t.Errorf("expired proposal is %s (%v)", p.State, err)
 					}
 				}
 			})
 		}
-		// A burst of concurrent replays of one executed action, as a
-		// replayed Slack payload on several replicas would make.
+		// A burst of concurrent replays of one approval, as a replayed
+		// Slack payload on both replicas would make.
 		t.Run(fmt.Sprintf("%d/concurrent replays", round), func(t *testing.T) {
 			id := propose(t, "c1")
-			before := executed.Load()
+			before := x.calls()
 			var wg sync.WaitGroup
 			var wins atomic.Int32
 			for i := range replays {
 				user := []string{approver1, approver2}[i%2]
 				wg.Go(func() {
-					if err := approve(id, user); err == nil {
+					if _, err := replicas[i%2].Approve(ctx, id, user); err == nil {
 						wins.Add(1)
 					} else if !errors.Is(err, approval.ErrAlreadyDecided) {
 						t.Errorf("concurrent approve: %v", err)
@@ -259,11 +230,13 @@ func TestChaosAuthorisation(t *testing.T) {
 			attempts += replays
 			legit++
 			refused += replays - int(wins.Load())
-			if wins.Load() != 1 || executed.Load()-before != 1 {
-				t.Errorf("%d approvals won, %d requests reached the agent; want 1 and 1", wins.Load(), executed.Load()-before)
+			executed(t, id)
+			if wins.Load() != 1 || x.calls()-before != 1 {
+				t.Errorf("%d approvals won, %d executions on the agent; want 1 and 1", wins.Load(), x.calls()-before)
 			}
 		})
 	}
+	time.Sleep(2 * time.Second) // two sweeps of both replicas: nothing more runs
 	// Every refusal is in the audit log, once.
 	rs, err := alog.Recent(ctx, 10000)
 	if err != nil {
@@ -277,18 +250,18 @@ func TestChaosAuthorisation(t *testing.T) {
 	if audited != refused {
 		t.Errorf("%d refusals audited, want %d", audited, refused)
 	}
-	if got := int(executed.Load()); got != legit {
+	if got := x.calls(); got != legit {
 		t.Errorf("%d actions executed, want the %d legitimate approvals", got, legit)
 	}
-	perIDMu.Lock()
-	for id, n := range perID {
+	x.mu.Lock()
+	for id, n := range x.runs {
 		if n != 1 {
 			t.Errorf("action %s executed %d times", id, n)
 		}
 	}
-	perIDMu.Unlock()
+	x.mu.Unlock()
 	chaosreport.Log(t, "abuse-authorisation", map[string]any{
-		"attempts": attempts, "refused": refused, "executed": executed.Load(), "legitimate_approvals": legit,
+		"attempts": attempts, "refused": refused, "executed": x.calls(), "legitimate_approvals": legit,
 		"audited_refusals": audited, "refusal_kinds": len(rows) + 1, "rounds": rounds,
 	})
 }

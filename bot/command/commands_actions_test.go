@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"regexp"
 	"slices"
@@ -15,9 +16,9 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -81,6 +82,22 @@ func press(c *command.Handler, user, action, value string) chatops.Reply {
 	return c.HandleAction(context.Background(), chatops.ActionRequest{Origin: chatops.Origin{UserID: user}, ActionID: action, Value: value})
 }
 
+// pressApprove presses a proposal's Approve button as user in a
+// conversation of its own and checks the immediate answer (sentAtOnce,
+// replacing the proposal); the outcome then comes into that
+// conversation.
+func pressApprove(t *testing.T, c *command.Handler, user, id, source string) *later {
+	t.Helper()
+	conv := &later{}
+	start := time.Now()
+	r := c.HandleAction(conv.ctx(), chatops.ActionRequest{Origin: chatops.Origin{UserID: user}, ActionID: chatops.ActionApprove, Value: id})
+	sentAtOnce(t, "Approve of "+id, r, time.Since(start), user, source)
+	if !r.ReplaceOriginal {
+		t.Errorf("Approve of %s does not replace the proposal: %+v", id, r)
+	}
+	return conv
+}
+
 // buttons returns the buttons of a reply as "action_id=value".
 func buttons(r chatops.Reply) []string {
 	var out []string
@@ -96,24 +113,22 @@ func buttons(r chatops.Reply) []string {
 	return out
 }
 
-// exposeAgent makes the fake agent answer like the executor: an exposure
-// with its Undo, a rollback that deleted the Services.
+// exposeAgent makes the fake executor answer like the real one: an
+// exposure with its Undo, a rollback that deleted the Services.
 func exposeAgent(e *approvalsEnv) {
-	e.agent.mu.Lock()
-	defer e.agent.mu.Unlock()
-	e.agent.answer = func(req actions.Change) actions.Reply {
+	e.agent.setAnswer(func(req actions.Change) (*actions.Result, error) {
 		switch req.Type {
 		case actions.TypeExposeNodePort:
-			return actions.Reply{Result: &actions.Result{
+			return &actions.Result{
 				ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied, Summary: "Exposed hosted Service petclinic/petclinic",
 				Ports: []actions.ExposedPort{{Protocol: "TCP", Port: 8080, NodePort: 30080}},
 				Undo:  &actions.Undo{ActionID: req.ID, Type: req.Type, Cluster: req.Cluster, Expose: &actions.ExposeUndo{HostedNamespace: req.Expose.Namespace}},
-			}}
+			}, nil
 		case actions.TypeRollback:
-			return actions.Reply{Result: &actions.Result{ActionID: req.Rollback.Undo.ActionID, Type: req.Type, Outcome: actions.OutcomeRolledBack, Summary: "Removed the exposure"}}
+			return &actions.Result{ActionID: req.Rollback.Undo.ActionID, Type: req.Type, Outcome: actions.OutcomeRolledBack, Summary: "Removed the exposure"}, nil
 		}
-		return actions.Reply{Code: actions.CodeInvalid, Error: "unexpected " + string(req.Type)}
-	}
+		return nil, fmt.Errorf("%w: unexpected %s", actions.ErrInvalid, req.Type)
+	})
 }
 
 func auditKinds(t *testing.T, l *audit.Log) map[audit.Kind]int {
@@ -168,8 +183,8 @@ func TestNewCommandsUsage(t *testing.T) {
 // expose: the proposal names both Services with their ports and selectors,
 // carries Approve/Reject buttons with its id, and is refused for unknown
 // and non-KubeVirt clusters. A stranger's Approve button changes nothing;
-// an approver's replaces the proposal with the result and offers a
-// rollback.
+// an approver's replaces the proposal at once with the approval, then
+// with the outcome, which offers a rollback.
 func TestExposeCommand(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	exposeAgent(e)
@@ -196,13 +211,13 @@ func TestExposeCommand(t *testing.T) {
 	if !r.InChannel || !slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + id, chatops.ActionReject + "=" + id}) {
 		t.Errorf("proposal in channel %v with buttons %v", r.InChannel, buttons(r))
 	}
-	p, err := e.store.Get(context.Background(), id)
+	p, err := e.flow.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Request.Type != actions.TypeExposeNodePort || p.Source != "mgmt-1" || p.Request.Expose.Namespace != "petclinic" ||
-		p.Request.Expose.Service != "petclinic" || len(p.Request.Expose.Ports) != 2 || p.Request.Expose.Ports[1].Port != 8443 {
-		t.Errorf("stored proposal: %+v", p.Request)
+	if p.Change.Type != actions.TypeExposeNodePort || p.Source != "mgmt-1" || p.Change.Expose.Namespace != "petclinic" ||
+		p.Change.Expose.Service != "petclinic" || len(p.Change.Expose.Ports) != 2 || p.Change.Expose.Ports[1].Port != 8443 {
+		t.Errorf("stored proposal: %+v", p.Change)
 	}
 
 	if r := cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "nope"}, Namespace: "a", Service: "b"}); !strings.Contains(r.Text, "Unknown cluster") {
@@ -226,19 +241,20 @@ func TestExposeCommand(t *testing.T) {
 	if after := auditKinds(t, e.log)[audit.KindRefused]; after != before+1 {
 		t.Errorf("stranger's Approve audited %d times", after-before)
 	}
-	if n := e.agent.calls.Load(); n != 0 {
-		t.Fatalf("refused approval dispatched %d times", n)
+	if s := stateOf(t, e.flow, id); s != approval.StatePending || e.agent.calls() != 0 {
+		t.Fatalf("after a refused approval: %s, %d executions", s, e.agent.calls())
 	}
-	// An approver's button: executed, the proposal message replaced.
-	r = press(c, approver1, chatops.ActionApprove, id)
-	if !strings.Contains(r.Text, "and applied") || !r.ReplaceOriginal || !r.InChannel {
-		t.Errorf("approver's Approve: %+v", r)
+	// An approver's button: answered at once, then executed; both replace
+	// the proposal message.
+	r = pressApprove(t, c, approver1, id, "mgmt-1").wait(t, "and applied")
+	if !strings.HasPrefix(r.Text, "`"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied: Exposed hosted Service petclinic/petclinic") || !r.ReplaceOriginal || !r.InChannel {
+		t.Errorf("approver's Approve: outcome %+v", r)
 	}
 	if !strings.Contains(r.Text, "/hcp rollback "+id) || !slices.Equal(buttons(r), []string{chatops.ActionRollback + "=" + id}) {
-		t.Errorf("result offers no rollback: %q %v", r.Text, buttons(r))
+		t.Errorf("outcome offers no rollback: %q %v", r.Text, buttons(r))
 	}
-	if n := e.agent.calls.Load(); n != 1 {
-		t.Errorf("dispatched %d times", n)
+	if n := e.agent.calls(); n != 1 {
+		t.Errorf("executed %d times", n)
 	}
 	// A second press is refused and does not replace the result.
 	if r := press(c, approver2, chatops.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
@@ -264,14 +280,16 @@ func TestRejectButton(t *testing.T) {
 	if r := press(c, approver1, chatops.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
 		t.Errorf("Approve after Reject: %+v", r)
 	}
-	if n := e.agent.calls.Load(); n != 0 {
-		t.Errorf("dispatched %d times", n)
+	time.Sleep(1500 * time.Millisecond)
+	if n := e.agent.calls(); n != 0 {
+		t.Errorf("executed %d times", n)
 	}
 }
 
 // rollback proposes undoing an executed action; the rollback needs an
-// approver (four-eyes too), runs the Undo on the agent and marks the
-// original rolled back. Every step is audited.
+// approver (four-eyes too), runs the Undo the agent recorded and marks
+// the original rolled back; its outcome, posted after the immediate
+// answer, says so. Every step is audited.
 func TestRollbackCommand(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	exposeAgent(e)
@@ -285,12 +303,14 @@ func TestRollbackCommand(t *testing.T) {
 	if r := cmd(c, requester, chatops.Rollback{ActionID: "act-aaaaaaaaaaaaaaaa"}); !strings.Contains(r.Text, "There is no action") {
 		t.Errorf("rollback of an unknown id: %q", r.Text)
 	}
-	if r := cmd(c, approver1, chatops.Approve{ActionID: id}); !strings.Contains(r.Text, "and applied") {
-		t.Fatalf("approve: %q", r.Text)
-	}
+	var conv later
+	start := time.Now()
+	r := c.HandleCommand(conv.ctx(), chatops.Request{Origin: chatops.Origin{UserID: approver1}, Command: chatops.Approve{ActionID: id}})
+	sentAtOnce(t, "/hcp approve", r, time.Since(start), approver1, "mgmt-1")
+	conv.wait(t, "and applied")
 
 	// The Roll back button proposes, like the command.
-	r := press(c, requester, chatops.ActionRollback, id)
+	r = press(c, requester, chatops.ActionRollback, id)
 	rb := rollbackIDs.FindString(r.Text)
 	if rb == "" || !strings.Contains(r.Text, "roll back `"+id+"`") || !strings.Contains(r.Text, "delete the Services labelled hcpbot.io/action-id="+id) ||
 		!slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + rb, chatops.ActionReject + "=" + rb}) || r.ReplaceOriginal {
@@ -299,28 +319,26 @@ func TestRollbackCommand(t *testing.T) {
 	if r := cmd(c, approver2, chatops.Rollback{ActionID: id}); !strings.Contains(r.Text, "already proposed as `"+rb+"`") {
 		t.Errorf("second rollback proposal: %q", r.Text)
 	}
-	if n := e.agent.calls.Load(); n != 1 {
-		t.Fatalf("proposing a rollback dispatched: %d calls", n)
+	if n := e.agent.calls(); n != 1 {
+		t.Fatalf("proposing a rollback executed: %d executions", n)
 	}
 	for user, want := range map[string]string{requester: "Four-eyes", stranger: "not allowed"} {
 		if r := press(c, user, chatops.ActionApprove, rb); !strings.Contains(r.Text, want) || r.ReplaceOriginal {
 			t.Errorf("rollback approved by %s: %q", user, r.Text)
 		}
 	}
-	if n := e.agent.calls.Load(); n != 1 {
-		t.Fatalf("refused rollback dispatched: %d calls", n)
+	if s := stateOf(t, e.flow, rb); s != approval.StatePending || e.agent.calls() != 1 {
+		t.Fatalf("refused rollback: %s, %d executions", s, e.agent.calls())
 	}
-	r = press(c, approver2, chatops.ActionApprove, rb)
-	if !strings.Contains(r.Text, "rolled-back") || !strings.Contains(r.Text, "`"+id+"` is now rolled back") || !r.ReplaceOriginal || len(buttons(r)) != 0 {
-		t.Errorf("rollback approval: %q %v", r.Text, buttons(r))
+	r = pressApprove(t, c, approver2, rb, "mgmt-1").wait(t, "rolled")
+	if !strings.HasPrefix(r.Text, "`"+rb+"` (requested by <@"+requester+">) approved by <@"+approver2+"> and rolled-back: Removed the exposure") ||
+		!strings.Contains(r.Text, "`"+id+"` is now rolled back") || !r.ReplaceOriginal || len(buttons(r)) != 0 {
+		t.Errorf("rollback approval: outcome %q %v", r.Text, buttons(r))
 	}
-	e.agent.mu.Lock()
-	sent := e.agent.last
-	e.agent.mu.Unlock()
-	if sent.Type != actions.TypeRollback || sent.ID != rb || sent.Rollback.Undo.ActionID != id || sent.Rollback.Undo.Expose.HostedNamespace != "petclinic" {
-		t.Errorf("agent got %+v", sent)
+	if sent := e.agent.lastChange(); sent.Type != actions.TypeRollback || sent.ID != rb || sent.Rollback.Undo.ActionID != id || sent.Rollback.Undo.Expose.HostedNamespace != "petclinic" {
+		t.Errorf("agent ran %+v", sent)
 	}
-	orig, err := e.store.Get(context.Background(), id)
+	orig, err := e.flow.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,8 +351,9 @@ func TestRollbackCommand(t *testing.T) {
 	if r := cmd(c, requester, chatops.Rollback{ActionID: rb}); !strings.Contains(r.Text, "itself a rollback") {
 		t.Errorf("rollback of a rollback: %q", r.Text)
 	}
+	// Each execution is recorded by the bot and by the agent.
 	kinds := auditKinds(t, e.log)
-	if kinds[audit.KindProposed] != 2 || kinds[audit.KindApproved] != 2 || kinds[audit.KindExecuted] != 2 || kinds[audit.KindRolledBack] != 1 || kinds[audit.KindRefused] < 2 {
+	if kinds[audit.KindProposed] != 2 || kinds[audit.KindApproved] != 2 || kinds[audit.KindExecuted] != 4 || kinds[audit.KindRolledBack] != 1 || kinds[audit.KindRefused] < 2 {
 		t.Errorf("audit kinds: %v", kinds)
 	}
 }

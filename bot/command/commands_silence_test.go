@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -130,8 +130,9 @@ func TestAuditCommand(t *testing.T) {
 	}
 }
 
-// The expiry sweep expires stale proposals, once, and stops with ctx.
-func TestRunExpiry(t *testing.T) {
+// The flow's loop expires stale proposals, once (two replicas sweep), an
+// approval afterwards is told so, and the loop stops with its context.
+func TestLoopExpiresStaleProposals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 	defer cancel()
 	srv := natstest.RunServer(t)
@@ -144,34 +145,39 @@ func TestRunExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Proposed two hours ago with a one-hour TTL.
-	past := func() time.Time { return time.Now().Add(-2 * time.Hour) }
-	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{approver1}}, approval.WithClock(past))
+	signer, err := approval.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &command.Changes{Store: store, Audit: log}
-	id, _ := (&approvalsEnv{approvals: a}).propose(t, "mgmt-1")
-	if _, err := a.Store.Get(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.RunExpiry(ctx, 0); err == nil {
-		t.Error("RunExpiry with a zero interval")
-	}
+	// Proposed two hours ago with a one-hour TTL, by a replica that
+	// stopped.
+	past := openFlow(t, conn.JS, signer, log, fourEyes(), func(c *approval.Config) {
+		c.Now = func() time.Time { return time.Now().Add(-2 * time.Hour) }
+	})
+	id, _ := proposeWith(t, &command.Changes{Flow: past, Audit: log}, "mgmt-1")
+	flows := []*approval.Flow{openFlow(t, conn.JS, signer, log, fourEyes()), openFlow(t, conn.JS, signer, log, fourEyes())}
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.RunExpiry(runCtx, 20*time.Millisecond) }()
+	done := make(chan error, len(flows))
+	for _, f := range flows {
+		go func() { done <- f.Run(runCtx) }()
+	}
 	// The state is written before its audit record: wait for both, or
 	// stop may cancel the append in between (a busy machine).
 	testenv.Eventually(t, 10*time.Second, "the stale proposal expired and audited", func() bool {
-		p, err := store.Get(ctx, id)
+		p, err := flows[0].Get(ctx, id)
 		return err == nil && p.State == approval.StateExpired && auditKinds(t, log)[audit.KindExpired] > 0
 	})
+	time.Sleep(1500 * time.Millisecond) // another sweep of each
 	stop()
-	if err := <-done; err != nil {
-		t.Errorf("RunExpiry: %v", err)
+	for range flows {
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}
 	if n := auditKinds(t, log)[audit.KindExpired]; n != 1 {
 		t.Errorf("%d expiry records, want 1", n)
+	}
+	if r := (&command.Changes{Flow: flows[1], Audit: log}).Approve(ctx, id, approver1); !strings.Contains(r.Text, "expired before it was decided") {
+		t.Errorf("approve after expiry: %q", r.Text)
 	}
 }

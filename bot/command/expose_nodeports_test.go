@@ -11,20 +11,18 @@ import (
 	"github.com/hcpbot/hcpbot/bot/command"
 )
 
-// collisionAgent makes the fake agent refuse every exposure with c, as
-// the executor does when node ports are taken.
+// collisionAgent makes the fake executor refuse every exposure with c, as
+// the real one does when node ports are taken.
 func collisionAgent(e *approvalsEnv, c actions.PortCollision) {
-	e.agent.mu.Lock()
-	defer e.agent.mu.Unlock()
-	e.agent.answer = func(actions.Change) actions.Reply {
-		pc := &actions.PortCollisionError{NodePort: c.Ports[0].NodePort, PortCollision: c}
-		return actions.Reply{Code: actions.CodePortCollision, Error: pc.Error(), Collision: &c}
-	}
+	e.agent.setAnswer(func(actions.Change) (*actions.Result, error) {
+		return nil, &actions.PortCollisionError{NodePort: c.Ports[0].NodePort, PortCollision: c}
+	})
 }
 
-// Seed 004 with node ports chosen: the proposal says which, the agent
-// gets them (through its verifier), and a collision comes back with the
-// free alternatives and the command that proposes them.
+// Seed 004 with node ports chosen: the proposal says which, the agent's
+// executor gets them (after the agent's Permit), and a collision comes
+// back, as the outcome of the approval, with the free alternatives and
+// the command that proposes them.
 func TestExposeChosenNodePortsCommand(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Changes: e.approvals}
@@ -48,11 +46,11 @@ func TestExposeChosenNodePortsCommand(t *testing.T) {
 	if strings.Contains(r.Text, "outside the default range") {
 		t.Errorf("proposal warns about the default range: %q", r.Text)
 	}
-	p, err := e.store.Get(context.Background(), id)
+	p, err := e.flow.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x := p.Request.Expose; len(x.Ports) != 0 || !slices.Equal(x.NodePorts, []int32{30001, 30002, 30003}) {
+	if x := p.Change.Expose; len(x.Ports) != 0 || !slices.Equal(x.NodePorts, []int32{30001, 30002, 30003}) {
 		t.Errorf("stored request: %+v", x)
 	}
 
@@ -60,9 +58,9 @@ func TestExposeChosenNodePortsCommand(t *testing.T) {
 		Ports: []actions.PortProblem{{NodePort: 30002, Reason: actions.PortAllocated, Holder: "other/holds-30002"}},
 		Range: actions.DefaultNodePortRange, Alternatives: []int32{30004},
 	})
-	r = press(c, approver1, chatops.ActionApprove, id)
-	t.Logf("result:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}))
-	if sent := e.agent.last; sent.ID != id || !slices.Equal(sent.Expose.NodePorts, []int32{30001, 30002, 30003}) {
+	r = pressApprove(t, c, approver1, id, "mgmt-1").wait(t, "not applied")
+	t.Logf("outcome:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}))
+	if sent := e.agent.lastChange(); sent.ID != id || !slices.Equal(sent.Expose.NodePorts, []int32{30001, 30002, 30003}) {
 		t.Errorf("the agent got %+v", sent.Expose)
 	}
 	for _, want := range []string{
@@ -89,8 +87,8 @@ func TestExposeChosenNodePortsCommand(t *testing.T) {
 		Ports: []actions.PortProblem{{NodePort: 40000, Reason: actions.PortOutOfRange}},
 		Range: actions.DefaultNodePortRange, Alternatives: []int32{32767},
 	})
-	r = press(c, approver1, chatops.ActionApprove, id)
-	if sent := e.agent.last; len(sent.Expose.Ports) != 2 || sent.Expose.Ports[0] != (actions.ExposePort{Port: 8080, NodePort: 40000}) || sent.Expose.Ports[1] != (actions.ExposePort{Port: 8443}) {
+	r = pressApprove(t, c, approver1, id, "mgmt-1").wait(t, "not applied")
+	if sent := e.agent.lastChange(); len(sent.Expose.Ports) != 2 || sent.Expose.Ports[0] != (actions.ExposePort{Port: 8080, NodePort: 40000}) || sent.Expose.Ports[1] != (actions.ExposePort{Port: 8443}) {
 		t.Errorf("the agent got %+v", sent.Expose)
 	}
 	if !strings.Contains(r.Text, "40000 is outside the node-port range 30000-32767") ||
@@ -106,7 +104,7 @@ func TestExposeChosenNodePortsCommand(t *testing.T) {
 		Ports: []actions.PortProblem{{NodePort: 30002, Reason: actions.PortAllocated, Holder: "other/holds-30002"}},
 		Range: actions.DefaultNodePortRange, Alternatives: []int32{30004}, Forwarded: true,
 	})
-	r = press(c, approver1, chatops.ActionApprove, id)
+	r = pressApprove(t, c, approver1, id, "mgmt-1").wait(t, "not applied")
 	if !strings.Contains(r.Text, "`petclinic/petclinic` is of type NodePort in the hosted cluster, so its own node ports are forwarded: give it free ones there (nearest: 30004)") ||
 		strings.Contains(r.Text, "nodeports 30004") {
 		t.Errorf("forwarded collision reply: %q", r.Text)

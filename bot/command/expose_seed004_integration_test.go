@@ -14,11 +14,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hcpbot/hcpbot/actions"
-	"github.com/hcpbot/hcpbot/bot/approval"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 )
+
+// outcomeOf accepts the outcome of approval id posted after the
+// immediate answer: whatever it says, it no longer says where the change
+// was sent.
+func outcomeOf(id string) func(string) bool {
+	return func(s string) bool {
+		return strings.Contains(s, "`"+id+"`") && !strings.Contains(s, "sent to the agent")
+	}
+}
 
 func serviceVersions(t *testing.T, kc kubernetes.Interface) map[string]string {
 	t.Helper()
@@ -31,13 +40,14 @@ func serviceVersions(t *testing.T, kc kubernetes.Interface) map[string]string {
 
 // Seed 004 end to end, as the runbook does it: petclinic's hosted Service
 // already is of type NodePort on 30001–30003. From Slack, `/hcp expose`
-// proposes, a second approver approves, and the agent creates one
+// proposes, a second approver approves (answered at once), and the agent
+// creates one
 // management Service forwarding exactly 30001–30003 (port = targetPort =
 // nodePort, selecting the VMs by cluster.x-k8s.io/cluster-name=<infraID>)
 // and nothing in the hosted cluster; the approved rollback deletes that
 // Service only. With 30002 then held by another management Service, the
-// approval is answered with the collision and the nearest free port, and
-// no object is created or changed on either side.
+// approval's outcome is the collision and the nearest free port, and no
+// object is created or changed on either side.
 func TestExposeSeed004Live(t *testing.T) {
 	e := newLiveEnv(t)
 	ctx := context.Background()
@@ -53,10 +63,11 @@ func TestExposeSeed004Live(t *testing.T) {
 	if id == "" || !strings.Contains(reply, "hcpbot-np-"+id) || !strings.Contains(reply, "is not of type NodePort already") {
 		t.Fatalf("expose proposal: %q", reply)
 	}
-	call := e.slack.press(approver1, chatops.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
-	txt := call.Form.Get("text")
+	conv := e.slack.pressIn(approver1, chatops.ActionApprove, id)
+	conv.approvedAtOnce(t, approver1, e.source)
+	txt := conv.posted(outcomeOf(id)).Form.Get("text")
 	if !strings.Contains(txt, "and applied") || !strings.Contains(txt, "nothing created in the hosted cluster") {
-		t.Fatalf("approval answered %q", txt)
+		t.Fatalf("approval: outcome %q", txt)
 	}
 	msvc, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, actions.ManagementServiceName(id), metav1.GetOptions{})
 	if err != nil {
@@ -85,8 +96,10 @@ func TestExposeSeed004Live(t *testing.T) {
 	if rb == "" {
 		t.Fatalf("rollback proposal: %q", reply)
 	}
-	if r := e.slack.command("approve "+rb, approver2, func(s string) bool { return strings.Contains(s, rb) }); !strings.Contains(r, "rolled-back") {
-		t.Fatalf("rollback approval: %q", r)
+	a, c := e.slack.send("approve "+rb, approver2)
+	a.approvedAtOnce(t, approver2, e.source)
+	if r := c.posted(outcomeOf(rb)).Form.Get("text"); !strings.Contains(r, "rolled-back") {
+		t.Fatalf("rollback approval: outcome %q", r)
 	}
 	if _, err := env.Kube.CoreV1().Services(cpNS).Get(ctx, msvc.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("management Service after rollback: %v", err)
@@ -110,9 +123,10 @@ func TestExposeSeed004Live(t *testing.T) {
 	mgmtBefore := serviceVersions(t, env.Kube)
 	reply = e.slack.command("expose "+e.cluster+" "+appNS+"/petclinic", requester, hasID)
 	id = actionID.FindString(reply)
-	call = e.slack.press(approver1, chatops.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
-	txt = call.Form.Get("text")
-	t.Logf("collision reply: %s", txt)
+	conv = e.slack.pressIn(approver1, chatops.ActionApprove, id)
+	conv.approvedAtOnce(t, approver1, e.source)
+	txt = conv.posted(outcomeOf(id)).Form.Get("text")
+	t.Logf("collision outcome: %s", txt)
 	for _, want := range []string{
 		"was not applied", "30002 is already allocated in the management cluster (Service " + cpNS + "/holds-30002)",
 		"nearest free node ports (range 30000-32767): 30004", "give it free ones there (nearest: 30004)",
@@ -127,7 +141,7 @@ func TestExposeSeed004Live(t *testing.T) {
 	if got := serviceVersions(t, e.hosted.Kube); !maps.Equal(got, hostedBefore) {
 		t.Errorf("hosted Services changed:\n got %v\nwant %v", got, hostedBefore)
 	}
-	if p, _ := e.store.Get(ctx, id); p.State != approval.StateFailed {
-		t.Errorf("refused exposure is %s, want failed", p.State)
+	if s := stateOf(t, e.flow, id); s != approval.StateFailed {
+		t.Errorf("refused exposure is %s, want failed", s)
 	}
 }

@@ -12,20 +12,19 @@ import (
 
 // TestGoldenBlockKit compares the replies of the approval flow that carry
 // buttons — a proposal (Approve / Reject), the first approval of an
-// incident's fix under four-eyes, an executed change (Roll back) — with
-// testdata/golden (rewrite with -update), checking each against Block
-// Kit's limits. Proposal ids and expiry times vary by run and are fixed
-// before the comparison.
+// incident's fix under four-eyes, the outcome of an executed change (Roll
+// back), posted into the approving conversation — with testdata/golden
+// (rewrite with -update), checking each against Block Kit's limits.
+// Proposal ids and expiry times vary by run and are fixed before the
+// comparison.
 func TestGoldenBlockKit(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
-	e.agent.mu.Lock()
-	e.agent.answer = func(req actions.Change) actions.Reply {
-		return actions.Reply{Result: &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied,
+	e.agent.setAnswer(func(req actions.Change) (*actions.Result, error) {
+		return &actions.Result{ActionID: req.ID, Type: req.Type, Outcome: actions.OutcomeApplied,
 			Summary: "added " + strings.Join(req.NoProxy.Add, ", "), Diff: "+ kubernetes",
 			Undo: &actions.Undo{ActionID: req.ID, Type: req.Type, Cluster: req.Cluster,
-				NoProxy: &actions.NoProxyUndo{Previous: req.NoProxy.Expected, Written: "written", ResourceVersion: "42"}}}}
-	}
-	e.agent.mu.Unlock()
+				NoProxy: &actions.NoProxyUndo{Previous: req.NoProxy.Expected, Written: "written", ResourceVersion: "42"}}}, nil
+	})
 	fixed := []golden.Option{
 		golden.Replace(actionID, "act-aaaaaaaaaaaaaaaa"),
 		golden.Replace(regexp.MustCompile(`Expires \d\d:\d\d UTC`), "Expires 09:00 UTC"),
@@ -38,6 +37,8 @@ func TestGoldenBlockKit(t *testing.T) {
 	r = e.approvals.ApproveFix(ctx, key("mgmt-1"), fix(), approver1)
 	golden.BlockKit(t, "fix-first-approval", r.Text, r.Blocks, fixed...)
 
-	r = e.approvals.Approve(ctx, id, approver1)
+	var conv later
+	e.approvals.Approve(conv.ctx(), id, approver1)
+	r = conv.wait(t, "and applied")
 	golden.BlockKit(t, "executed", r.Text, r.Blocks, fixed...)
 }

@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bus"
@@ -85,14 +85,22 @@ func (f *slackFront) responseChannel() string {
 	return fmt.Sprintf("R%s%d", opsChannel, f.n)
 }
 
-// posted waits for a post to rch's response_url that done accepts.
-func (f *slackFront) posted(rch string, done func(string) bool) slackrec.Call {
-	f.t.Helper()
+// conversation is one command's or press's: the posts to its response_url.
+type conversation struct {
+	f     *slackFront
+	rch   string
+	start time.Time
+}
+
+// posted waits for a post to the conversation's response_url that done
+// accepts.
+func (c conversation) posted(done func(string) bool) slackrec.Call {
+	c.f.t.Helper()
 	var got slackrec.Call
-	f.rec.WaitFor(f.t, 2*time.Minute, func(r *slackrec.Recorder) bool {
-		for _, c := range r.CallsTo(slackrec.MethodResponseURL) {
-			if c.Channel == rch && done(c.Form.Get("text")) {
-				got = c
+	c.f.rec.WaitFor(c.f.t, 2*time.Minute, func(r *slackrec.Recorder) bool {
+		for _, call := range r.CallsTo(slackrec.MethodResponseURL) {
+			if call.Channel == c.rch && done(call.Form.Get("text")) {
+				got = call
 				return true
 			}
 		}
@@ -101,13 +109,20 @@ func (f *slackFront) posted(rch string, done func(string) bool) slackrec.Call {
 	return got
 }
 
-// command sends a signed /hcp command as user and returns the reply that
-// done accepts: the HTTP answer, or the later post to its response_url.
-func (f *slackFront) command(text, user string, done func(string) bool) string {
+// answer is the HTTP answer to a command, and how long it took.
+type answer struct {
+	Text         string `json:"text"`
+	ResponseType string `json:"response_type"`
+	took         time.Duration
+}
+
+// send sends a signed /hcp command as user and returns the HTTP answer
+// and the conversation its later replies go to.
+func (f *slackFront) send(text, user string) (answer, conversation) {
 	f.t.Helper()
-	rch := f.responseChannel()
+	c := conversation{f: f, rch: f.responseChannel(), start: time.Now()}
 	req, err := slackrec.CommandRequest(context.Background(), f.url+chatops.CommandsPath, slackSecret,
-		slack.SlashCommand{Command: "/hcp", Text: text, UserID: user, ChannelID: opsChannel, ResponseURL: f.rec.ResponseURL(rch)}, time.Now())
+		slack.SlashCommand{Command: "/hcp", Text: text, UserID: user, ChannelID: opsChannel, ResponseURL: f.rec.ResponseURL(c.rch)}, time.Now())
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -116,24 +131,33 @@ func (f *slackFront) command(text, user string, done func(string) bool) string {
 		f.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body struct{ Text string }
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+	var a answer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || resp.StatusCode != http.StatusOK {
 		f.t.Fatalf("/hcp %s: status %d, decode: %v", text, resp.StatusCode, err)
 	}
-	if done(body.Text) {
-		return body.Text
-	}
-	return f.posted(rch, done).Form.Get("text")
+	a.took = time.Since(c.start)
+	return a, c
 }
 
-// press sends a signed button press on a message and returns the reply
-// posted to its response_url.
-func (f *slackFront) press(user, action, value string, done func(string) bool) slackrec.Call {
+// command sends a signed /hcp command as user and returns the reply that
+// done accepts: the HTTP answer, or a later post to its response_url.
+func (f *slackFront) command(text, user string, done func(string) bool) string {
 	f.t.Helper()
-	rch := f.responseChannel()
+	a, c := f.send(text, user)
+	if done(a.Text) {
+		return a.Text
+	}
+	return c.posted(done).Form.Get("text")
+}
+
+// pressIn sends a signed button press on a message as user; its replies
+// are posted to the conversation's response_url.
+func (f *slackFront) pressIn(user, action, value string) conversation {
+	f.t.Helper()
+	c := conversation{f: f, rch: f.responseChannel(), start: time.Now()}
 	payload := slackrec.ButtonPress(slackrec.Press{
 		UserID: user, UserName: strings.ToLower(user), ChannelID: opsChannel, MessageTS: "1733140000.000100",
-		ActionID: action, BlockID: "decide-" + value, Value: value, ResponseURL: f.rec.ResponseURL(rch),
+		ActionID: action, BlockID: "decide-" + value, Value: value, ResponseURL: f.rec.ResponseURL(c.rch),
 	})
 	req, err := slackrec.InteractionRequest(context.Background(), f.url+chatops.ActionsPath, slackSecret, payload, time.Now())
 	if err != nil {
@@ -147,26 +171,51 @@ func (f *slackFront) press(user, action, value string, done func(string) bool) s
 	if resp.StatusCode != http.StatusOK {
 		f.t.Fatalf("press %s %s: status %d", action, value, resp.StatusCode)
 	}
-	return f.posted(rch, done)
+	return c
+}
+
+// press sends a signed button press and returns the reply posted to its
+// response_url that done accepts.
+func (f *slackFront) press(user, action, value string, done func(string) bool) slackrec.Call {
+	f.t.Helper()
+	return f.pressIn(user, action, value).posted(done)
+}
+
+// approvedAtOnce checks the HTTP answer to `/hcp approve` (sentAtOnce).
+func (a answer) approvedAtOnce(t *testing.T, approver, source string) {
+	t.Helper()
+	sentAtOnce(t, "/hcp approve", chatops.Reply{Text: a.Text, InChannel: a.ResponseType == slack.ResponseTypeInChannel}, a.took, approver, source)
+}
+
+// approvedAtOnce waits for the answer to an Approve pressed in c and
+// checks it (sentAtOnce), timed from the press to Slack's receipt.
+func (c conversation) approvedAtOnce(t *testing.T, approver, source string) slackrec.Call {
+	t.Helper()
+	call := c.posted(func(s string) bool {
+		// Not the outcome, which may reach Slack first.
+		return strings.Contains(s, "sent to the agent") || strings.Contains(s, "not allowed") || strings.Contains(s, "Four-eyes") || strings.Contains(s, "already")
+	})
+	r := chatops.Reply{Text: call.Form.Get("text"), InChannel: call.Form.Get("response_type") == slack.ResponseTypeInChannel}
+	sentAtOnce(t, "the Approve button", r, call.Time.Sub(c.start), approver, source)
+	return call
 }
 
 // liveEnv runs the whole action path against the test control plane: a
-// KubeVirt hosted cluster with the seed 004 app, embedded NATS, the agent
-// serving actions with the real executor, and the bot's Commands behind
-// signed Slack HTTP.
+// KubeVirt hosted cluster with the seed 004 app, embedded NATS, the bot's
+// flow with its loop, the agent (approval.Serve with the real executor),
+// and the bot's Commands behind signed Slack HTTP.
 type liveEnv struct {
 	ns      string
 	c       scenario.Cluster
 	hosted  *testenv.Hosted
-	store   *approval.Store
+	flow    *approval.Flow
 	log     *audit.Log
 	cmds    *command.Handler
 	slack   *slackFront
 	cluster string // as commands name it
 	source  string
-	signer  *actions.Signer // the bot's key, trusted by the agent
+	signer  *approval.Signer // the bot's key, trusted by the agent
 	botNC   *nats.Conn
-	queue   *actions.Client
 	botJS   jetstream.JetStream
 }
 
@@ -199,45 +248,25 @@ func newLiveEnv(t *testing.T) *liveEnv {
 		return conn
 	}
 	botConn, agentConn := connect("bot"), connect("agent")
-	queue := ensureQueue(t, botConn.JS)
-
-	// The agent: actions.Serve with the executor on the real API servers.
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	x := &actions.Executor{Dynamic: env.Dynamic, Kube: env.Kube}
-	signer, verifier := agentKeys(t, agentConn.JS, source)
-	refusals, err := audit.ForAgent(agentConn.JS, source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Go(func() {
-		if err := actions.Serve(runCtx, agentConn.JS, actions.ServeConfig{
-			Source: source, Executor: x, Verifier: verifier, Audit: audit.Refusals{Log: refusals}, Log: natstest.Logger(t),
-		}); err != nil {
-			t.Errorf("actions.Serve: %v", err)
-		}
-	})
-
 	log, err := audit.Open(ctx, botConn.JS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, botConn.JS, log, approval.Policy{Approvers: []string{approver1, approver2}, FourEyes: true}, approval.WithSealer(signer))
+	signer, err := approval.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
+	flow := runFlow(t, botConn.JS, signer, log, fourEyes())
+	serveAgent(t, agentConn.JS, source, signer, &actions.Executor{Dynamic: env.Dynamic, Kube: env.Kube})
+
 	// What the agent's watchers would have reported about the cluster.
 	b := botKnowing(t, hostedCluster{source: source, namespace: ns, name: "kv", state: event.HostedClusterState{
 		Platform: "KubeVirt", InfraID: c.InfraID, Proxy: event.ProxySpec{HTTPProxy: c.HTTPProxy, HTTPSProxy: c.HTTPSProxy, NoProxy: c.NoProxy},
 		ServiceNetwork: []string{"172.31.0.0/16"}, ClusterNetwork: []string{"10.132.0.0/14"},
 	}})
-	cmds := &command.Handler{
-		Bot: b, Audit: log,
-		Changes: &command.Changes{Store: store, Audit: log, Queue: queue, Signer: signer, Timeout: 2 * time.Minute},
-	}
-	return &liveEnv{ns: ns, c: c, hosted: hosted, store: store, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
-		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS, queue: queue}
+	cmds := &command.Handler{Bot: b, Audit: log, Changes: &command.Changes{Flow: flow, Audit: log, Log: natstest.Logger(t)}}
+	return &liveEnv{ns: ns, c: c, hosted: hosted, flow: flow, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
+		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS}
 }
 
 // noProxy reads the HostedCluster's noProxy from the API server.

@@ -114,9 +114,15 @@ func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, req actions
 		return refused
 	}
 	_, diff := noProxyDiff(req.NoProxy)
-	text := fmt.Sprintf("%s approved the fix of %s as `%s` (1 of 2 approvals): add %s to the noProxy.\n```%s```\n"+
-		"Four-eyes rule: one more approver is needed — press Approve (here or on the incident) or `/hcp approve %s`; reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s",
-		mention(user), esc(k.String()), p.ID, esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), p.ID, p.ID,
+	// The presser is the requester: every approval the policy asks for
+	// comes from someone else.
+	more := "one more approver is needed"
+	if n := p.Needed(); n > 1 {
+		more = fmt.Sprintf("%d more approvers are needed", n)
+	}
+	text := fmt.Sprintf("%s approved the fix of %s as `%s` (1 of %d approvals): add %s to the noProxy.\n```%s```\n"+
+		"Four-eyes rule: %s — press Approve (here or on the incident) or `/hcp approve %s`; reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s",
+		mention(user), esc(k.String()), p.ID, p.Needed()+1, esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), more, p.ID, p.ID,
 		p.ExpiresAt.UTC().Format("15:04 UTC"), warning)
 	return proposalReply(p.ID, text)
 }

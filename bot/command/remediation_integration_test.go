@@ -31,7 +31,7 @@ func TestFixNotHealedRollbackLive(t *testing.T) {
 	t.Cleanup(cancel)
 	b := e.cmds.Bot.(*bot.Bot)
 	seedSymptoms(t, b, e.source, e.ns, "kv")
-	if err := command.FollowFixes(ctx, e.store, b); err != nil {
+	if err := command.FollowFixes(ctx, e.flow, b); err != nil {
 		t.Fatal(err)
 	}
 	inc := openIncident(t, b, "kv")
@@ -52,8 +52,12 @@ func TestFixNotHealedRollbackLive(t *testing.T) {
 		t.Fatalf("requester approving their own fix: %q", r)
 	}
 	// The second approval as the console spells the Approve button: the
-	// command with the incident's key.
-	e.slack.command("approve "+inc.Key, approver2, func(s string) bool { return strings.Contains(s, "approved by") })
+	// command with the incident's key, answered at once, the outcome later.
+	a, c := e.slack.send("approve "+inc.Key, approver2)
+	a.approvedAtOnce(t, approver2, e.source)
+	if r := c.posted(outcomeOf(fixID)).Form.Get("text"); !strings.Contains(r, "and applied") {
+		t.Fatalf("the fix's outcome: %q", r)
+	}
 	if got := noProxy(); !strings.Contains(got, "kubernetes") {
 		t.Fatalf("noProxy after the approvals = %q", got)
 	}
@@ -109,7 +113,9 @@ func TestFixNotHealedRollbackLive(t *testing.T) {
 	if rb == "" {
 		t.Fatalf("Roll back answered %v", call.Form)
 	}
-	e.slack.command("approve "+rb, approver2, func(s string) bool { return strings.Contains(s, rb) })
+	if r := e.slack.command("approve "+rb, approver2, outcomeOf(rb)); !strings.Contains(r, "is now rolled back") {
+		t.Fatalf("the rollback's outcome: %q", r)
+	}
 	if got := noProxy(); got != scenario.SeedNoProxy {
 		t.Fatalf("noProxy after the rollback = %q, want %q", got, scenario.SeedNoProxy)
 	}
