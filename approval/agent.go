@@ -315,25 +315,33 @@ func (a *agent) answer(ctx context.Context, key string, res Result) error {
 // cannot name one) and the answer, or errHandBack.
 func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result, error) {
 	msgID := msg.Headers().Get(jetstream.MsgIDHeader)
-	// What is not a verified request is answered under its message id,
-	// when that can be an action id, and only where nothing is recorded
-	// yet: a verified answer is never replaced by one.
-	unverifiedKey, _ := wire.ResultKey(a.cfg.Source, msgID)
-	refuse := func(req Request, p Proposal, err error) (string, Result, error) {
-		a.refuse(ctx, req, p, err)
-		return unverifiedKey, failure(req.ID, err), nil
+	// A request the agent cannot verify as the bot's is audited (and
+	// shown in Slack by the bot's refusal notices), never answered in the
+	// results bucket: an answer there under a pending proposal's id would
+	// let whoever can publish on the subject decide that proposal's
+	// outcome. What the bot did send and the agent refuses is answered,
+	// naming the terms the order named, which the bot checks.
+	unverified := func(req Request, err error) (string, Result, error) {
+		a.refuse(ctx, req, Proposal{}, err)
+		return "", Result{}, nil
 	}
 	data := msg.Data()
 	if len(data) > MaxRequestBytes {
-		return refuse(Request{}, Proposal{}, fmt.Errorf("%w: request of %d bytes exceeds %d", ErrUnauthorized, len(data), MaxRequestBytes))
+		return unverified(Request{}, fmt.Errorf("%w: request of %d bytes exceeds %d", ErrUnauthorized, len(data), MaxRequestBytes))
 	}
 	req, stale, err := a.openRequest(data, msgID)
 	if err != nil {
-		return refuse(req, Proposal{}, err)
+		return unverified(req, err)
 	}
 	key, err := wire.ResultKey(a.cfg.Source, req.ID)
 	if err != nil {
-		return refuse(req, Proposal{}, fmt.Errorf("%w: %w", ErrUnauthorized, err))
+		return unverified(req, fmt.Errorf("%w: %w", ErrUnauthorized, err))
+	}
+	refuse := func(req Request, p Proposal, err error) (string, Result, error) {
+		a.refuse(ctx, req, p, err)
+		r := failure(req.ID, err)
+		r.Proposal, r.At = req.Proposal, a.now().UTC()
+		return key, r, nil
 	}
 	log := a.log.With().Str("action", req.ID).Logger()
 
@@ -348,7 +356,8 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 		prev, derr := decodeResult(old)
 		switch {
 		case derr != nil || prev.Proposal == "":
-			// An unverified refusal under this id: not an answer to it.
+			// Not an answer to a verified request (an agent before this
+			// one wrote such refusals): replaced.
 		case prev.Proposal != req.Proposal:
 			return "", Result{}, a.ackRefusal(ctx, req, fmt.Errorf("%w: action %s was answered for other terms; this is a replay", ErrUnauthorized, req.ID))
 		case prev.Running:

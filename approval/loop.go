@@ -170,7 +170,8 @@ func (f *Flow) step(ctx context.Context, id string, fl *flight) (done bool) {
 			log.Warn().Err(err).Msg("undecodable answer")
 			return false
 		}
-		if res.Proposal != "" && res.Proposal != p.digest {
+		if res.Proposal != p.digest {
+			// Only an answer naming these terms answers them.
 			log.Warn().Msg("answer for other terms under this action id; ignored")
 			return false
 		}
@@ -303,8 +304,9 @@ func (f *Flow) deliverLocal(fl *flight, p Proposal) bool {
 	fns := fl.notify
 	fl.notify = nil
 	f.mu.Unlock()
+	// Not on the loop: a post into a conversation may take seconds.
 	for _, fn := range fns {
-		fn(p)
+		go fn(p)
 	}
 	return len(fns) > 0
 }

@@ -239,10 +239,12 @@ func (d *dispatcher) command(req Request) Reply {
 	}
 	ready := make(chan Reply) // unbuffered: a send succeeds only if the ack is still waiting
 	gaveUp := make(chan struct{})
+	replied := make(chan struct{})
 	go func() {
 		defer d.wg.Done()
+		defer close(replied)
 		r, panicked := d.call("command", name, func(ctx context.Context) Reply {
-			return d.h.HandleCommand(d.withLater(ctx, req.Origin), req)
+			return d.h.HandleCommand(d.withLater(ctx, req.Origin, replied), req)
 		})
 		if panicked {
 			count(outcomePanic)
@@ -273,10 +275,12 @@ func (d *dispatcher) action(req ActionRequest) {
 		d.log.Warn().Str("action", req.ActionID).Str("user", req.UserID).Msg("action dropped: shutting down")
 		return
 	}
+	replied := make(chan struct{})
 	go func() {
 		defer d.wg.Done()
+		defer close(replied)
 		r, panicked := d.call("action", req.ActionID, func(ctx context.Context) Reply {
-			return d.h.HandleAction(d.withLater(ctx, req.Origin), req)
+			return d.h.HandleAction(d.withLater(ctx, req.Origin, replied), req)
 		})
 		outcome := outcomeAnswered
 		if panicked {
@@ -287,14 +291,26 @@ func (d *dispatcher) action(req ActionRequest) {
 	}()
 }
 
-// withLater gives the handler a LaterFunc posting to o's response_url.
-// The posts are not waited for at shutdown: they come from work the
-// handler left running, which is bounded by itself.
-func (d *dispatcher) withLater(ctx context.Context, o Origin) context.Context {
+// withLater gives the handler a LaterFunc posting to o's response_url,
+// once the handler's own reply is out (replied closed): a later post that
+// overtook it would be replaced by it. The posts are not waited for at
+// shutdown: they come from work the handler left running, which is
+// bounded by itself.
+func (d *dispatcher) withLater(ctx context.Context, o Origin, replied <-chan struct{}) context.Context {
 	if o.ResponseURL == "" {
 		return ctx
 	}
-	return WithLater(ctx, func(r Reply) { d.deliver(o, r) })
+	return WithLater(ctx, func(r Reply) {
+		// Never blocks its caller, which may be the handler itself.
+		go func() {
+			select {
+			case <-replied:
+			case <-d.base.Done():
+				return
+			}
+			d.deliver(o, r)
+		}()
+	})
 }
 
 // deliver posts a late reply. The response_url is never logged: it is a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nats-io/nkeys"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -215,6 +216,7 @@ type liveEnv struct {
 	cluster string // as commands name it
 	source  string
 	signer  *approval.Signer // the bot's key, trusted by the agent
+	seal    nkeys.KeyPair    // the same key, for tests that forge with it
 	botNC   *nats.Conn
 	botJS   jetstream.JetStream
 }
@@ -252,7 +254,15 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := approval.NewEphemeralSigner()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := approval.NewSigner(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +276,7 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	}})
 	cmds := &command.Handler{Bot: b, Audit: log, Changes: &command.Changes{Flow: flow, Audit: log, Log: natstest.Logger(t)}}
 	return &liveEnv{ns: ns, c: c, hosted: hosted, flow: flow, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
-		source: source, signer: signer, botNC: botConn.NC, botJS: botConn.JS}
+		source: source, signer: signer, seal: kp, botNC: botConn.NC, botJS: botConn.JS}
 }
 
 // noProxy reads the HostedCluster's noProxy from the API server.

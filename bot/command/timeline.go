@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hcpbot/hcpbot/audit"
@@ -69,9 +70,20 @@ func (c *Handler) trailOf(ctx context.Context, inc bot.Incident) ([]bot.Step, er
 		return nil, err
 	}
 	cluster := inc.Cluster.Cluster.String()
+	// The agent's record of an execution is the execution; the bot's
+	// (the outcome it recorded) is told only when the agent's is missing.
+	byAgent := map[string]bool{}
+	for _, r := range recs {
+		if r.Kind == audit.KindExecuted && strings.HasSuffix(r.ID, agentRecordSuffix) {
+			byAgent[r.ActionID] = true
+		}
+	}
 	var out []bot.Step
 	for _, r := range recs {
 		if r.Cluster != cluster || (!inc.Open() && r.Time.After(inc.Resolved)) {
+			continue
+		}
+		if r.Kind == audit.KindExecuted && !strings.HasSuffix(r.ID, agentRecordSuffix) && byAgent[r.ActionID] {
 			continue
 		}
 		if s, ok := trailStep(r); ok {
@@ -81,11 +93,15 @@ func (c *Handler) trailOf(ctx context.Context, inc bot.Incident) ([]bot.Step, er
 	return out, err
 }
 
+// agentRecordSuffix ends the ID of the agent's own record of an
+// execution (approval's agent).
+const agentRecordSuffix = ".agent"
+
 // trailStep words one audit record for the timeline.
 func trailStep(r audit.Record) (bot.Step, bool) {
-	what := "fix"
+	what := "a change"
 	if r.ActionID != "" {
-		what = "`" + r.ActionID + "`"
+		what = "fix `" + r.ActionID + "`"
 	}
 	var text string
 	switch r.Kind {
@@ -99,15 +115,11 @@ func trailStep(r audit.Record) (bot.Step, bool) {
 	case audit.KindRejected:
 		text = fmt.Sprintf("%s rejected: %s", what, r.Reason)
 	case audit.KindRefused:
-		text = fmt.Sprintf("%s refused — %s: %s", what, r.Summary, r.Reason)
+		text = fmt.Sprintf("%s refused: %s (%s)", what, r.Reason, r.Summary)
 	case audit.KindExpired:
 		text = fmt.Sprintf("%s expired undecided", what)
 	case audit.KindExecuted:
-		text = fmt.Sprintf("%s executed: %s", what, r.Summary)
-		if r.Actor == "" || r.Reason != "" {
-			// The agent's own record (it names who asked and approved).
-			text = fmt.Sprintf("%s executed by the agent: %s", what, r.Summary)
-		}
+		text = fmt.Sprintf("%s executed by the agent: %s", what, r.Summary)
 	case audit.KindFailed:
 		text = fmt.Sprintf("%s failed: %s", what, r.Reason)
 	case audit.KindRolledBack:
