@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
@@ -189,8 +190,12 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // then still append, but not a record that Verify accepts.
 func WithSigner(s Signer) Option { return func(o *options) { o.signer = s } }
 
-// Open creates the audit stream or brings it to the configured settings,
-// and returns the Log writing to it. Every process may call it at start-up.
+// Open creates the audit stream while it is absent, and returns the Log
+// writing to it. Every process may call it at start-up. It never changes
+// an existing stream: the bot's NATS user may not (a stolen seed could
+// otherwise shorten the trail); when the stream's settings differ from
+// the configured ones, it says so in a warning (zerolog.Ctx(ctx)) and
+// goes on: an operator with admin credentials updates the stream.
 func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, error) {
 	o := options{
 		replicas:      1,
@@ -208,9 +213,14 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, er
 	if _, err := event.AuditSubject(o.defaultSource); err != nil {
 		return nil, fmt.Errorf("audit: default source: %w", err)
 	}
-	s, err := bus.EnsureStream(ctx, js, bus.AuditStream(o.maxAge, o.duplicates, bus.WithReplicas(o.replicas)))
+	spec := bus.AuditStream(o.maxAge, o.duplicates, bus.WithReplicas(o.replicas))
+	s, err := bus.CreateStream(ctx, js, spec)
 	if err != nil {
-		return nil, fmt.Errorf("audit: ensure stream %s: %w", StreamName, err)
+		return nil, fmt.Errorf("audit: create stream %s: %w", StreamName, err)
+	}
+	if drift := bus.StreamDrift(s.CachedInfo().Config, spec); len(drift) > 0 {
+		zerolog.Ctx(ctx).Warn().Str("stream", StreamName).Strs("differs", drift).
+			Msg("the audit stream's settings differ from the configured ones; the bot may not change them: an operator with admin NATS credentials must update the stream")
 	}
 	return &Log{js: js, stream: s, defaultSource: o.defaultSource, now: o.now, subject: event.AuditSubject,
 		signer: o.signer, heads: map[string]*head{}}, nil

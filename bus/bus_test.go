@@ -177,24 +177,29 @@ func TestEnsureKV(t *testing.T) {
 	}
 }
 
+// Without URLs Connect starts the embedded server, with no listener, and
+// connects in-process as the bot (the zero Role).
 func TestConnectStartsEmbeddedWhenNoURLs(t *testing.T) {
 	ctx := testContext(t)
-	c, err := Connect(ctx, Config{Embedded: EmbeddedConfig{StoreDir: t.TempDir()}}, testLogger(t))
+	c, err := Connect(ctx, Config{Embedded: LocalConfig{StoreDir: t.TempDir()}}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if c.embedded == nil {
+	if c.Local() == nil {
 		t.Fatal("no embedded server started")
 	}
-	if host, _, _ := net.SplitHostPort(c.NC.ConnectedAddr()); host != "127.0.0.1" {
-		t.Errorf("connected to %q, want the loopback embedded server", c.NC.ConnectedAddr())
+	if a := c.Local().Listening(); a != nil || c.Local().Server().Addr() != nil {
+		t.Errorf("embedded server listens on %v", a)
+	}
+	if got := c.NC.NewInbox(); !strings.HasPrefix(got, "_INBOX_bot.") {
+		t.Errorf("inbox %q: want the bot's", got)
 	}
 	if _, err := c.JS.AccountInfo(ctx); err != nil {
 		t.Fatalf("JetStream not usable: %v", err)
 	}
 	c.Close()
-	if c.embedded.Server().Running() {
+	if c.Local().Server().Running() {
 		t.Error("Close left the embedded server running")
 	}
 	if !c.NC.IsClosed() {
@@ -210,7 +215,7 @@ func TestConnectEmbeddedNeedsStoreDir(t *testing.T) {
 }
 
 func TestClusterNodeNeedsName(t *testing.T) {
-	_, err := StartEmbedded(testContext(t), EmbeddedConfig{StoreDir: t.TempDir(), Cluster: &ClusterConfig{Name: "c"}})
+	_, err := StartEmbedded(testContext(t), EmbeddedConfig{StoreDir: t.TempDir(), Open: true, Cluster: &ClusterConfig{Name: "c"}})
 	if !errors.Is(err, ErrServerNameRequired) {
 		t.Fatalf("err = %v, want ErrServerNameRequired", err)
 	}
@@ -225,6 +230,7 @@ func TestStartEmbeddedFailsFastOnTakenPort(t *testing.T) {
 	start := time.Now()
 	_, err = StartEmbedded(testContext(t), EmbeddedConfig{
 		StoreDir: t.TempDir(),
+		Open:     true,
 		Port:     l.Addr().(*net.TCPAddr).Port,
 	})
 	if err == nil {

@@ -1,8 +1,11 @@
 // Package bus is the NATS wiring shared by the agent and the bot: the
 // connection (reconnecting forever, credentials — a .creds file or its
 // content, or an nkey seed file — never logged, a role's own inbox
-// prefix), an optional in-process JetStream server for single-binary and
-// test setups (open, on loopback only), idempotent creation of the streams and key-value buckets
+// prefix), the permission split of the roles (permissions.go, the same as
+// configs/deploy/nats/nats.conf), an optional in-process JetStream server
+// for single-binary setups (StartLocal: a user per role with its
+// permissions, in-process connections only unless a listen address is
+// configured), idempotent creation of the streams and key-value buckets
 // the bot owns, and WaitForStream for processes that may only look them up.
 package bus
 
@@ -10,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,11 +42,16 @@ const (
 // Config says how to reach NATS. Credentials are used, never logged.
 type Config struct {
 	// URLs of the NATS servers (nats://, tls://, or host:port). Empty
-	// starts an in-process server from Embedded instead.
+	// starts an in-process server from Embedded instead (StartLocal),
+	// and connects to it in-process as Role.
 	URLs []string
 	// Embedded configures the in-process server used when URLs is empty;
-	// its StoreDir is then required. Its Logger is set by Connect.
-	Embedded EmbeddedConfig
+	// its StoreDir is then required. Role's own user is added to it.
+	Embedded LocalConfig
+	// Role is whom Connect connects as to the server it starts (URLs
+	// empty): its user and its inbox prefix. The zero Role is the bot.
+	// With URLs the credentials below say who connects.
+	Role Role
 	// Name identifies this client in the server's monitoring.
 	Name string
 
@@ -83,8 +92,8 @@ type Conn struct {
 	NC *nats.Conn
 	JS jetstream.JetStream
 
-	log      zerolog.Logger
-	embedded *Embedded // owned: shut down by Close
+	log   zerolog.Logger
+	local *Local // owned: shut down by Close
 
 	mu           sync.Mutex
 	onReconnect  []func()
@@ -97,50 +106,59 @@ type Conn struct {
 }
 
 // Connect connects to NATS, starting the embedded server first if no URLs
-// are configured. It waits for the first connection until ctx is done, so
-// a client started before its server simply waits; authentication errors
-// end the wait early. Once connected, the client reconnects forever.
+// are configured (StartLocal, with Role's user; the connection is
+// in-process and owns the server: Close shuts it down). It waits for the
+// first connection until ctx is done, so a client started before its
+// server simply waits; authentication errors end the wait early. Once
+// connected, the client reconnects forever.
 func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Conn, error) {
+	if len(cfg.URLs) > 0 {
+		return dial(ctx, cfg, cfg.URLs, nil, log)
+	}
+	lcfg := cfg.Embedded
+	if src, ok := cfg.Role.Agent(); ok && !slices.Contains(lcfg.Agents, src) {
+		lcfg.Agents = append(slices.Clone(lcfg.Agents), src)
+	}
+	l, err := StartLocal(ctx, lcfg, log)
+	if err != nil {
+		return nil, err
+	}
+	c, err := l.Connect(ctx, cfg.Role, cfg, log)
+	if err != nil {
+		l.Shutdown()
+		return nil, err
+	}
+	c.local = l
+	return c, nil
+}
+
+// dial connects to urls (only named, with extra options that reach the
+// server another way) as cfg says.
+func dial(ctx context.Context, cfg Config, urls []string, extra []nats.Option, log zerolog.Logger) (*Conn, error) {
 	c := &Conn{
 		log:       log,
 		connected: make(chan struct{}),
 		done:      make(chan struct{}),
-	}
-	urls := cfg.URLs
-	if len(urls) == 0 {
-		ecfg := cfg.Embedded
-		ecfg.Logger = log.With().Str("component", "nats-server").Logger()
-		e, err := StartEmbedded(ctx, ecfg)
-		if err != nil {
-			return nil, err
-		}
-		c.embedded = e
-		urls = []string{e.ClientURL()}
-		logEmbedded(log, e)
 	}
 	redacted := redact.URLs(urls)
 	log.Info().Strs("urls", redacted).Msg("connecting to NATS")
 
 	opts, err := c.options(cfg)
 	if err != nil {
-		c.shutdownEmbedded()
 		return nil, err
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
+	nc, err := nats.Connect(strings.Join(urls, ","), append(opts, extra...)...)
 	if err != nil {
-		c.shutdownEmbedded()
 		return nil, fmt.Errorf("bus: connect to %v: %w", redacted, err)
 	}
 
 	select {
 	case <-c.connected:
 	case <-c.done:
-		c.shutdownEmbedded()
 		return nil, fmt.Errorf("bus: connect to %v: %w", redacted, lastError(nc))
 	case <-ctx.Done():
 		c.closing.Store(true)
 		nc.Close()
-		c.shutdownEmbedded()
 		return nil, fmt.Errorf("bus: connect to %v: %w (last error: %v)", redacted, ctx.Err(), nc.LastError())
 	}
 
@@ -150,7 +168,6 @@ func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Conn, error)
 	if err != nil {
 		c.closing.Store(true)
 		nc.Close()
-		c.shutdownEmbedded()
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
 	c.NC, c.JS = nc, js
@@ -294,8 +311,14 @@ func (c *Conn) OnDisconnect(fn func(error)) {
 }
 
 // Embedded reports whether this connection runs its own in-process server
-// (no URLs configured). Such a process owns every stream it uses.
-func (c *Conn) Embedded() bool { return c.embedded != nil }
+// (no URLs configured).
+func (c *Conn) Embedded() bool { return c.local != nil }
+
+// Local is the embedded server this connection runs (no URLs
+// configured), nil otherwise: other roles of the process connect to it
+// (Local.Connect), and its owner creates what a process without a bot
+// needs (Local.CreateStream).
+func (c *Conn) Local() *Local { return c.local }
 
 // Done is closed once the connection is closed for good: by Close, or
 // because the server rejected the credentials.
@@ -318,8 +341,8 @@ func (c *Conn) Close() {
 }
 
 func (c *Conn) shutdownEmbedded() {
-	if c.embedded != nil {
-		c.embedded.Shutdown()
+	if c.local != nil {
+		c.local.Shutdown()
 	}
 }
 

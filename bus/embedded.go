@@ -23,6 +23,9 @@ var (
 	// JetStream identifies raft peers by server name, so a node that came
 	// back under a generated name would join as a stranger.
 	ErrServerNameRequired = errors.New("bus: clustered embedded server needs a Name")
+	// ErrNoUsers is returned for a server that would accept anyone: it
+	// needs Users, or Open said explicitly (tests only).
+	ErrNoUsers = errors.New("bus: embedded server without users: set Users, or Open for a test server")
 )
 
 const (
@@ -31,7 +34,10 @@ const (
 	defaultStartTimeout = 30 * time.Second
 )
 
-// EmbeddedConfig describes an in-process nats-server with JetStream on disk.
+// EmbeddedConfig describes an in-process nats-server with JetStream on
+// disk. The product's embedded server is StartLocal's (a user per role,
+// in-process unless a listen address is configured); StartEmbedded alone
+// is the building block, and what test servers (natstest) start open.
 type EmbeddedConfig struct {
 	// StoreDir holds JetStream's files; required. Reusing it across restarts
 	// keeps streams and their messages.
@@ -44,6 +50,15 @@ type EmbeddedConfig struct {
 	Host string
 	// Port for clients; 0 or -1 picks a free one.
 	Port int
+	// InProcessOnly: no client listener at all (Host and Port unused);
+	// clients connect through Embedded.InProcessConn only.
+	InProcessOnly bool
+	// Users are the only clients the server accepts: nkey users, each
+	// with its permissions (no anonymous user, no no_auth_user).
+	Users []*server.NkeyUser
+	// Open accepts every client without authentication, with every
+	// right: for test servers only (natstest), and exclusive with Users.
+	Open bool
 	// Cluster, if set, makes this server one node of a JetStream cluster.
 	Cluster *ClusterConfig
 	// SyncAlways fsyncs every JetStream write before it is acknowledged
@@ -114,6 +129,10 @@ func (cfg EmbeddedConfig) options() (*server.Options, error) {
 	if cfg.StoreDir == "" {
 		return nil, ErrStoreDirRequired
 	}
+	if hasUsers := len(cfg.Users) > 0; hasUsers == cfg.Open {
+		// Neither (anyone gets in by default) or both (which one?).
+		return nil, ErrNoUsers
+	}
 	name := cfg.Name
 	if name == "" && cfg.Cluster == nil {
 		name = defaultName
@@ -128,6 +147,8 @@ func (cfg EmbeddedConfig) options() (*server.Options, error) {
 		// The host process owns signal handling.
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,
+		DontListen:             cfg.InProcessOnly,
+		Nkeys:                  cfg.Users,
 	}
 	if c := cfg.Cluster; c != nil {
 		if cfg.Name == "" {
@@ -170,19 +191,25 @@ func waitReady(ctx context.Context, srv *server.Server, fatal <-chan string) err
 	}
 }
 
-// logEmbedded says how open the embedded server is: it has no users and
-// no TLS, which is safe only while nothing but this host can reach it.
-func logEmbedded(log zerolog.Logger, e *Embedded) {
-	host := e.srv.Addr()
-	if a, ok := host.(*net.TCPAddr); ok && a.IP.IsLoopback() {
-		log.Info().Str("url", e.ClientURL()).Msg("embedded NATS server started: no authentication and no TLS, listening on loopback only")
-		return
+// ClientURL is the URL clients connect to, with the port actually bound;
+// "" for a server without a listener (InProcessOnly).
+func (e *Embedded) ClientURL() string {
+	if e.srv.Addr() == nil {
+		return ""
 	}
-	log.Warn().Str("url", e.ClientURL()).Msg("embedded NATS server started: no authentication and no TLS, and NOT on loopback: anyone who reaches it has full access")
+	return e.srv.ClientURL()
 }
 
-// ClientURL is the URL clients connect to, with the port actually bound.
-func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+// Listening is the address clients can dial, nil without a listener.
+func (e *Embedded) Listening() *net.TCPAddr {
+	a, _ := e.srv.Addr().(*net.TCPAddr)
+	return a
+}
+
+// InProcessConn is a client connection inside this process
+// (nats.InProcessServer): no socket, but the server's authentication and
+// permissions as over TCP.
+func (e *Embedded) InProcessConn() (net.Conn, error) { return e.srv.InProcessConn() }
 
 // Server exposes the running server, for tests and health checks.
 func (e *Embedded) Server() *server.Server { return e.srv }

@@ -6,7 +6,7 @@ import "testing"
 // deploy's nats.conf says with sync_interval: always); off by default.
 func TestEmbeddedSyncAlways(t *testing.T) {
 	for _, want := range []bool{false, true} {
-		e, err := StartEmbedded(testContext(t), EmbeddedConfig{StoreDir: t.TempDir(), SyncAlways: want, Logger: testLogger(t)})
+		e, err := StartEmbedded(testContext(t), EmbeddedConfig{StoreDir: t.TempDir(), SyncAlways: want, Open: true, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

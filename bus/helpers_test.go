@@ -30,6 +30,8 @@ func startEmbedded(t *testing.T, cfg EmbeddedConfig) *Embedded {
 		cfg.StoreDir = t.TempDir()
 	}
 	cfg.Logger = testLogger(t)
+	// A test server: open, as natstest's are (the product's is StartLocal).
+	cfg.Open = len(cfg.Users) == 0
 	e, err := StartEmbedded(testContext(t), cfg)
 	if err != nil {
 		t.Fatalf("StartEmbedded: %v", err)

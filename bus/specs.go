@@ -11,10 +11,13 @@ import (
 // Every stream and KV bucket of hcpbot is specified here (and named in
 // names.go), so that one place says what each holds and what bounds its
 // growth. The bot owns them all: it creates them and brings them to its
-// configured settings (EnsureStream, EnsureKV). The agent never changes one: against
+// configured settings (EnsureStream, EnsureKV), but the audit stream,
+// which it creates only while absent (CreateStream) and never changes:
+// its user may not (BotPermissions). The agent never changes one: against
 // an external NATS it waits for the events stream (WaitForStream), on its
-// own embedded server it creates it only while absent (CreateStream), so
-// whichever process starts first, the bot's settings are the ones kept.
+// own embedded server the process creates it only while absent
+// (Local.CreateStream), so whichever process starts first, the bot's
+// settings are the ones kept.
 //
 // Each spec has a bound (max age or TTL; KV buckets keep one value per key
 // unless said otherwise): TestSpecsAreBounded lists them all.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,26 +51,58 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 }
 
 // CreateStream creates the stream if it does not exist and otherwise
-// leaves it exactly as it is, whatever its settings. It is for a process
-// that needs a stream it does not own (the agent on its own embedded
-// server): the owner's settings are never rewritten.
+// leaves it exactly as it is, whatever its settings (StreamDrift says
+// which differ from spec). It is for a process that needs a stream whose
+// settings it may not or must not rewrite: the agent on its own embedded
+// server (the bot's settings are kept), and the bot's audit stream (its
+// user may not update it). It retries as EnsureStream does: on a fresh
+// cluster a create's reply can be lost, and the next attempt finds the
+// stream.
 func CreateStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
-	s, err := js.Stream(ctx, spec.Name)
-	if err == nil {
-		return s, nil
-	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("bus: look up stream %q: %w", spec.Name, err)
-	}
-	s, err = js.CreateStream(ctx, spec.config())
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		// Created meanwhile, by the owner: keep its settings.
-		s, err = js.Stream(ctx, spec.Name)
-	}
+	cfg := spec.config()
+	s, err := retryEnsure(ctx, "stream", spec.Name, func(ctx context.Context) (jetstream.Stream, error) {
+		s, err := js.Stream(ctx, spec.Name)
+		if err == nil || !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return s, err
+		}
+		s, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Created meanwhile, by another process: keep its settings.
+			s, err = js.Stream(ctx, spec.Name)
+		}
+		return s, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: create stream %q: %w", spec.Name, err)
 	}
 	return s, nil
+}
+
+// StreamDrift names the settings of an existing stream (cfg, as the
+// server reports it) that differ from spec, each as "field: have → want";
+// nil when it is to spec. It is what a process that must not update a
+// stream (CreateStream) tells its operator.
+func StreamDrift(cfg jetstream.StreamConfig, spec StreamSpec) []string {
+	want := spec.config()
+	var out []string
+	diff := func(field string, have, want any) {
+		if have != want {
+			out = append(out, fmt.Sprintf("%s: %v → %v", field, have, want))
+		}
+	}
+	diff("subjects", strings.Join(cfg.Subjects, ","), strings.Join(want.Subjects, ","))
+	diff("retention", cfg.Retention, want.Retention)
+	diff("replicas", max(cfg.Replicas, 1), want.Replicas)
+	diff("max age", cfg.MaxAge, want.MaxAge)
+	diff("max bytes", cfg.MaxBytes, want.MaxBytes)
+	diff("max messages", cfg.MaxMsgs, want.MaxMsgs)
+	if want.Duplicates > 0 { // 0: the server's default, whatever it is
+		diff("duplicate window", cfg.Duplicates, want.Duplicates)
+	}
+	diff("discard", cfg.Discard, want.Discard)
+	diff("deny delete", cfg.DenyDelete, want.DenyDelete)
+	diff("deny purge", cfg.DenyPurge, want.DenyPurge)
+	return out
 }
 
 func (spec StreamSpec) config() jetstream.StreamConfig {

@@ -69,6 +69,12 @@ type NATS struct {
 	// only with an empty URLs). Default: empty, which means the user's
 	// cache folder + /hcpbot/nats.
 	StoreDir string
+	// EmbeddedListen ("host:port"; only with an empty URLs) makes the
+	// embedded server accept TCP clients there too, each with one of the
+	// nkeys it makes per role at each start (their seeds in files of
+	// StoreDir/keys, mode 0600): the bot, and the agent the process runs.
+	// Default: empty, no listener at all (in-process connections only).
+	EmbeddedListen string
 	// Creds is the NATS .creds file (JWT + NKey seed), as credsFile (a
 	// path the NATS client reads) or credsEnv (a variable holding the
 	// file's content). Only with URLs. Default: none (no authentication).

@@ -111,6 +111,11 @@ func (d *decoder) nats(n *yaml.Node, path string, c *NATS) {
 				c.StoreDir = s
 			}
 		}},
+		{"embeddedListen", func(v *yaml.Node, p string) {
+			if s, ok := d.str(v, p); ok && (s == "" || d.listen(v, p, s)) {
+				c.EmbeddedListen = s
+			}
+		}},
 		{"credsFile", d.secretFile(&c.Creds.File)},
 		{"credsEnv", d.secretEnv(&c.Creds.Env)},
 		{"nkeySeedFile", d.secretFile(&c.NkeySeedFile)},
@@ -844,16 +849,21 @@ func (d *decoder) check(c *Config) {
 			d.problem(d.at("nats.streamReplicas"), "nats.streamReplicas", "%d replicas need a NATS cluster: the embedded server (nats.urls empty) is one node", n.StreamReplicas)
 		}
 		if n.Creds.IsSet() {
-			d.problem(d.at(credsField(n.Creds)), credsField(n.Creds), "credentials are for external servers: the embedded server (nats.urls empty) has no authentication")
+			d.problem(d.at(credsField(n.Creds)), credsField(n.Creds), "credentials are for external servers: the embedded server (nats.urls empty) makes a key per role at each start")
 		}
 		if n.CAFile != "" {
-			d.problem(d.at("nats.caFile"), "nats.caFile", "only used with nats.urls: the embedded server listens on loopback without TLS")
+			d.problem(d.at("nats.caFile"), "nats.caFile", "only used with nats.urls: the embedded server has no TLS")
 		}
 		if n.NkeySeedFile != "" {
-			d.problem(d.at("nats.nkeySeedFile"), "nats.nkeySeedFile", "credentials are for external servers: the embedded server (nats.urls empty) has no authentication")
+			d.problem(d.at("nats.nkeySeedFile"), "nats.nkeySeedFile", "credentials are for external servers: the embedded server (nats.urls empty) makes a key per role at each start")
 		}
-	} else if n.StoreDir != "" {
-		d.problem(d.at("nats.storeDir"), "nats.storeDir", "only used by the embedded server, but nats.urls is set: remove one of the two")
+	} else {
+		if n.StoreDir != "" {
+			d.problem(d.at("nats.storeDir"), "nats.storeDir", "only used by the embedded server, but nats.urls is set: remove one of the two")
+		}
+		if n.EmbeddedListen != "" {
+			d.problem(d.at("nats.embeddedListen"), "nats.embeddedListen", "only used by the embedded server, but nats.urls is set: remove one of the two")
+		}
 	}
 	if set("nats.credsFile") && set("nats.credsEnv") {
 		d.problem(d.at("nats.credsEnv"), "nats.credsEnv", "set credsFile or credsEnv, not both")

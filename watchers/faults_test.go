@@ -56,7 +56,7 @@ type faultNATS struct {
 
 func startFaultNATS(t *testing.T) *faultNATS {
 	t.Helper()
-	n := &faultNATS{cfg: bus.EmbeddedConfig{StoreDir: t.TempDir(), Name: "faults", Logger: natstest.Logger(t)}}
+	n := &faultNATS{cfg: bus.EmbeddedConfig{StoreDir: t.TempDir(), Name: "faults", Open: true, Logger: natstest.Logger(t)}}
 	n.start(t)
 	u, err := url.Parse(n.srv.ClientURL())
 	if err != nil {

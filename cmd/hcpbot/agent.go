@@ -47,10 +47,13 @@ type agentFlags struct {
 	kubeconfig string
 	// kube is the management cluster's client config, loaded and checked
 	// by agentKube before anything else starts.
-	kube           *rest.Config
-	source         string
-	natsURLs       string
-	natsStore      string
+	kube      *rest.Config
+	source    string
+	natsURLs  string
+	natsStore string
+	// natsListen is nats.embeddedListen: where the embedded server also
+	// accepts TCP clients, with this start's keys only.
+	natsListen     string
 	natsCreds      string
 	natsNkeySeed   string
 	natsCA         string
@@ -89,8 +92,9 @@ type agentFlags struct {
 const agentFlagUsage = "[--config FILE] [--source NAME] [flags]\n\n" +
 	"Settings come from the config file's agent, nats and log sections (configs/example.yaml);\n" +
 	"a flag given overrides its environment variable, which overrides the file.\n" +
-	"Settings without a flag (lease timings, bufferEvents, hostedProbeInterval, requireFourEyes, requiredApprovals, actionAckWait,\n" +
-	"approvers, log.level, nats.storeDir, nats.credsFile, nats.streamReplicas) are in the file only.\n"
+	"Settings without a flag (lease timings, bufferEvents, hostedProbeInterval, requireFourEyes,\n" +
+	"requiredApprovals, actionAckWait, approvers, log.level, nats.storeDir, nats.embeddedListen,\n" +
+	"nats.credsFile, nats.streamReplicas) are in the file only.\n"
 
 // runAgent starts the agent from the agent section of a config file
 // (--config; the nats and log sections too), or from defaults without
@@ -150,7 +154,7 @@ func agentSettings(c *cli, args []string) (agentFlags, error) {
 		return agentFlags{}, usageErrorf("--source is required (or agent.source in --config): the name of this management cluster")
 	}
 	if len(cfg.NATS.URLs) == 0 && (cfg.NATS.Creds.IsSet() || cfg.NATS.NkeySeedFile != "" || cfg.NATS.CAFile != "") {
-		return agentFlags{}, usageErrorf("NATS credentials and CA (--nats-nkey-seed, --nats-ca, nats.credsFile) are for an external NATS (--nats-url, nats.urls): the embedded server has no authentication and no TLS")
+		return agentFlags{}, usageErrorf("NATS credentials and CA (--nats-nkey-seed, --nats-ca, nats.credsFile) are for an external NATS (--nats-url, nats.urls): the embedded server makes a key per role at each start and has no TLS")
 	}
 	if cfg.NATS.Creds.IsSet() && cfg.NATS.NkeySeedFile != "" {
 		return agentFlags{}, usageErrorf("set a .creds file (nats.credsFile) or an nkey seed (--nats-nkey-seed, nats.nkeySeedFile), not both")
@@ -245,23 +249,28 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 }
 
 // agentNATSClient is the agent's NATS connection from its flags, with
-// the inbox prefix of its source (event.AgentInboxPrefix).
+// the inbox prefix of its source (event.AgentInboxPrefix); on its own
+// embedded server it connects as its source's agent.
 func agentNATSClient(f agentFlags, inbox string) natsClient {
 	return natsClient{
-		urls: f.natsURLs, storeDir: f.natsStore, creds: f.natsCreds, credsContent: f.natsCredsContent, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
-		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox,
+		urls: f.natsURLs, storeDir: f.natsStore, listen: f.natsListen, creds: f.natsCreds, credsContent: f.natsCredsContent, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
+		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox, role: bus.AgentRole(f.source),
 	}
 }
 
 // agentStream makes sure the events stream exists before the agent
 // publishes, and returns it. The bot owns the stream (its configured
 // retention and replicas): against an external NATS the agent's user may
-// not create or update streams, so it waits for it; on its own embedded
-// server the agent creates it with the defaults only while it is absent,
-// and never rewrites the settings a bot connected to that server set.
+// not create or update streams, so it waits for it. On its own embedded
+// server its role may not either (it has a deployed agent's rights), so
+// the process that runs the server creates it in its own name
+// (bus.Local.CreateStream: an in-process user that may create this stream
+// and nothing else, whose key never leaves the process), with the
+// defaults, only while it is absent: the settings a bot connected to that
+// server set are never rewritten.
 func agentStream(ctx context.Context, conn *bus.Conn, replicas int, log zerolog.Logger) (jetstream.Stream, error) {
-	if conn.Embedded() {
-		return bus.CreateStream(ctx, conn.JS, bus.EventsStream(0, 0, bus.WithReplicas(replicas)))
+	if l := conn.Local(); l != nil {
+		return l.CreateStream(ctx, bus.EventsStream(0, 0, bus.WithReplicas(replicas)), log)
 	}
 	return bus.WaitForStream(ctx, conn.JS, event.StreamName, log)
 }
@@ -506,21 +515,27 @@ func kubeConfig(path string) (*rest.Config, error) {
 }
 
 // natsClient is how a process connects to NATS: the URLs, or none and the
-// embedded server's store; the user's credentials (a .creds file, its
-// content, or an nkey seed file) and CA; the client name and the role's
-// inbox prefix.
+// embedded server's store and listen address; the user's credentials (a
+// .creds file, its content, or an nkey seed file) and CA; the client name
+// and the role's inbox prefix.
 type natsClient struct {
-	urls, storeDir          string
+	urls, storeDir, listen  string
 	creds, nkeySeed, caFile string
 	// credsContent is a .creds file's content (nats.credsEnv), kept in
 	// memory only.
 	credsContent      []byte
 	name, inboxPrefix string
+	// role is whom the process connects as to its own embedded server
+	// (with urls, the credentials say who), and agents the sources of
+	// the agents it runs: each has a user there (the bot always has).
+	role   bus.Role
+	agents []string
 }
 
-// connectNATS connects to the given URLs, or starts the embedded server.
+// connectNATS connects to the given URLs, or starts the embedded server
+// and connects to it in-process as nc.role.
 func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.Conn, error) {
-	cfg := bus.Config{Name: nc.name, CredsFile: nc.creds, Creds: nc.credsContent, NkeySeedFile: nc.nkeySeed, CAFile: nc.caFile, InboxPrefix: nc.inboxPrefix}
+	cfg := bus.Config{Name: nc.name, CredsFile: nc.creds, Creds: nc.credsContent, NkeySeedFile: nc.nkeySeed, CAFile: nc.caFile, InboxPrefix: nc.inboxPrefix, Role: nc.role}
 	storeDir := nc.storeDir
 	cfg.URLs = splitList(nc.urls)
 	if len(cfg.URLs) == 0 {
@@ -531,8 +546,8 @@ func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.C
 			}
 			storeDir = filepath.Join(base, "hcpbot", "nats")
 		}
-		cfg.Embedded = bus.EmbeddedConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Logger: log}
-		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server (loopback only)")
+		cfg.Embedded = bus.LocalConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Listen: nc.listen, Agents: nc.agents}
+		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server")
 	}
 	if pd := bus.ProxyFromEnvironment(); pd != nil && len(cfg.URLs) > 0 {
 		// Behind a corporate proxy, NATS goes where HTTPS_PROXY/NO_PROXY
@@ -609,7 +624,7 @@ func agentFlagsFromConfig(cfg *configs.Config, getenv func(string) string) agent
 	a, n := cfg.Agent, cfg.NATS
 	return agentFlags{
 		kubeconfig: a.Kubeconfig, source: a.Source, listen: a.Listen,
-		natsURLs: joinURLs(n.URLs), natsStore: n.StoreDir, natsCreds: n.Creds.File, natsNkeySeed: n.NkeySeedFile, natsCA: n.CAFile,
+		natsURLs: joinURLs(n.URLs), natsStore: n.StoreDir, natsListen: n.EmbeddedListen, natsCreds: n.Creds.File, natsNkeySeed: n.NkeySeedFile, natsCA: n.CAFile,
 		streamReplicas: n.StreamReplicas,
 		leaderElect:    a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
 		identity: getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval, nodeJoinGrace: a.NodeJoinGrace,

@@ -30,6 +30,7 @@ func agentSettingsFor(t *testing.T, env map[string]string, args ...string) (agen
 func TestAgentConfigPrecedence(t *testing.T) {
 	file := configFile(t, `nats:
   storeDir: /var/lib/hcpbot/nats
+  embeddedListen: 127.0.0.1:4223
 agent:
   source: mgmt-file
   listen: "127.0.0.1:9001"
@@ -53,12 +54,12 @@ log:
 		{"no file: the file's defaults", map[string]string{"POD_NAMESPACE": "hcpbot"}, []string{"--source", "mgmt-flag"}, func(f agentFlags) bool {
 			return f.source == "mgmt-flag" && f.listen == ":8080" && f.leaderElect && f.leaseName == "hcpbot-agent" && f.leaseNamespace == "hcpbot" &&
 				f.bufferEvents == 10000 && f.probeInterval == 15*time.Second && f.requireFourEyes && f.logLevel == "info" && f.logFormat == "json" &&
-				f.streamReplicas == 1 && f.natsStore == ""
+				f.streamReplicas == 1 && f.natsStore == "" && f.natsListen == ""
 		}},
 		{"file only", map[string]string{"POD_NAMESPACE": "hcpbot"}, []string{"--config", file}, func(f agentFlags) bool {
 			return f.source == "mgmt-file" && f.listen == "127.0.0.1:9001" && f.leaseName == "lease-file" && f.leaseNamespace == "ops" &&
 				f.lease.LeaseDuration == 20*time.Second && f.bufferEvents == 42 && f.probeInterval == 3*time.Second &&
-				!f.requireFourEyes && len(f.approvers) == 1 && f.logLevel == "debug" && f.natsStore == "/var/lib/hcpbot/nats"
+				!f.requireFourEyes && len(f.approvers) == 1 && f.logLevel == "debug" && f.natsStore == "/var/lib/hcpbot/nats" && f.natsListen == "127.0.0.1:4223"
 		}},
 		{"flags override the file", nil, []string{"--config", file, "--listen", "127.0.0.1:9002", "--lease-name", "lease-flag", "--leader-elect=false", "--source", "mgmt-flag", "--log-format", "console"}, func(f agentFlags) bool {
 			return f.source == "mgmt-flag" && f.listen == "127.0.0.1:9002" && f.leaseName == "lease-flag" && !f.leaderElect && f.logFormat == "console" &&

@@ -145,9 +145,14 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 			// One process: the agent trusts the bot beside it.
 			f.trustedKeys = []string{signer.PublicKey()}
 		}
+		ac, closeAgentConn, err := agentConn(ctx, conn, f.source, log)
+		if err != nil {
+			return err
+		}
+		defer closeAgentConn()
 		wg.Go(func() {
 			defer stop()
-			if err := agentRun(runCtx, f, conn, log); err != nil && runCtx.Err() == nil {
+			if err := agentRun(runCtx, f, ac, log); err != nil && runCtx.Err() == nil {
 				log.Error().Err(err).Msg("agent stopped; stopping the bot")
 				agentErr = fmt.Errorf("agent: %w", err)
 			}
@@ -209,13 +214,16 @@ var errNoSigningKey = errors.New("approvals need approvals.signingKeyEnv or appr
 
 // botNATSClient is the NATS connection of `hcpbot bot` or `hcpbot all`
 // from the config file and its resolved secrets (nats.credsEnv's content;
-// sec may be nil without it). One connection, one role: `all` shares the
-// bot's inbox prefix (it is meant for the embedded server, which has no
-// roles).
+// sec may be nil without it), as the bot's role. On the embedded server
+// of `all` the agent's user exists too: its agent connects as itself
+// (agentConn).
 func botNATSClient(cfg *configs.Config, sec *configs.Secrets, mode string) natsClient {
 	nc := natsClient{
-		urls: joinURLs(cfg.NATS.URLs), storeDir: cfg.NATS.StoreDir, creds: cfg.NATS.Creds.File, nkeySeed: cfg.NATS.NkeySeedFile,
-		caFile: cfg.NATS.CAFile, name: "hcpbot-" + mode, inboxPrefix: event.BotInboxPrefix,
+		urls: joinURLs(cfg.NATS.URLs), storeDir: cfg.NATS.StoreDir, listen: cfg.NATS.EmbeddedListen, creds: cfg.NATS.Creds.File, nkeySeed: cfg.NATS.NkeySeedFile,
+		caFile: cfg.NATS.CAFile, name: "hcpbot-" + mode, inboxPrefix: event.BotInboxPrefix, role: bus.BotRole(),
+	}
+	if mode == "all" && cfg.Agent != nil {
+		nc.agents = []string{cfg.Agent.Source}
 	}
 	if sec != nil {
 		nc.credsContent = sec.NATSCreds
@@ -226,6 +234,24 @@ func botNATSClient(cfg *configs.Config, sec *configs.Secrets, mode string) natsC
 // auditVerifyEvery is how often the lease holder verifies the audit
 // trail: a full read, about 10 s per 100,000 signed records.
 const auditVerifyEvery = time.Hour
+
+// agentConn is the NATS connection of the agent of `hcpbot all`. On the
+// embedded server (conn runs it) a connection of its own, as the agent of
+// its source: the agent has exactly a deployed agent's rights, not the
+// bot's beside it. Against an external NATS the file names one user, so
+// the agent shares the bot's connection and that user's rights. The
+// returned close is the caller's, before conn's.
+func agentConn(ctx context.Context, conn *bus.Conn, source string, log zerolog.Logger) (*bus.Conn, func(), error) {
+	l := conn.Local()
+	if l == nil {
+		return conn, func() {}, nil
+	}
+	ac, err := l.Connect(ctx, bus.AgentRole(source), bus.Config{Name: "hcpbot-all-agent"}, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent's NATS connection: %w", err)
+	}
+	return ac, ac.Close, nil
+}
 
 // commandDrain bounds how long a stopping bot waits for running slash
 // commands and their delayed replies.

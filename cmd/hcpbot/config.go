@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -293,7 +294,11 @@ func configSummary(cfg *configs.Config) []string {
 		if store == "" {
 			store = "the user's cache folder"
 		}
-		out = append(out, fmt.Sprintf("nats: embedded server, store %s", store))
+		listen := "no listener (in-process connections only)"
+		if n.EmbeddedListen != "" {
+			listen = "listening on " + n.EmbeddedListen + " (the seeds of each start in the store's " + bus.KeysDir + " folder)"
+		}
+		out = append(out, fmt.Sprintf("nats: embedded server, store %s, %s, authentication required (a key per role, made at each start)", store, listen))
 	} else {
 		auth := "no credentials"
 		switch {

@@ -81,4 +81,12 @@ func TestDemoScript(t *testing.T) {
 	if !executed {
 		t.Errorf("the agent's log has no execution of %s:\n%s", id, logs)
 	}
+	// On the embedded server, in-process, each as its own role: the
+	// whole flow within the bot's and the agent's rights.
+	if !strings.Contains(string(logs), "no listener, in-process connections only; authentication required") {
+		t.Errorf("the demo's embedded NATS server does not say it has no listener:\n%s", logs)
+	}
+	if strings.Contains(string(logs), "Permissions Violation") {
+		t.Errorf("the server refused the bot or the agent something:\n%s", logs)
+	}
 }

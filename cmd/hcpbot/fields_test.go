@@ -108,6 +108,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		botLog       = p("bot fixture: log", bf.log)
 		botSigning   = p("bot fixture: signing key", bf.signingKey)
 		storeDir     = p("embedded store", proveStoreDir)
+		embListen    = p("TestAllEmbeddedListen", TestAllEmbeddedListen)
 		botResolve   = p("bot fixture: resolution", bf.resolve)
 		botHeal      = p("bot fixture: heal deadline", bf.healDeadline)
 		botApprovals = p("bot fixture: approvals", bf.approvals)
@@ -125,6 +126,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 	return map[string]fieldRow{
 		"nats.urls":            {proof: botStream},
 		"nats.storeDir":        {proof: storeDir},
+		"nats.embeddedListen":  {proof: embListen},
 		"nats.credsFile":       {proof: natsCreds},
 		"nats.credsEnv":        {proof: natsCreds},
 		"nats.nkeySeedFile":    {proof: natsNkeyCA},

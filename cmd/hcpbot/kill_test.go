@@ -152,11 +152,17 @@ log: {level: info, format: json}
 // dir/name.log (its tail shown if the test fails), killed at the end.
 func startBotProcess(t *testing.T, bin, dir, path, name string) *exec.Cmd {
 	t.Helper()
+	return startProcess(t, bin, dir, "bot", path, name)
+}
+
+// startProcess is startBotProcess for `hcpbot <mode>` (bot or all).
+func startProcess(t *testing.T, bin, dir, mode, path, name string) *exec.Cmd {
+	t.Helper()
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "bot", "--config", path)
+	cmd := exec.Command(bin, mode, "--config", path)
 	cmd.Env = append(os.Environ(), "TEST_SLACK_BOT_TOKEN=xoxb-0000-"+name, "TEST_SLACK_SIGNING_SECRET=secret-"+name, "POD_NAME="+name)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bus"
@@ -135,20 +136,36 @@ func TestAgentNATSFlags(t *testing.T) {
 	}
 }
 
-// With no URL the agent starts the embedded server, says it is open on
-// loopback only, and creates the stream itself.
-func TestAgentEmbeddedNATSLoopback(t *testing.T) {
+// With no URL the agent starts the embedded server without a listener,
+// says so, connects in-process as its source's agent, and has the events
+// stream created in the name of the process that runs the server: its
+// own role may not create it.
+func TestAgentEmbeddedNATSNoListener(t *testing.T) {
 	var logs syncbuf.Buffer
 	log := zerolog.New(&logs)
 	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 	defer cancel()
-	conn, err := connectNATS(ctx, natsClient{storeDir: t.TempDir(), name: "embedded-test"}, log)
+	f := agentFlags{source: "mgmt-emb", natsStore: t.TempDir(), identity: "emb-0"}
+	inbox, err := event.AgentInboxPrefix(f.source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := connectNATS(ctx, agentNATSClient(f, inbox), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if !strings.Contains(logs.String(), "no authentication and no TLS, listening on loopback only") || !strings.Contains(logs.String(), "nats://127.0.0.1:") {
-		t.Errorf("start log:\n%s", logs.String())
+	if !strings.Contains(logs.String(), "no listener, in-process connections only; authentication required") || conn.Local().Listening() != nil {
+		t.Errorf("listening on %v; start log:\n%s", conn.Local().Listening(), logs.String())
+	}
+	if got := conn.NC.NewInbox(); !strings.HasPrefix(got, inbox+".") {
+		t.Errorf("inbox %q: want the agent's %s", got, inbox)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = conn.JS.CreateStream(cctx, jetstream.StreamConfig{Name: event.StreamName, Subjects: []string{event.EventsStreamSubjects}})
+	ccancel()
+	if err == nil {
+		t.Fatal("the agent's role created the events stream")
 	}
 	if _, err := agentStream(ctx, conn, 1, log); err != nil {
 		t.Fatal(err)

@@ -142,6 +142,77 @@ func startNATS(t *testing.T, conf, tlsDir string, env map[string]string) (url, c
 	return "tls://" + srv.Addr().String(), caFile
 }
 
+// The permission split has one reviewed text, nats.conf, and one Go
+// definition, bus.BotPermissions and bus.AgentPermissions, which the
+// embedded server of `hcpbot all` grants: the shipped file as the
+// kustomization renders it (variables substituted, a second agent added by
+// the README's recipe), parsed by nats-server itself, grants each user
+// exactly the Go lists, allow and deny, publish and subscribe.
+func TestNATSConfMatchesGoPermissions(t *testing.T) {
+	r := renderNATS(t)
+	bot, ag1, ag2 := natstest.NewUser(t), natstest.NewUser(t), natstest.NewUser(t)
+	opts, _, err := parseNATS(t, r.withAgent(t, "mgmt-2"), r.tlsDir, map[string]string{
+		"HCPBOT_BOT_NKEY": bot.Public, "HCPBOT_AGENT_MGMT_1_NKEY": ag1.Public, "HCPBOT_AGENT_MGMT_2_NKEY": ag2.Public,
+	})
+	if err != nil {
+		t.Fatalf("nats.conf: %v", err)
+	}
+	if len(opts.Nkeys) != 3 || len(opts.Users) != 0 || opts.NoAuthUser != "" {
+		t.Fatalf("nats.conf: %d nkey users, %d other users, no_auth_user %q; want the bot and two agents only", len(opts.Nkeys), len(opts.Users), opts.NoAuthUser)
+	}
+	conf := map[string]*natsserver.Permissions{}
+	for _, u := range opts.Nkeys {
+		conf[u.Nkey] = u.Permissions
+	}
+	agent := func(source string) *natsserver.Permissions {
+		p, err := bus.AgentPermissions(source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		who  string
+		user natstest.User
+		want *natsserver.Permissions
+	}{
+		{"bot", bot, bus.BotPermissions()},
+		{"agent mgmt-1", ag1, agent("mgmt-1")},
+		{"agent mgmt-2 (the README's recipe)", ag2, agent("mgmt-2")},
+	} {
+		t.Run(tc.who, func(t *testing.T) {
+			got := conf[tc.user.Public]
+			if got == nil || got.Publish == nil || got.Subscribe == nil || got.Response != nil {
+				t.Fatalf("nats.conf grants %+v", got)
+			}
+			for _, l := range []struct {
+				name      string
+				conf, gos []string
+			}{
+				{"publish allow", got.Publish.Allow, tc.want.Publish.Allow},
+				{"publish deny", got.Publish.Deny, tc.want.Publish.Deny},
+				{"subscribe allow", got.Subscribe.Allow, tc.want.Subscribe.Allow},
+				{"subscribe deny", got.Subscribe.Deny, tc.want.Subscribe.Deny},
+			} {
+				c, g := slices.Sorted(slices.Values(l.conf)), slices.Sorted(slices.Values(l.gos))
+				if len(slices.Compact(slices.Clone(g))) != len(g) {
+					t.Errorf("%s: the Go list repeats a subject: %q", l.name, g)
+				}
+				for _, s := range c {
+					if !slices.Contains(g, s) {
+						t.Errorf("%s: nats.conf grants %q, Go does not", l.name, s)
+					}
+				}
+				for _, s := range g {
+					if !slices.Contains(c, s) {
+						t.Errorf("%s: Go grants %q, nats.conf does not", l.name, s)
+					}
+				}
+			}
+		})
+	}
+}
+
 // natsRole is one NATS user of the shipped configuration.
 type natsRole struct {
 	name  string
@@ -533,6 +604,36 @@ func TestNATSPermissions(t *testing.T) {
 				t.Fatalf("the agent's record is not in %+v", recs)
 			}
 		}},
+		{"bot and agent read the last audit record of a subject (MSG.GET, the records' chain)", func(t *testing.T, ctx context.Context) {
+			for who, c := range map[string]struct {
+				conn    *bus.Conn
+				subject string
+			}{"bot": {botC, "hcpbot.audit." + src1}, "agent " + src1: {ag1C, "hcpbot.audit." + src1 + ".agent"}} {
+				s, err := c.conn.JS.Stream(ctx, audit.StreamName)
+				if err != nil {
+					t.Fatalf("%s: %v", who, err)
+				}
+				if m, err := s.GetLastMsgForSubject(ctx, c.subject); err != nil || m.Subject != c.subject {
+					t.Fatalf("%s: last record of %s: %v, %v", who, c.subject, m, err)
+				}
+			}
+		}},
+		{"bot opens the audit stream again with other settings (audit.Open): warned, not changed, not failed", func(t *testing.T, ctx context.Context) {
+			var warn syncbuf.Buffer
+			if _, err := audit.Open(zerolog.New(&warn).WithContext(ctx), botC.JS, audit.WithMaxAge(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(warn.String(), "an operator with admin NATS credentials must update the stream") || !strings.Contains(warn.String(), "max age") {
+				t.Errorf("no warning naming the setting: %s", warn.String())
+			}
+			s, err := botC.JS.Stream(ctx, audit.StreamName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.CachedInfo().Config.MaxAge; got != bus.AuditMaxAge {
+				t.Errorf("audit stream max age %s, want %s kept", got, bus.AuditMaxAge)
+			}
+		}},
 		{"bot creates the action queue (bus.EnsureStream " + bus.ActionsStreamName + ", bus.EnsureKV " + bus.ActionResultsBucket + ")", func(t *testing.T, ctx context.Context) {
 			if _, err := bus.EnsureStream(ctx, botC.JS, bus.ActionsStream()); err != nil {
 				t.Fatal(err)
@@ -694,6 +795,7 @@ func TestNATSPermissions(t *testing.T) {
 		// The bot: no events, no deletion of anything.
 		pub("bot: an event", botR, "hcpbot.events.mgmt-1._._.node", nil),
 		pub("bot: an audit record in an agent's name", botR, "hcpbot.audit.mgmt-1.agent", nil),
+		pub("bot: update the audit stream", botR, "$JS.API.STREAM.UPDATE."+audit.StreamName, nil),
 		pub("bot: purge the audit stream", botR, "$JS.API.STREAM.PURGE."+audit.StreamName, nil),
 		pub("bot: purge the proposals bucket", botR, "$JS.API.STREAM.PURGE.KV_"+approval.Bucket, nil),
 		pub("bot: delete an event", botR, "$JS.API.STREAM.MSG.DELETE."+event.StreamName, nil),
@@ -713,6 +815,44 @@ func TestNATSPermissions(t *testing.T) {
 	for _, tc := range refusals {
 		t.Run("refused: "+tc.who, func(t *testing.T) { tc.conn.refused(t, tc.kind, tc.subject, tc.do) })
 	}
+
+	// The issue's attack, with the product's client: the bot's user
+	// shortens the audit trail to one record (MaxMsgs 1, Discard old),
+	// deny_delete and deny_purge notwithstanding. Refused, as a create
+	// over it, a delete and a purge: the 50 records appended stay.
+	t.Run("refused: the bot shortening the audit trail (update to MaxMsgs=1, Discard=Old; create over it; delete; purge)", func(t *testing.T) {
+		s, err := botC.JS.Stream(ctx, audit.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := s.CachedInfo().State.Msgs
+		for i := range 50 {
+			if err := alog.Append(ctx, audit.Record{Kind: audit.KindProposed, ActionID: fmt.Sprintf("act-%04d", i), Source: src1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		attack := s.CachedInfo().Config
+		attack.MaxMsgs, attack.Discard = 1, jetstream.DiscardOld
+		for name, do := range map[string]func(context.Context) error{
+			"update": func(ctx context.Context) error { _, err := botC.JS.UpdateStream(ctx, attack); return err },
+			"create": func(ctx context.Context) error { _, err := botC.JS.CreateStream(ctx, attack); return err },
+			"delete": func(ctx context.Context) error { return botC.JS.DeleteStream(ctx, audit.StreamName) },
+			"purge":  func(ctx context.Context) error { return s.Purge(ctx) },
+		} {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if err := do(actx); err == nil {
+				t.Errorf("%s: the server accepted it", name)
+			}
+			cancel()
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs != before+50 || info.Config.MaxMsgs != -1 || info.Config.Discard != jetstream.DiscardNew {
+			t.Fatalf("audit stream: %d records (want %d), max messages %d, discard %v", info.State.Msgs, before+50, info.Config.MaxMsgs, info.Config.Discard)
+		}
+	})
 
 	t.Run("refused: agent mgmt-1 creating the events stream with the product's code (bus.EnsureStream)", func(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -38,15 +38,17 @@ func Logger(tb testing.TB) zerolog.Logger {
 }
 
 // RunServer starts a standalone JetStream server on a random loopback port
-// with its store in tb.TempDir(), shut down when the test ends. opts
-// change its configuration (e.g. SyncAlways).
+// with its store in tb.TempDir(), shut down when the test ends. It is open
+// (no users, every right): a test server, not the product's embedded
+// server (bus.StartLocal), whose roles tests reach with bus.Local.Connect.
+// opts change its configuration (e.g. SyncAlways).
 func RunServer(tb testing.TB, opts ...func(*bus.EmbeddedConfig)) *bus.Embedded {
 	tb.Helper()
 	log := Logger(tb)
 	dir := tb.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	cfg := bus.EmbeddedConfig{StoreDir: dir, Name: "natstest", Logger: log}
+	cfg := bus.EmbeddedConfig{StoreDir: dir, Name: "natstest", Open: true, Logger: log}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -94,6 +96,7 @@ func RunCluster(tb testing.TB, n int) *Cluster {
 			Name:     name,
 			Port:     ports[i],
 			Cluster:  &bus.ClusterConfig{Name: "natstest", Port: ports[n+i], Routes: routes},
+			Open:     true,
 			Logger:   log.With().Str("server", name).Logger(),
 		}
 	}
