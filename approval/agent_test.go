@@ -145,11 +145,9 @@ func TestServePastDeadlineReportsTheCluster(t *testing.T) {
 func TestServeWaitsOutAnUnavailableStore(t *testing.T) {
 	e := newEnv(t)
 	f := e.flow(fourEyes())
-	e.setAgentPermissions(&server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{
-			"$JS.API.DIRECT.GET.KV_" + bus.ProposalsBucket + ".>", "$JS.API.STREAM.MSG.GET.KV_" + bus.ProposalsBucket,
-		}},
-	})
+	cut := agentPermissions(t)
+	cut.Publish.Deny = append(cut.Publish.Deny, "$JS.API.DIRECT.GET.KV_"+bus.ProposalsBucket+".>", "$JS.API.STREAM.MSG.GET.KV_"+bus.ProposalsBucket)
+	e.setAgentPermissions(cut)
 	reg := prometheus.NewRegistry()
 	e.serve(func(c *approval.AgentConfig) { c.Registerer = reg })
 	var got outcome
@@ -160,7 +158,7 @@ func TestServeWaitsOutAnUnavailableStore(t *testing.T) {
 	if e.x.runs(p.ID) != 0 || len(got.got()) != 0 {
 		t.Fatal("ran without reading the store")
 	}
-	e.setAgentPermissions(nil)
+	e.setAgentPermissions(agentPermissions(t))
 	waitFor(t, 60*time.Second, "the outcome", func() bool { return len(got.got()) == 1 })
 	if o := got.got()[0]; o.State != approval.StateExecuted || e.x.runs(p.ID) != 1 {
 		t.Fatalf("outcome %+v after %d runs", o, e.x.runs(p.ID))
@@ -168,7 +166,7 @@ func TestServeWaitsOutAnUnavailableStore(t *testing.T) {
 }
 
 // setAgentPermissions reloads the server with the agent user's
-// permissions (nil: all).
+// permissions.
 func (e *env) setAgentPermissions(p *server.Permissions) {
 	e.t.Helper()
 	opts := e.opts.Clone()

@@ -45,9 +45,11 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// env is a real nats-server with a bot user and an agent user (each an
-// nkey), the bot's trail and key, and a fake executor for the agent: the
-// flow and the agent's Serve are the real ones.
+// env is a real nats-server whose bot user and agent user (each an nkey)
+// have the shipped permission split (bus.BotPermissions,
+// bus.AgentPermissions: what configs/deploy/nats/nats.conf grants), the
+// bot's trail and key, and a fake executor for the agent: the flow and
+// the agent's Serve are the real ones.
 type env struct {
 	t      *testing.T
 	srv    *server.Server
@@ -63,7 +65,10 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, users: map[string]natstest.User{"bot": natstest.NewUser(t), "agent": natstest.NewUser(t)}, x: &fakeExecutor{}}
 	e.opts = &server.Options{
 		ServerName: "approval-test", Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
-		Nkeys: []*server.NkeyUser{{Nkey: e.users["bot"].Public}, {Nkey: e.users["agent"].Public}},
+		Nkeys: []*server.NkeyUser{
+			{Nkey: e.users["bot"].Public, Permissions: bus.BotPermissions()},
+			{Nkey: e.users["agent"].Public, Permissions: agentPermissions(t)},
+		},
 	}
 	e.srv = natstest.StartOptions(t, e.opts)
 	s, err := approval.NewEphemeralSigner()
@@ -77,11 +82,30 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// connect opens a connection as role ("bot" or "agent").
+func agentPermissions(t *testing.T) *server.Permissions {
+	t.Helper()
+	p, err := bus.AgentPermissions(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// connect opens a connection as role ("bot" or "agent"), with the role's
+// inbox prefix (the permissions let each role read its own replies only).
 func (e *env) connect(role string) *bus.Conn {
 	e.t.Helper()
+	r := bus.BotRole()
+	if role == "agent" {
+		r = bus.AgentRole(source)
+	}
+	inbox, err := r.InboxPrefix()
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	c, err := bus.Connect(testContext(e.t), bus.Config{
 		URLs: []string{"nats://" + e.srv.Addr().String()}, Name: e.t.Name() + "-" + role, NkeySeedFile: e.users[role].SeedFile,
+		InboxPrefix: inbox,
 	}, natstest.Logger(e.t))
 	if err != nil {
 		e.t.Fatal(err)

@@ -40,8 +40,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -637,7 +637,7 @@ func asAgent(t *testing.T) (*rest.Config, kubernetes.Interface, dynamic.Interfac
 // runAgent runs the agent as cmd/hcpbot's agentRun does (leader election,
 // watchers, action server inside the leader's run) with the given clients,
 // until the test ends.
-func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn *bus.Conn, source string, trusted *actions.Signer, log zerolog.Logger) {
+func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn *bus.Conn, source string, trusted *approval.Signer, log zerolog.Logger) {
 	t.Helper()
 	metrics := watchers.NewMetrics(prometheus.NewRegistry())
 	pub := watchers.NewJetStreamPublisher(conn.JS, 1000, metrics, log)
@@ -647,9 +647,13 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 		t.Fatal(err)
 	}
 	pub.OnResync(agent.Resync)
-	serve := actions.ServeConfig{
-		Source: source, Executor: &actions.Executor{Dynamic: dc, Kube: kc}, Log: log,
-		Verifier: &actions.Verifier{Keys: []string{trusted.PublicKey()}, Store: approval.NewLookup(conn.JS), Source: source, FourEyes: true},
+	trail, err := audit.ForAgent(conn.JS, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := approval.AgentConfig{
+		Source: source, Executor: &actions.Executor{Dynamic: dc, Kube: kc}, Log: log, Trail: trail,
+		Trust: approval.Trust{Keys: []string{trusted.PublicKey()}, FourEyes: true},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	kf.Start(ctx.Done())
@@ -663,7 +667,7 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 				defer cancel()
 				var served sync.WaitGroup
 				served.Go(func() {
-					if err := actions.Serve(ctx, conn.JS, serve); err != nil {
+					if err := approval.Serve(ctx, conn.JS, serve); err != nil {
 						log.Error().Err(err).Msg("not serving action requests")
 					}
 				})
@@ -689,70 +693,58 @@ func runAgent(t *testing.T, kc kubernetes.Interface, dc dynamic.Interface, conn 
 	})
 }
 
-// botSide is the bot's part of an action: the approval store and the key
-// the agent trusts.
+// botSide is the bot's part of an action: its approval flow (loop
+// running) and the key the agent trusts.
 type botSide struct {
-	queue  *actions.Client
-	store  *approval.Store
-	signer *actions.Signer
+	flow   *approval.Flow
+	signer *approval.Signer
 }
 
 func newBotSide(t *testing.T, conn *bus.Conn) *botSide {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
 	log, err := audit.Open(ctx, conn.JS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := actions.NewEphemeralSigner()
+	signer, err := approval.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := approval.NewStore(ctx, conn.JS, log, approval.Policy{Approvers: []string{"UAPPROVER1", "UAPPROVER2"}, FourEyes: true}, approval.WithSealer(signer))
+	flow, err := approval.NewFlow(ctx, conn.JS, approval.Config{Signer: signer, Trail: log,
+		Policy: approval.Policy{Approvers: []string{"UAPPROVER1", "UAPPROVER2"}, FourEyes: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.ActionsStream()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bus.EnsureKV(ctx, conn.JS, bus.ActionResultsKV()); err != nil {
-		t.Fatal(err)
-	}
-	return &botSide{queue: &actions.Client{JS: conn.JS}, store: store, signer: signer}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = flow.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &botSide{flow: flow, signer: signer}
 }
 
 // request has req proposed and approved by two people, as the bot does,
-// queues it for the agent and reads its answer.
-func (b *botSide) request(t *testing.T, source string, req actions.Change) actions.Reply {
+// and returns what the agent reported.
+func (b *botSide) request(t *testing.T, source string, req actions.Change) *actions.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := b.store.Propose(ctx, req, req.RequestedBy, approval.ForSource(source))
+	p, err := b.flow.Propose(ctx, req, req.RequestedBy, approval.ForSource(source))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err = b.store.Approve(ctx, p.ID, "UAPPROVER1", time.Now()); err != nil {
+	outcome := make(chan approval.Proposal, 1)
+	if _, err = b.flow.Approve(ctx, p.ID, "UAPPROVER1", approval.OnOutcome(func(p approval.Proposal) { outcome <- p })); err != nil {
 		t.Fatal(err)
 	}
-	att, err := p.Attestation()
-	if err != nil {
-		t.Fatal(err)
+	select {
+	case p = <-outcome:
+	case <-ctx.Done():
+		t.Fatalf("%s %s: no outcome", req.Type, p.ID)
 	}
-	data, err := b.signer.SealUntil(p.Request, att, time.Now(), p.DecidedAt.Add(actions.QueueHorizon))
-	if err != nil {
-		t.Fatal(err)
+	if p.State != approval.StateExecuted || p.Result == nil {
+		t.Fatalf("%s %s: %s: %s (%s)", req.Type, p.ID, p.State, p.Reason, p.Code)
 	}
-	if err := b.queue.Send(ctx, source, p.ID, data); err != nil {
-		t.Fatal(err)
-	}
-	reply, err := b.queue.Wait(ctx, source, p.ID)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Type, req.ID, err)
-	}
-	if reply.Error != "" || reply.Result == nil {
-		t.Fatalf("%s %s: %s (%s)", req.Type, req.ID, reply.Error, reply.Code)
-	}
-	return reply
+	return p.Result
 }
 
 // eventSubjects returns the stream's subjects of source's events about the
@@ -869,7 +861,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	fix := actions.Change{ID: "fix-deploy01", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
 		NoProxy: &actions.NoProxyParams{Expected: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16", "10.132.0.0/14"}}}
-	res := bot.request(t, source, fix).Result
+	res := bot.request(t, source, fix)
 	if res.Outcome != actions.OutcomeApplied {
 		t.Errorf("noProxy fix: %+v", res)
 	}
@@ -910,7 +902,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	pfix := actions.Change{ID: "fix-deploy02", Type: actions.TypeNoProxyPatch, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Name: hypershift.ProxyName},
 		NoProxy: &actions.NoProxyParams{Target: actions.TargetProxy, Expected: ".corp.example", Add: []string{"kubernetes"}}}
-	pres := bot.request(t, source, pfix).Result
+	pres := bot.request(t, source, pfix)
 	if pres.Outcome != actions.OutcomeApplied {
 		t.Errorf("Proxy/cluster fix: %+v", pres)
 	}
@@ -920,7 +912,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	expose := actions.Change{ID: "expo-deploy01", Type: actions.TypeExposeNodePort, RequestedBy: "alice",
 		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
 		Expose:  &actions.ExposeParams{Namespace: appNS, Service: "petclinic"}}
-	exp := bot.request(t, source, expose).Result
+	exp := bot.request(t, source, expose)
 	if exp.Outcome != actions.OutcomeApplied || len(exp.Created) != 2 || exp.Undo == nil {
 		t.Fatalf("expose: %+v", exp)
 	}
@@ -930,7 +922,7 @@ func TestDeployedAgentLeastPrivilege(t *testing.T) {
 	recorded(expose, exp, cpNS, actions.ManagementServiceName(expose.ID), "Service")
 	rollback := actions.Change{ID: "undo-deploy01", Type: actions.TypeRollback, RequestedBy: "alice",
 		Cluster: expose.Cluster, Rollback: &actions.RollbackParams{Undo: *exp.Undo}}
-	rres := bot.request(t, source, rollback).Result
+	rres := bot.request(t, source, rollback)
 	if rres.Outcome != actions.OutcomeRolledBack {
 		t.Errorf("rollback: %+v", rres)
 	}

@@ -25,8 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/approval"
+	"github.com/hcpbot/hcpbot/approval/wire"
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/digest"
@@ -35,6 +36,7 @@ import (
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/testenv"
+	"github.com/hcpbot/hcpbot/internal/testenv/fakeagent"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 	"github.com/hcpbot/hcpbot/watchers"
@@ -366,8 +368,10 @@ func TestNATSPermissions(t *testing.T) {
 	})
 
 	var proposal approval.Proposal
+	var proposalRev uint64 // its revision in the bucket
 	var alog *audit.Log
-	signer, err := actions.NewEphemeralSigner()
+	var flow *approval.Flow
+	signer, err := approval.NewEphemeralSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,11 +402,14 @@ func TestNATSPermissions(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"bot creates, writes and watches the approval store (approval.NewStore, Propose, Get)", func(t *testing.T, ctx context.Context) {
-			store, err := approval.NewStore(ctx, botC.JS, alog, approval.Policy{Approvers: []string{"U1", "U2"}, FourEyes: true})
+		{"bot creates, writes and watches the approval store and creates the action queue (approval.NewFlow, Propose, Get)", func(t *testing.T, ctx context.Context) {
+			var err error
+			flow, err = approval.NewFlow(ctx, botC.JS, approval.Config{Signer: signer, Trail: alog, Log: log,
+				Policy: approval.Policy{Approvers: []string{"U1", "U2"}, FourEyes: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
+			store := flow
 			proposal, err = store.Propose(ctx, actions.Change{
 				Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: "clusters", Name: "example"},
 				NoProxy: &actions.NoProxyParams{Expected: ".cluster.local", Add: []string{"kubernetes"}},
@@ -575,8 +582,8 @@ func TestNATSPermissions(t *testing.T) {
 				}
 			}
 		}},
-		{"agent reads the approval store (KeyValue + Get " + approval.Bucket + ")", func(t *testing.T, ctx context.Context) {
-			kv, err := ag1C.JS.KeyValue(ctx, approval.Bucket)
+		{"agent reads the approval store (KeyValue + Get " + bus.ProposalsBucket + ")", func(t *testing.T, ctx context.Context) {
+			kv, err := ag1C.JS.KeyValue(ctx, bus.ProposalsBucket)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -584,9 +591,11 @@ func TestNATSPermissions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e.Revision() != proposal.Revision {
-				t.Fatalf("revision %d, want %d", e.Revision(), proposal.Revision)
+			var rec approval.Record
+			if err := json.Unmarshal(e.Value(), &rec); err != nil || len(rec.Proposal.Sig) == 0 {
+				t.Fatalf("record %s: %v", e.Value(), err)
 			}
+			proposalRev = e.Revision()
 		}},
 		{"agent appends audit records on its own subject (audit.ForAgent), the bot reads them", func(t *testing.T, ctx context.Context) {
 			l, err := audit.ForAgent(ag1C.JS, src1)
@@ -634,61 +643,61 @@ func TestNATSPermissions(t *testing.T) {
 				t.Errorf("audit stream max age %s, want %s kept", got, bus.AuditMaxAge)
 			}
 		}},
-		{"bot creates the action queue (bus.EnsureStream " + bus.ActionsStreamName + ", bus.EnsureKV " + bus.ActionResultsBucket + ")", func(t *testing.T, ctx context.Context) {
-			if _, err := bus.EnsureStream(ctx, botC.JS, bus.ActionsStream()); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := bus.EnsureKV(ctx, botC.JS, bus.ActionResultsKV()); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"bot queues action requests, each agent consumes its own and records the answer (actions.Client, actions.Serve)", func(t *testing.T, ctx context.Context) {
+		{"bot sends approved requests, each agent consumes its own, reads the approval store, records the answer and its refusals (approval.Flow, approval.Serve)", func(t *testing.T, ctx context.Context) {
 			sctx, stop := context.WithCancel(ctx)
 			defer stop()
-			queue := &actions.Client{JS: botC.JS}
+			go func() { _ = flow.Run(sctx) }()
 			for _, c := range []struct {
 				source string
 				conn   *bus.Conn
 			}{{src1, ag1C}, {src2, ag2C}} {
-				refusals, err := audit.ForAgent(c.conn.JS, c.source)
+				trail, err := audit.ForAgent(c.conn.JS, c.source)
 				if err != nil {
 					t.Fatal(err)
 				}
-				// The agent's verifier reads the approval store and audits
-				// the refusal, both under the agent's permissions.
+				// The agent's whole path under its permissions: the
+				// consumer, the approval store, the results bucket
+				// (running, then the answer), its audit subject. Its
+				// executor touches no cluster.
 				go func() {
-					_ = actions.Serve(sctx, c.conn.JS, actions.ServeConfig{
-						Source: c.source, Executor: &actions.Executor{}, Log: log, Audit: audit.Refusals{Log: refusals},
-						Verifier: &actions.Verifier{Keys: []string{signer.PublicKey()}, Store: approval.NewLookup(c.conn.JS), Source: c.source},
+					_ = approval.Serve(sctx, c.conn.JS, approval.AgentConfig{
+						Source: c.source, Executor: &fakeagent.Executor{}, Log: log, Trail: trail,
+						Trust: approval.Trust{Keys: []string{signer.PublicKey()}, FourEyes: true},
 					})
 				}()
-				// Signed, but claiming an approval the store does not hold
-				// (the proposal is pending): the agent reads the store and
-				// refuses without touching a cluster, which is all the round
-				// trip needs.
-				forged := proposal
-				forged.Source, forged.DecidedBy, forged.DecidedAt = c.source, "U2", time.Now()
-				att, err := forged.Attestation()
+				p, err := flow.Propose(ctx, actions.Change{Type: actions.TypeNoProxyPatch, Cluster: actions.ClusterRef{Namespace: "clusters", Name: "example"},
+					NoProxy: &actions.NoProxyParams{Expected: ".cluster.local", Add: []string{"kubernetes"}}}, "U1", approval.ForSource(c.source))
 				if err != nil {
 					t.Fatal(err)
 				}
-				data, err := signer.SealUntil(forged.Request, att, time.Now(), time.Now().Add(actions.QueueHorizon))
+				outcome := make(chan approval.Proposal, 1)
+				if _, err := flow.Approve(ctx, p.ID, "U2", approval.OnOutcome(func(p approval.Proposal) { outcome <- p })); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case o := <-outcome:
+					if o.State != approval.StateExecuted {
+						t.Fatalf("%s: %s %s", c.source, o.State, o.Reason)
+					}
+				case <-time.After(natstest.Timeout):
+					t.Fatalf("%s: no outcome", c.source)
+				}
+				// A request the agent cannot verify: refused and audited
+				// on its own subject (the bot's refusal notices read it).
+				subject, err := wire.Subject(c.source)
 				if err != nil {
 					t.Fatal(err)
 				}
-				// A message id of its own: the stream drops a second message
-				// with one id, whatever its subject.
 				msgID := "forged-" + strings.ReplaceAll(c.source, "-", "")
-				if err := queue.Send(ctx, c.source, msgID, data); err != nil {
+				if _, err := botC.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: []byte(`{}`)}, jetstream.WithMsgID(msgID)); err != nil {
 					t.Fatalf("queue for %s: %v", c.source, err)
 				}
-				reply, err := queue.Wait(ctx, c.source, msgID)
-				if err != nil {
-					t.Fatalf("%s: %v", c.source, err)
-				}
-				if reply.Code != actions.CodeUnauthorized || !strings.Contains(reply.Error, proposal.ID) {
-					t.Fatalf("%s: reply %+v, want code %s after reading %s", c.source, reply, actions.CodeUnauthorized, proposal.ID)
-				}
+				testenv.Eventually(t, natstest.Timeout, c.source+"'s refusal audited", func() bool {
+					recs, err := alog.Recent(ctx, 50)
+					return err == nil && slices.ContainsFunc(recs, func(r audit.Record) bool {
+						return r.Kind == audit.KindRefused && r.Source == c.source && strings.HasPrefix(r.Summary, approval.RefusedByAgent)
+					})
+				})
 			}
 		}},
 		{"bot reads the agents' refusals from their audit subjects (bot/command.RefusalNotices)", func(t *testing.T, ctx context.Context) {
@@ -716,10 +725,10 @@ func TestNATSPermissions(t *testing.T) {
 	}
 
 	botR, ag1R, ag2R := bot.raw(t, url, ca), ag1.raw(t, url, ca), ag2.raw(t, url, ca)
-	kvSubject := "$KV." + approval.Bucket + "." + proposal.ID
+	kvSubject := "$KV." + bus.ProposalsBucket + "." + proposal.ID
 	ownStreams := []string{event.StreamName, audit.StreamName}
 	ownStreams = append(ownStreams, bus.ActionsStreamName)
-	for _, b := range []string{approval.Bucket, silence.Bucket, bus.LeasesBucket, notify.DefaultBucket, chatops.ReplayBucket, digest.TicksBucket, digest.StateBucket, bus.ActionResultsBucket} {
+	for _, b := range []string{bus.ProposalsBucket, silence.Bucket, bus.LeasesBucket, notify.DefaultBucket, chatops.ReplayBucket, digest.TicksBucket, digest.StateBucket, bus.ActionResultsBucket} {
 		ownStreams = append(ownStreams, "KV_"+b)
 	}
 	type refusal struct {
@@ -762,7 +771,7 @@ func TestNATSPermissions(t *testing.T) {
 		pub("agent mgmt-1: create a stream of its own", ag1R, "$JS.API.STREAM.CREATE.ROGUE", nil),
 		pub("agent mgmt-1: update the audit stream", ag1R, "$JS.API.STREAM.UPDATE."+audit.StreamName, nil),
 		pub("agent mgmt-1: delete the events stream", ag1R, "$JS.API.STREAM.DELETE."+event.StreamName, nil),
-		pub("agent mgmt-1: delete the proposals bucket", ag1R, "$JS.API.STREAM.DELETE.KV_"+approval.Bucket, nil),
+		pub("agent mgmt-1: delete the proposals bucket", ag1R, "$JS.API.STREAM.DELETE.KV_"+bus.ProposalsBucket, nil),
 		pub("agent mgmt-1: purge the events stream", ag1R, "$JS.API.STREAM.PURGE."+event.StreamName, nil),
 		pub("agent mgmt-1: delete an audit record", ag1R, "$JS.API.STREAM.MSG.DELETE."+audit.StreamName, nil),
 		pub("agent mgmt-1: read every cluster's events", ag1R, "$JS.API.CONSUMER.CREATE."+event.StreamName, nil),
@@ -797,7 +806,7 @@ func TestNATSPermissions(t *testing.T) {
 		pub("bot: an audit record in an agent's name", botR, "hcpbot.audit.mgmt-1.agent", nil),
 		pub("bot: update the audit stream", botR, "$JS.API.STREAM.UPDATE."+audit.StreamName, nil),
 		pub("bot: purge the audit stream", botR, "$JS.API.STREAM.PURGE."+audit.StreamName, nil),
-		pub("bot: purge the proposals bucket", botR, "$JS.API.STREAM.PURGE.KV_"+approval.Bucket, nil),
+		pub("bot: purge the proposals bucket", botR, "$JS.API.STREAM.PURGE.KV_"+bus.ProposalsBucket, nil),
 		pub("bot: delete an event", botR, "$JS.API.STREAM.MSG.DELETE."+event.StreamName, nil),
 		pub("bot: delete an audit record", botR, "$JS.API.STREAM.MSG.DELETE."+audit.StreamName, nil),
 		pub("bot: create a stream it does not own", botR, "$JS.API.STREAM.CREATE.ROGUE", nil),
@@ -885,13 +894,13 @@ func TestNATSPermissions(t *testing.T) {
 		if cfg, st := info.CachedInfo().Config, info.CachedInfo().State; st.Msgs != uint64(eventsPublished) || cfg.MaxAge != bus.EventsStream(0, 0).MaxAge {
 			t.Errorf("events stream: %d messages (want %d), max age %s", st.Msgs, eventsPublished, cfg.MaxAge)
 		}
-		kv, err := botC.JS.KeyValue(ctx, approval.Bucket)
+		kv, err := botC.JS.KeyValue(ctx, bus.ProposalsBucket)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e, err := kv.Get(ctx, proposal.ID)
-		if err != nil || e.Revision() != proposal.Revision {
-			t.Errorf("proposal %s: revision %v (want %d), %v", proposal.ID, e, proposal.Revision, err)
+		if err != nil || e.Revision() != proposalRev {
+			t.Errorf("proposal %s: revision %v (want %d), %v", proposal.ID, e, proposalRev, err)
 		}
 	})
 }
