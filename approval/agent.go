@@ -617,7 +617,14 @@ func newAgentMetrics(reg prometheus.Registerer) *agentMetrics {
 		Help: "Action requests the agent handled, by result: executed, failed, refused, answered (already), handed-back (transient).",
 	}, []string{"result"})}
 	if reg != nil {
-		reg.MustRegister(m.requests)
+		// Serve runs once per leadership term: a later term counts on.
+		if err := reg.Register(m.requests); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err)
+			}
+			m.requests = are.ExistingCollector.(*prometheus.CounterVec)
+		}
 	}
 	return m
 }

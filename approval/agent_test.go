@@ -333,3 +333,14 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string)
 	}
 	return 0
 }
+
+// Serve runs once per leadership term on one registry: a second term
+// counts on the first's metrics.
+func TestServeAgainOnOneRegistry(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	for range 2 {
+		stop := e.serve(func(c *approval.AgentConfig) { c.Registerer = reg })
+		stop()
+	}
+}
