@@ -323,6 +323,17 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 	// naming the terms the order named, which the bot checks.
 	unverified := func(req Request, err error) (string, Result, error) {
 		a.refuse(ctx, req, Proposal{}, err)
+		if key, kerr := wire.RefusalKey(a.cfg.Source, wire.ActionOf(msgID)); kerr == nil {
+			r := failure(req.ID, err)
+			r.Order, r.At = orderDigest(msg.Data()), a.now().UTC()
+			if data, merr := json.Marshal(r); merr == nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+				defer cancel()
+				if _, perr := a.results.Put(rctx, key, data); perr != nil {
+					a.log.Warn().Err(perr).Msg("refusal not recorded for its sender")
+				}
+			}
+		}
 		return "", Result{}, nil
 	}
 	data := msg.Data()
@@ -371,9 +382,6 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 		}
 	}
 
-	if stale != nil && running == nil {
-		return refuse(req, Proposal{}, stale)
-	}
 	// A stale order of a request begun earlier goes on to Permit, which
 	// finds it too late: what the cluster holds is then reported.
 	rec, err := store{kv: a.proposals}.get(ctx, req.ID)
@@ -393,10 +401,18 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 		return key, a.observe(ctx, p, fmt.Errorf("%w: the earlier attempt was cut off", ErrInternal)), nil
 	case errors.Is(err, ErrTooLate):
 		return refuse(req, p, err)
+	case errors.Is(err, ErrNotApproved) && a.premature(rec):
+		// Undecided by its own terms: the bot sends no such request, so
+		// it answers nothing — its genuine request, once approved, must
+		// not find a refusal recorded already.
+		a.refuse(ctx, req, p, fmt.Errorf("%w: %w", ErrUnauthorized, err))
+		return "", Result{}, nil
 	case err != nil:
 		return refuse(req, p, fmt.Errorf("%w: %w", ErrUnauthorized, err))
 	case p.digest != req.Proposal:
 		return refuse(req, p, fmt.Errorf("%w: the request names other terms than the approval store holds for %s", ErrUnauthorized, req.ID))
+	case stale != nil && running == nil:
+		return refuse(req, p, stale)
 	}
 	if p.Change.Type == actions.TypeRollback {
 		if err := a.checkUndo(ctx, p); err != nil {
@@ -414,6 +430,13 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 	}
 	res, err := a.execute(ctx, p)
 	return key, res, err
+}
+
+// premature reports whether rec is still undecided by its own terms (the
+// agent's stricter floor aside).
+func (a *agent) premature(rec Record) bool {
+	p, err := verify(rec, Trust{Keys: a.cfg.Trust.Keys})
+	return err == nil && p.State == StatePending
 }
 
 // openRequest verifies the bot's order: a trusted key, its signature,
@@ -439,9 +462,10 @@ func (a *agent) openRequest(data []byte, msgID string) (req Request, stale, err 
 	switch {
 	case req.Source != a.cfg.Source:
 		return req, nil, fmt.Errorf("%w: request for management cluster %q, this is %q", ErrUnauthorized, req.Source, a.cfg.Source)
-	case req.ID != msgID:
-		// The bot sends every request under its action id; a copy under
-		// another message id slipped past the stream's de-duplication.
+	case msgID != wire.MessageID(req.ID, data):
+		// The bot sends every request under the id its bytes make; a
+		// copy under another message id slipped past the stream's
+		// de-duplication.
 		return req, nil, fmt.Errorf("%w: request %s sent under message id %q: a replay", ErrUnauthorized, req.ID, truncate(msgID))
 	case req.IssuedAt.After(now.Add(skew)):
 		return req, nil, fmt.Errorf("%w: request sealed in the future (%s)", ErrUnauthorized, req.IssuedAt.UTC().Format(time.RFC3339))

@@ -216,25 +216,27 @@ func TestServeRefusesForgedRequests(t *testing.T) {
 
 	attacker := e.connect("bot").JS
 	subject, _ := wire.Subject(source)
+	sealed := func(r approval.Request) []byte { return approval.SealRequest(e.signer, r) }
 	cases := []struct {
 		name, msgID string
 		data        []byte
 	}{
-		{"unsigned", "act-forged001", []byte(`{"body":"e30=","key":"","sig":null}`)},
-		{"not an envelope", "act-forged002", []byte(`{"id":"act-forged002"}`)},
-		{"signed by another key", pending.ID, signWith(own, ownPub, order)},
-		{"tampered after signing", "act-other0001", tampered},
-		{"for another management cluster", pending.ID, approval.SealRequest(e.signer, elsewhere)},
-		{"stale", pending.ID, approval.SealRequest(e.signer, stale)},
-		{"under another message id", "act-forged003", approval.SealRequest(e.signer, order)},
-		// Signed with the real key, but the store holds it pending.
-		{"not approved", pending.ID, approval.SealRequest(e.signer, order)},
+		{"unsigned", pending.ID + ".0", []byte(`{"body":"e30=","key":"","sig":null}`)},
+		{"not an envelope", pending.ID + ".1", []byte(`{"id":"act-forged002"}`)},
+		{"signed by another key", "", signWith(own, ownPub, order)},
+		{"tampered after signing", "", tampered},
+		{"for another management cluster", "", sealed(elsewhere)},
+		{"stale", "", sealed(stale)},
+		{"under another message id", pending.ID + ".2", sealed(order)},
+		// Signed with the real key, but the proposal is pending: the bot
+		// sends no such request; whoever holds the key may, and must not
+		// decide the proposal's outcome by it.
+		{"not approved", "", sealed(order)},
 	}
-	for i, tc := range cases {
+	for _, tc := range cases {
 		msgID := tc.msgID
-		if i < len(cases)-1 && msgID == pending.ID {
-			// Each case its own message id: the stream would drop a copy.
-			msgID = "act-case" + string(rune('a'+i)) + "0001"
+		if msgID == "" {
+			msgID = wire.MessageID(pending.ID, tc.data)
 		}
 		if _, err := attacker.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: tc.data}, jetstream.WithMsgID(msgID)); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -253,13 +255,42 @@ func TestServeRefusesForgedRequests(t *testing.T) {
 		}
 		return n == len(cases)
 	})
-	if r, ok := e.result(pending.ID); !ok || r.Code != approval.CodeUnauthorized {
-		t.Errorf("answer to the unapproved request: %+v, %v", r, ok)
+	if r, ok := e.result(pending.ID); ok {
+		t.Errorf("the pending proposal was answered by a forgery: %+v", r)
 	}
 	e.x.mu.Lock()
-	defer e.x.mu.Unlock()
 	if len(e.x.executed) != 0 {
 		t.Fatalf("executed %v", e.x.executed)
+	}
+	e.x.mu.Unlock()
+
+	// Approved for real, it runs: nothing the forgeries left decides it.
+	var got outcome
+	if _, err := f.Approve(ctx, pending.ID, approver, approval.OnOutcome(got.fn)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the genuine approval's outcome", func() bool { return len(got.got()) == 1 })
+	if o := got.got()[0]; o.State != approval.StateExecuted || e.x.runs(pending.ID) != 1 {
+		t.Fatalf("outcome %s %s after the forgeries, %d runs", o.State, o.Reason, e.x.runs(pending.ID))
+	}
+}
+
+// The agent does not trust the bot's key (a rotation done wrong): the
+// bot's request is refused as unverifiable, and the bot learns it at once
+// from the refusal naming the bytes it sent.
+func TestUntrustedKeyRefusalReachesTheBot(t *testing.T) {
+	e := newEnv(t)
+	f := e.flow(fourEyes())
+	other, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.serve(func(c *approval.AgentConfig) { c.Trust.Keys = []string{other.PublicKey()} })
+	var got outcome
+	p := approved(t, f, &got)
+	waitFor(t, 30*time.Second, "the refusal's outcome", func() bool { return len(got.got()) == 1 })
+	if o := got.got()[0]; o.State != approval.StateFailed || o.Code != approval.CodeUnauthorized || !strings.Contains(o.Reason, "not trusted") || e.x.runs(p.ID) != 0 {
+		t.Fatalf("outcome %s %s %q", o.State, o.Code, o.Reason)
 	}
 }
 

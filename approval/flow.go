@@ -72,9 +72,11 @@ func (g StaticGroups) GroupMembers(_ context.Context, groupID string) ([]string,
 type Config struct {
 	// Signer seals proposals, decisions and requests; required.
 	Signer *Signer
-	// PreviousKeys are public keys whose seals still count (the bot's key
-	// before a rotation).
-	PreviousKeys []string
+	// TrustedKeys are other public keys whose seals count as the bot's
+	// own: during a key rotation the next key (before the replicas switch
+	// to it) and then the previous one, so that no replica takes the
+	// other's seals for forgeries.
+	TrustedKeys []string
 	// Trail records every change of state and every refusal; required.
 	Trail  audit.Appender
 	Policy Policy
@@ -145,9 +147,9 @@ func NewFlow(ctx context.Context, js jetstream.JetStream, cfg Config) (*Flow, er
 	if err := cfg.Policy.validate(); err != nil {
 		return nil, err
 	}
-	if len(cfg.PreviousKeys) > 0 {
-		if err := CheckKeys(cfg.PreviousKeys); err != nil {
-			return nil, fmt.Errorf("approval: previous keys: %w", err)
+	if len(cfg.TrustedKeys) > 0 {
+		if err := CheckKeys(cfg.TrustedKeys); err != nil {
+			return nil, fmt.Errorf("approval: trusted keys: %w", err)
 		}
 	}
 	pol := cfg.Policy
@@ -169,7 +171,7 @@ func NewFlow(ctx context.Context, js jetstream.JetStream, cfg Config) (*Flow, er
 	}
 	f := &Flow{
 		kv: store{kv: kv}, queue: wire.NewQueue(js), trail: cfg.Trail, signer: cfg.Signer,
-		keys:   append([]string{cfg.Signer.PublicKey()}, cfg.PreviousKeys...),
+		keys:   append([]string{cfg.Signer.PublicKey()}, cfg.TrustedKeys...),
 		policy: pol, groups: cfg.Groups, outcomes: cfg.Outcomes, sweep: cfg.SweepInterval,
 		log: cfg.Log, now: cfg.Now, m: newFlowMetrics(cfg.Registerer),
 		inflight: map[string]*flight{}, reported: map[string]uint64{}, wake: make(chan struct{}, 1),

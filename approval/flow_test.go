@@ -265,3 +265,90 @@ func TestOutcomeOfADeadReplica(t *testing.T) {
 		t.Errorf("runs %d, lost outcome %v", e.x.runs(p.ID), lost.got())
 	}
 }
+
+// A proposal keeps the four-eyes rule it was made under when the policy
+// is switched off later; one made by the diagnosis without four-eyes needs
+// a person's proposal once four-eyes is on.
+func TestFourEyesOfTheProposal(t *testing.T) {
+	e := newEnv(t)
+	strict := e.flow(fourEyes())
+	laxPolicy := fourEyes()
+	laxPolicy.FourEyes = false
+	lax := e.flow(laxPolicy)
+	ctx := testContext(t)
+	p, err := strict.Propose(ctx, noProxyChange(), requester, approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lax.Approve(ctx, p.ID, requester); !errors.Is(err, approval.ErrOwnRequest) {
+		t.Errorf("own approval of a four-eyes proposal under a lax policy = %v", err)
+	}
+	d, err := lax.Propose(ctx, noProxyChange(), approval.SystemRequesterPrefix+"diagnosis", approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := strict.Approve(ctx, d.ID, approver); !errors.Is(err, approval.ErrOwnRequest) {
+		t.Errorf("approval of the diagnosis' proposal once four-eyes is on = %v", err)
+	}
+}
+
+// Rotating the key: a proposal sealed with the old key is approved by the
+// bot with the new one (approvals.trustedKeys naming the old), and runs on
+// agents that trust both; an agent that trusts only the new key refuses
+// it, and a third key is trusted by nobody.
+func TestKeyRotation(t *testing.T) {
+	e := newEnv(t)
+	old := e.signer
+	next, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	// The bot before step 3 (replaced: its loop no longer runs).
+	before, err := approval.NewFlow(ctx, e.connect("bot").JS, approval.Config{Signer: old, Trail: e.trail, Policy: fourEyes(), Log: natstest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.signer = next
+	after := e.flow(fourEyes(), func(c *approval.Config) { c.TrustedKeys = []string{old.PublicKey()} })
+	p, err := before.Propose(ctx, noProxyChange(), requester, approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got outcome
+	if _, err := after.Approve(ctx, p.ID, approver, approval.OnOutcome(got.fn)); err != nil {
+		t.Fatalf("approval with the new key of a proposal sealed with the old one: %v", err)
+	}
+	stopNewOnly := e.serve(func(c *approval.AgentConfig) { c.Trust.Keys = []string{next.PublicKey()} })
+	waitFor(t, 30*time.Second, "the agent trusting the new key only to answer", func() bool { return len(got.got()) == 1 })
+	if o := got.got()[0]; o.State != approval.StateFailed || o.Code != approval.CodeUnauthorized || e.x.runs(p.ID) != 0 {
+		t.Fatalf("agent without the old key: %s %s, %d runs", o.State, o.Code, e.x.runs(p.ID))
+	}
+	stopNewOnly()
+
+	q, err := before.Propose(ctx, noProxyChange(), requester, approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done outcome
+	if _, err := after.Approve(ctx, q.ID, approver, approval.OnOutcome(done.fn)); err != nil {
+		t.Fatal(err)
+	}
+	e.serve(func(c *approval.AgentConfig) { c.Trust.Keys = []string{old.PublicKey(), next.PublicKey()} })
+	waitFor(t, 30*time.Second, "the agent trusting both keys to run it", func() bool { return len(done.got()) == 1 })
+	if o := done.got()[0]; o.State != approval.StateExecuted {
+		t.Fatalf("agent trusting both: %s %s", o.State, o.Reason)
+	}
+
+	third, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := approval.NewFlow(ctx, e.connect("bot").JS, approval.Config{Signer: third, Trail: e.trail, Policy: fourEyes(), Log: natstest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stranger.Approve(ctx, q.ID, approver2); !errors.Is(err, approval.ErrUntrustedKey) {
+		t.Errorf("a bot with a third key reads the record as %v, want an untrusted key", err)
+	}
+}

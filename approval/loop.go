@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hcpbot/hcpbot/actions"
@@ -40,6 +41,9 @@ const lateAnswer = bus.ActionsMaxAge + ResultGrace
 type flight struct {
 	notify []func(Proposal)
 	sent   time.Time
+	// orders are the digests of the requests this replica sent: a refusal
+	// of what the agent could not verify answers them only if it names one.
+	orders []string
 	poll   time.Duration
 	next   time.Time
 }
@@ -194,13 +198,19 @@ func (f *Flow) step(ctx context.Context, id string, fl *flight) (done bool) {
 		return true
 	case res.Running:
 		return false
+	case len(fl.orders) > 0 && f.refusedOrder(ctx, p, fl, res.Running):
+		return true
 	case now.Before(p.Deadline()):
-		if fl.sent.IsZero() || now.Sub(fl.sent) >= f.sweep {
-			if err := f.send(ctx, rec); err != nil {
+		// Sent once by this replica: the work queue keeps it until the
+		// agent answers (bus.ActionsMaxAge outlasts the deadline). Only a
+		// send that was not confirmed is tried again.
+		if fl.sent.IsZero() {
+			order, err := f.send(ctx, rec)
+			if err != nil {
 				log.Warn().Err(err).Msg("request not sent yet")
 				return false
 			}
-			fl.sent = now
+			fl.sent, fl.orders = now, append(fl.orders, order)
 		}
 		return false
 	case !now.Before(p.Deadline().Add(ResultGrace)):
@@ -213,25 +223,47 @@ func (f *Flow) step(ctx context.Context, id string, fl *flight) (done bool) {
 
 // send seals the order to run rec's proposal and queues it, if Permit
 // accepts the record: the bot sends nothing it could not prove approved.
-func (f *Flow) send(ctx context.Context, rec Record) error {
+// It returns the digest of the bytes sent.
+func (f *Flow) send(ctx context.Context, rec Record) (string, error) {
 	now := f.now()
 	p, err := Permit(rec, f.trust(), now)
 	if err != nil {
-		return err
+		return "", err
 	}
 	s, err := f.signer.seal(requestContext, Request{ID: p.ID, Source: p.Source, Proposal: p.digest, IssuedAt: now.UTC()})
 	if err != nil {
-		return err
+		return "", err
 	}
 	data, err := json.Marshal(s)
 	if err != nil {
-		return fmt.Errorf("approval: encode request %s: %w", p.ID, err)
+		return "", fmt.Errorf("approval: encode request %s: %w", p.ID, err)
 	}
 	if err := f.queue.Send(ctx, p.Source, p.ID, data); err != nil {
-		return err
+		return "", err
 	}
 	f.m.sent.Inc()
-	return nil
+	return orderDigest(data), nil
+}
+
+// refusedOrder records the agent's refusal of a request this replica sent
+// and the agent could not verify (its key not trusted there): only a
+// refusal naming bytes this replica sent is taken, so nobody else's
+// message under the same id decides the outcome.
+func (f *Flow) refusedOrder(ctx context.Context, p Proposal, fl *flight, running bool) bool {
+	if running {
+		return false
+	}
+	data, err := f.queue.Refusal(ctx, p.Source, p.ID)
+	if err != nil {
+		return false
+	}
+	res, err := decodeResult(data)
+	if err != nil || !slices.Contains(fl.orders, res.Order) {
+		return false
+	}
+	res.ID = p.ID
+	f.finish(ctx, p, res, fl)
+	return true
 }
 
 // errRecorded: the outcome is recorded already (by another replica).

@@ -1,6 +1,8 @@
 package approval
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,6 +131,10 @@ type Result struct {
 	// Collision details a CodePortCollision: the refused node ports and
 	// free alternatives.
 	Collision *actions.PortCollision `json:"collision,omitempty"`
+	// Order is the hex SHA-256 of the message refused, for a refusal of
+	// what the agent could not verify (wire.RefusalKey): the bot that
+	// sent those bytes knows them.
+	Order string `json:"order,omitempty"`
 	// Actors are who asked and who approved, as the seals proved them.
 	RequestedBy string    `json:"requestedBy,omitempty"`
 	Approvers   []string  `json:"approvers,omitempty"`
@@ -160,6 +166,12 @@ func failure(id string, err error) Result {
 		r.Collision = &c
 	}
 	return r
+}
+
+// orderDigest names the bytes of a request on the wire.
+func orderDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 func decodeResult(data []byte) (Result, error) {

@@ -284,10 +284,11 @@ type Approvals struct {
 	// public key in agent.trustedKeys. Required unless the file has an
 	// agent section (`hcpbot all`, which makes a key per process).
 	SigningKey SecretRef
-	// PreviousKeys are the public keys (U…) the bot signed with before a
-	// rotation: proposals, decisions and audit records they sealed still
-	// verify. Default: none.
-	PreviousKeys []string
+	// TrustedKeys are other public keys (U…) whose seals count as the
+	// bot's own, during a key rotation: first the next key (before the
+	// replicas switch to it), then the previous one. Proposals, decisions
+	// and audit records they sealed verify. At most two. Default: none.
+	TrustedKeys []string
 }
 
 // Digest is a scheduled summary posted to a channel.

@@ -528,13 +528,16 @@ func (d *decoder) approvals(n *yaml.Node, path string, a *Approvals) bool {
 				a.ProposalTTL = t
 			}
 		}},
-		{"previousKeys", func(v *yaml.Node, p string) {
-			d.uniqueStrings(v, p, &a.PreviousKeys, func(s string) string {
+		{"trustedKeys", func(v *yaml.Node, p string) {
+			d.uniqueStrings(v, p, &a.TrustedKeys, func(s string) string {
 				if !nkeys.IsValidPublicUserKey(s) {
 					return fmt.Sprintf("%q is not an nkeys user public key (U…, 56 characters)", s)
 				}
 				return ""
 			})
+			if len(a.TrustedKeys) > 2 {
+				d.problem(v, p, "%d keys: at most two (during a rotation, the next key and the previous one)", len(a.TrustedKeys))
+			}
 		}},
 		{"signingKeyEnv", d.secretEnv(&a.SigningKey.Env)},
 		{"signingKeyFile", d.secretFile(&a.SigningKey.File)},

@@ -4,7 +4,8 @@
 // trust them.
 //
 //	bot ── Send ──▶ stream HCPBOT_ACTIONS, subject hcpbot.actions.<source>.request,
-//	               message id = action id (a copy re-sent within bus.ActionsMaxAge is dropped)
+//	               message id = MessageID(action id, bytes) (a copy re-sent within
+//	               bus.ActionsMaxAge is dropped)
 //	agent ◀── its durable pull consumer agent-<source> (ConsumerConfig): one request at a time,
 //	          acknowledged once its answer is recorded
 //	agent ── bucket hcpbot-action-results, key <source>.<id> (ResultKey): only that agent may write it
@@ -17,6 +18,8 @@ package wire
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -93,6 +96,19 @@ func ResultKey(source, id string) (string, error) {
 	return k + "." + id, nil
 }
 
+// RefusalKey is where the agent of source records that it refused, as
+// not verifiable, a message sent under action id: "<source>.<id>.refused".
+// Apart from ResultKey, so that whoever can publish on the subject cannot
+// answer a proposal; the bot takes a refusal there as the answer to its
+// own request only when it names the bytes it sent.
+func RefusalKey(source, id string) (string, error) {
+	k, err := ResultKey(source, id)
+	if err != nil {
+		return "", err
+	}
+	return k + ".refused", nil
+}
+
 // DefaultAckWait is how long the server waits for the agent to
 // acknowledge a request before it delivers it again (to the next leader
 // when this one died); an execution in progress says so every third of
@@ -140,9 +156,29 @@ type Queue struct {
 // NewQueue returns a Queue on js.
 func NewQueue(js jetstream.JetStream) *Queue { return &Queue{js: js} }
 
-// Send queues data for the agent of source with the action id as message
-// id. An error wrapping ErrNotSent means it may or may not be stored;
-// sending it again is the remedy and is always safe.
+// MessageID is the message id of a request for action id whose bytes are
+// data: the action id and a digest of the bytes. A retried publish of the
+// same bytes is dropped by the stream; the agent refuses a request under
+// any other id (a replay); and whoever can publish on the subject cannot
+// take the id of a request the bot has not sent yet, whose bytes they
+// cannot know.
+func MessageID(id string, data []byte) string {
+	sum := sha256.Sum256(data)
+	return id + "." + hex.EncodeToString(sum[:8])
+}
+
+// ActionOf is the action id a message id names (MessageID), or "".
+func ActionOf(msgID string) string {
+	id, _, _ := strings.Cut(msgID, ".")
+	if !idPattern.MatchString(id) {
+		return ""
+	}
+	return id
+}
+
+// Send queues data for the agent of source under MessageID(id, data). An
+// error wrapping ErrNotSent means it may or may not be stored; sending
+// the same bytes again is the remedy and is always safe.
 func (q *Queue) Send(ctx context.Context, source, id string, data []byte) error {
 	subject, err := Subject(source)
 	if err != nil {
@@ -152,7 +188,7 @@ func (q *Queue) Send(ctx context.Context, source, id string, data []byte) error 
 		return fmt.Errorf("%w: action id %q", ErrInvalid, id)
 	}
 	if _, err := q.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data},
-		jetstream.WithMsgID(id), jetstream.WithExpectStream(bus.ActionsStreamName)); err != nil {
+		jetstream.WithMsgID(MessageID(id, data)), jetstream.WithExpectStream(bus.ActionsStreamName)); err != nil {
 		return fmt.Errorf("%w: queue %s for %s: %w", ErrNotSent, id, source, err)
 	}
 	return nil
@@ -162,6 +198,21 @@ func (q *Queue) Send(ctx context.Context, source, id string, data []byte) error 
 // an error wrapping ErrNoResult.
 func (q *Queue) Result(ctx context.Context, source, id string) ([]byte, error) {
 	key, err := ResultKey(source, id)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := q.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	data, _, err := Get(ctx, kv, key)
+	return data, err
+}
+
+// Refusal returns what the agent of source recorded under RefusalKey for
+// id, or an error wrapping ErrNoResult.
+func (q *Queue) Refusal(ctx context.Context, source, id string) ([]byte, error) {
+	key, err := RefusalKey(source, id)
 	if err != nil {
 		return nil, err
 	}

@@ -410,6 +410,15 @@ func TestForgedActionRequestsLive(t *testing.T) {
 	// Slack, never answered in the results bucket (an answer there under
 	// a pending proposal's id would decide its outcome); what the bot's
 	// key sealed is answered, naming the terms the order named.
+	// Each sealed by the bot's key goes under the message id its bytes
+	// make (wire.MessageID), as the bot sends it.
+	sealedBy := func(p approval.Proposal) (string, []byte) {
+		data := bot.seal(t, orderOf(p))
+		return wire.MessageID(p.ID, data), data
+	}
+	unapprovedID, unapprovedData := sealedBy(pending)
+	expiredID, expiredData := sealedBy(expired)
+	rejectedID, rejectedData := sealedBy(rejected)
 	cases := []struct {
 		name, msgID string
 		data        []byte
@@ -420,22 +429,28 @@ func TestForgedActionRequestsLive(t *testing.T) {
 		{"unsigned", "forged-0002", []byte(`{}`), "unsigned", false},
 		{"sealed with another key", "forged-0003", forger{key: otherPub, sign: other.Sign}.seal(t, orderOf(pending)), "sealed by a key that is not trusted", false},
 		{"tampered after sealing", "forged-0004", tamperedData, "bad signature", false},
-		{"unapproved proposal", pending.ID, bot.seal(t, orderOf(pending)), pending.ID + " has 0 of the 1 approvals it needs", true},
-		{"expired proposal", expired.ID, bot.seal(t, orderOf(expired)), expired.ID + " expired before it was approved", true},
-		{"rejected proposal", rejected.ID, bot.seal(t, orderOf(rejected)), rejected.ID + " was rejected by " + approver2, true},
+		// Pending by its own terms: the bot sends no such request, so the
+		// agent answers nothing — the genuine one, once approved, must not
+		// find a refusal recorded.
+		{"unapproved proposal", unapprovedID, unapprovedData, pending.ID + " has 0 of the 1 approvals it needs", false},
+		{"expired proposal", expiredID, expiredData, expired.ID + " expired before it was approved", true},
+		{"rejected proposal", rejectedID, rejectedData, rejected.ID + " was rejected by " + approver2, true},
 		{"executed, replayed under a fresh message id", "forged-0008", captured.Data, "a replay", false},
 	}
-	queue := wire.NewQueue(e.botJS)
+	subject, serr := wire.Subject(e.source)
+	if serr != nil {
+		t.Fatal(serr)
+	}
 	for _, tc := range cases {
 		auditedBefore := agentRefusals(t, e.log)
 		wctx, cancel := context.WithTimeout(ctx, natsWait)
-		err := queue.Send(wctx, e.source, tc.msgID, tc.data)
+		_, err := e.botJS.PublishMsg(wctx, &nats.Msg{Subject: subject, Data: tc.data}, jetstream.WithMsgID(tc.msgID))
 		cancel()
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		testenv.Eventually(t, natsWait, tc.name+": refusal audited", func() bool { return agentRefusals(t, e.log) == auditedBefore+1 })
-		answer, ok := agentAnswer(t, e.botJS, e.source, tc.msgID)
+		answer, ok := agentAnswer(t, e.botJS, e.source, wire.ActionOf(tc.msgID))
 		switch {
 		case !tc.answered && ok:
 			t.Errorf("%s: answered %+v in the results bucket", tc.name, answer)
@@ -443,7 +458,7 @@ func TestForgedActionRequestsLive(t *testing.T) {
 		case !ok:
 			t.Errorf("%s: not answered", tc.name)
 		case answer.Code != approval.CodeUnauthorized || answer.Change != nil || !errors.Is(answer.Err(), approval.ErrUnauthorized) ||
-			!strings.Contains(answer.Error, tc.why) || answer.Proposal != termsDigest(t, e.botJS, tc.msgID):
+			!strings.Contains(answer.Error, tc.why) || answer.Proposal != termsDigest(t, e.botJS, wire.ActionOf(tc.msgID)):
 			t.Errorf("%s: answer %+v, want code %s saying %q for the terms it named", tc.name, answer, approval.CodeUnauthorized, tc.why)
 		}
 		if now := e.state(t); now != before {
@@ -457,10 +472,18 @@ func TestForgedActionRequestsLive(t *testing.T) {
 	}
 
 	// The executed proposal's order, sealed afresh with the bot's key,
-	// under its own id: the stream drops it, the agent never sees it.
-	ack, err := e.botJS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: bot.seal(t, orderOf(genuine))}, jetstream.WithMsgID(genuine.ID))
-	if err != nil || !ack.Duplicate {
-		t.Errorf("the executed proposal's order again: ack %+v, %v; want a duplicate", ack, err)
+	// under the id its bytes make: the agent finds it answered and runs
+	// nothing again.
+	again := bot.seal(t, orderOf(genuine))
+	if _, err := e.botJS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: again}, jetstream.WithMsgID(wire.MessageID(genuine.ID, again))); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, natsWait, "the order acknowledged", func() bool {
+		s, err := e.botJS.Stream(ctx, bus.ActionsStreamName)
+		return err == nil && s.CachedInfo().State.Msgs == 0
+	})
+	if now := e.state(t); now != before {
+		t.Fatalf("the executed proposal's order again changed the cluster: %+v → %+v", before, now)
 	}
 
 	// Slack shows each refusal: one message for the agent, updated with the

@@ -300,7 +300,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		// Records the bot writes are signed: whoever holds only its NATS
 		// credentials can append, not a record that verifies.
 		auditOpts = append(auditOpts, audit.WithSigner(signer.ForAudit()))
-		trusted = append([]string{signer.PublicKey()}, cfg.Approvals.PreviousKeys...)
+		trusted = append([]string{signer.PublicKey()}, cfg.Approvals.TrustedKeys...)
 	}
 	auditLog, err := audit.Open(ctx, conn.JS, auditOpts...)
 	if err != nil {
@@ -473,7 +473,7 @@ func newFlow(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, sig
 	out notify.Notifier, reg prometheus.Registerer, logger zerolog.Logger) (*approval.Flow, error) {
 	a := cfg.Approvals
 	fc := approval.Config{
-		Signer: signer, PreviousKeys: a.PreviousKeys, Trail: log, Replicas: max(cfg.NATS.StreamReplicas, 1), Log: logger, Registerer: reg,
+		Signer: signer, TrustedKeys: a.TrustedKeys, Trail: log, Replicas: max(cfg.NATS.StreamReplicas, 1), Log: logger, Registerer: reg,
 		Policy: approval.Policy{Approvers: a.Approvers, ApproverGroups: a.ApproverGroups, FourEyes: a.FourEyes, Approvals: a.Required, TTL: a.ProposalTTL},
 		Outcomes: func(ctx context.Context, p approval.Proposal) {
 			channel := p.Channel
