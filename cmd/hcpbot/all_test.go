@@ -173,7 +173,8 @@ log: {level: info, format: json}
 	if reply := hcp.run(ctx, "approve "+id, "U0STRANGER", final); !strings.Contains(reply, "not allowed") {
 		t.Errorf("non-approver's approve: %q", reply)
 	}
-	if reply := hcp.run(ctx, "approve "+id, "U0ALLCMD02", final); !strings.Contains(reply, "and applied") || !strings.Contains(reply, "<@U0ALLCMD02>") {
+	// The answer comes at once; the outcome follows in the conversation.
+	if reply := hcp.run(ctx, "approve "+id, "U0ALLCMD02", outcomeOf(id)); !strings.Contains(reply, "and applied") || !strings.Contains(reply, "<@U0ALLCMD02>") {
 		t.Fatalf("approve: %q\n%s", reply, logs.String())
 	}
 	u, err := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(ns).Get(ctx, "allcmd", metav1.GetOptions{})

@@ -225,27 +225,47 @@ func (s *demoSession) interactive(ctx context.Context, in io.Reader, timeout tim
 
 // say runs one console line as user, printed as typed, and returns the
 // reply's text (before it is flattened for the terminal).
-func (s *demoSession) say(ctx context.Context, user, line string) (string, error) {
+func (s *demoSession) say(ctx context.Context, user, line string) (*replyRecorder, error) {
 	fmt.Fprintf(s.out, "[%s] hcp> %s\n", user, line)
 	rec := &replyRecorder{Handler: s.commands}
 	con := s.chat(strings.NewReader(line+"\n"), user, "")
 	con.Handler = rec
 	if err := con.Run(ctx); err != nil {
-		return "", err
+		return nil, err
 	}
-	return rec.last, nil
+	return rec, nil
 }
 
-// replyRecorder keeps the last reply of the handler it wraps.
+// replyRecorder keeps the last reply of the handler it wraps, and what
+// the handler posts into the conversation later (an approval's outcome).
 type replyRecorder struct {
 	chatops.Handler
-	last string
+	mu    sync.Mutex
+	last  string
+	later []string
 }
 
 func (r *replyRecorder) HandleCommand(ctx context.Context, req chatops.Request) chatops.Reply {
+	if post := chatops.Later(ctx); post != nil {
+		ctx = chatops.WithLater(ctx, func(rep chatops.Reply) {
+			r.mu.Lock()
+			r.later = append(r.later, rep.Text)
+			r.mu.Unlock()
+			post(rep)
+		})
+	}
 	rep := r.Handler.HandleCommand(ctx, req)
+	r.mu.Lock()
 	r.last = rep.Text
+	r.mu.Unlock()
 	return rep
+}
+
+// text is the answer, then every later post.
+func (r *replyRecorder) text() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(append([]string{r.last}, r.later...), "\n")
 }
 
 // waitDiagnosed waits for the proxy-tunnel incident of clusters/proxied.
@@ -302,7 +322,7 @@ func (s *demoSession) script(ctx context.Context, timeout time.Duration) error {
 	}
 	steps := []struct {
 		user, line string
-		want       []string
+		want       []string // in the answer, or in a later post (the outcome)
 		done       string
 	}{
 		{"alice", "/hcp fix noproxy clusters/proxied", []string{"proposes `act-"}, "proposed by alice, stored in the approval store"},
@@ -311,15 +331,22 @@ func (s *demoSession) script(ctx context.Context, timeout time.Duration) error {
 	}
 	id := ""
 	for _, st := range steps {
-		text, err := s.say(ctx, st.user, strings.ReplaceAll(st.line, "ID", id))
+		rec, err := s.say(ctx, st.user, strings.ReplaceAll(st.line, "ID", id))
 		if err != nil {
 			return fmt.Errorf("script: %w", err)
 		}
-		for _, w := range st.want {
-			if !strings.Contains(text, w) {
-				return fmt.Errorf("script: %q as %s: the reply lacks %q:\n%s", st.line, st.user, w, text)
+		has := func() bool {
+			for _, w := range st.want {
+				if !strings.Contains(rec.text(), w) {
+					return false
+				}
 			}
+			return true
 		}
+		if !waitUntil(ctx, timeout, has) {
+			return fmt.Errorf("script: %q as %s: the replies lack one of %q:\n%s", st.line, st.user, st.want, rec.text())
+		}
+		text := rec.text()
 		if id == "" {
 			m := proposalIDRE.FindStringSubmatch(text)
 			if m == nil {
@@ -349,10 +376,11 @@ func (s *demoSession) script(ctx context.Context, timeout time.Duration) error {
 	if err := s.posted(ctx, timeout, "● UPDATE "+inc.Key, resolvedAt); err != nil {
 		return err
 	}
-	text, err := s.say(ctx, "alice", "/hcp audit")
+	rec, err := s.say(ctx, "alice", "/hcp audit")
 	if err != nil {
 		return fmt.Errorf("script: %w", err)
 	}
+	text := rec.text()
 	for _, kind := range []string{"proposed", "refused", "approved", "executed"} {
 		if !strings.Contains(text, kind+" "+id) {
 			return fmt.Errorf("script: the audit trail lacks %q:\n%s", kind+" "+id, text)

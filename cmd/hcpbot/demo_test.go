@@ -65,8 +65,8 @@ func TestDemoScript(t *testing.T) {
 	if t.Failed() {
 		t.Logf("demo output:\n%s", out)
 	}
-	// The agent ran it (actions.Serve logs what it executed, with both
-	// people it verified), in the log the demo writes.
+	// The agent ran it (approval.Serve logs what it executed, with the
+	// people whose seals it verified), in the log the demo writes.
 	logs, err := os.ReadFile(filepath.Join(dir, "hcpbot.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestDemoScript(t *testing.T) {
 	executed := false
 	for line := range strings.SplitSeq(string(logs), "\n") {
 		if strings.Contains(line, `"message":"action executed"`) && strings.Contains(line, `"action":"`+id+`"`) &&
-			strings.Contains(line, `"requestedBy":"U0000ALICE"`) && strings.Contains(line, `"approvedBy":"U00000BOB"`) {
+			strings.Contains(line, `"requestedBy":"U0000ALICE"`) && strings.Contains(line, `"approvers":["U00000BOB"]`) {
 			executed = true
 		}
 	}

@@ -50,7 +50,7 @@ func TestAllAgentNodePortRange(t *testing.T) {
 		id = actionIDPattern.FindString(reply)
 		return id != ""
 	})
-	reply := hcp.run(ctx, "approve "+id, "U0RANGE002", func(s string) bool { return strings.Contains(s, id) })
+	reply := hcp.run(ctx, "approve "+id, "U0RANGE002", outcomeOf(id))
 	for _, want := range []string{"was not applied", "30100 is outside the node-port range 30000-30099", "nodeports 30099`"} {
 		if !strings.Contains(reply, want) {
 			t.Errorf("approve answered %q, want %q\n%s", reply, want, tail(logs.String(), 3000))

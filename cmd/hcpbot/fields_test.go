@@ -98,6 +98,8 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		npClients    = p("TestBotNoProxyClients", TestBotNoProxyClients)
 		allCmd       = p("TestAllCommand", TestAllCommand)
 		keys         = p("TestAllAgentEnforcesConfiguredKeys", TestAllAgentEnforcesConfiguredKeys)
+		twice        = p("TestAllRequiredApprovals", TestAllRequiredApprovals)
+		rotated      = p("TestAllTrustsRotatedKey", TestAllTrustsRotatedKey)
 		listeners    = p("TestBotListeners", TestBotListeners)
 		socket       = p("TestBotSocketModeReplicasRefuseReplay", TestBotSocketModeReplicasRefuseReplay)
 		bf           = &botFixture{owner: owner}
@@ -151,6 +153,10 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"agent.trustedKeys":                  {proof: keys},
 		"agent.requireFourEyes":              {proof: keys},
 		"agent.approvers":                    {proof: keys},
+		"agent.requiredApprovals":            {proof: keys},
+		"agent.actionAckWait":                {proof: twice},
+		"approvals.required":                 {proof: twice},
+		"approvals.trustedKeys":              {proof: rotated},
 		"bot.listen":                         {proof: listeners},
 		"bot.opsListen":                      {proof: listeners},
 		"bot.groupWait":                      {proof: botStorm},
