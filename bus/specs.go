@@ -92,11 +92,12 @@ const (
 	// window: a request re-sent with its action id as message id while
 	// the first copy is queued, or after it ran, is dropped by the server.
 	ActionsMaxAge = 15 * time.Minute
-	// ActionResultsTTL bounds how long a result is kept. The bot copies a
-	// result into the approval store as soon as it reads it; the agent
-	// reads it to acknowledge a redelivered request without running it
-	// again, which happens within ActionsMaxAge.
-	ActionResultsTTL = 24 * time.Hour
+	// ActionResultsTTL bounds how long an agent's answer is kept: as long
+	// as a proposal (ProposalsTTL), because a rollback restores only what
+	// the agent itself recorded for the action it undoes, and the agent
+	// reads its answer to acknowledge a redelivered request without running
+	// it again.
+	ActionResultsTTL = ProposalsTTL
 )
 
 // EventsStream is the stream the agents publish to and the bots consume
