@@ -32,8 +32,8 @@ func SetNodePorts(ctx context.Context, kc kubernetes.Interface, namespace, name 
 }
 
 // ServiceVersions maps every Service of a cluster (namespace/name) to its
-// resourceVersion: equal maps mean nothing was created, changed or deleted
-// in between.
+// resourceVersion, but the API server's own default/kubernetes: equal
+// maps mean nothing was created, changed or deleted in between.
 func ServiceVersions(ctx context.Context, kc kubernetes.Interface) (map[string]string, error) {
 	list, err := kc.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -41,6 +41,12 @@ func ServiceVersions(ctx context.Context, kc kubernetes.Interface) (map[string]s
 	}
 	out := map[string]string{}
 	for _, s := range list.Items {
+		if s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes" {
+			// The API server's own, created by its bootstrap controller
+			// some time after it is ready: it may appear between two
+			// looks, and nothing of hcpbot ever touches it.
+			continue
+		}
 		out[s.Namespace+"/"+s.Name] = s.ResourceVersion
 	}
 	return out, nil
