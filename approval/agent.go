@@ -19,6 +19,7 @@ import (
 	"github.com/hcpbot/hcpbot/approval/wire"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/internal/jitter"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -44,6 +45,11 @@ type AgentConfig struct {
 	// Transient reports whether an execution error may pass if tried
 	// again; nil means actions.Transient.
 	Transient func(error) bool
+	// Identities maps approvers to the Kubernetes identities the agent
+	// acts as (package identity); As makes an Executor that writes as one
+	// (*actions.Executor's As). Empty: the agent acts as itself.
+	Identities identity.Map
+	As         func(id identity.Identity, extra map[string][]string) (Executor, error)
 	// Trail is the agent's own audit subject (audit.ForAgent): its
 	// refusals and executions. Nil only logs them.
 	Trail audit.Appender
@@ -422,14 +428,46 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 			return refuse(req, p, err)
 		}
 	}
+	x, as, err := a.actor(p)
+	if err != nil {
+		return refuse(req, p, err)
+	}
 	if running == nil {
 		mark, _ := json.Marshal(Result{ID: p.ID, Proposal: p.digest, Running: true, At: now.UTC()})
 		if _, err := a.results.Create(ctx, key, mark); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return "", Result{}, fmt.Errorf("%w: mark running: %w", errHandBack, err)
 		}
 	}
-	res, err := a.execute(ctx, p)
+	res, err := a.execute(ctx, p, x, as)
 	return key, res, err
+}
+
+// actor is the executor p's change is made with: as the Kubernetes
+// identity of the approver whose sealed approval completed the decision
+// (the agent's own map, the bot's sealed hints), with the action, the
+// requester and every approver in the API server's audit log; as the
+// agent itself when no identity is configured. With identities required,
+// an approver without one gets nothing done.
+func (a *agent) actor(p Proposal) (Executor, string, error) {
+	m := a.cfg.Identities
+	if m.Empty() {
+		return a.cfg.Executor, "", nil
+	}
+	d, _ := completingDecision(p)
+	id, err := actingIdentity(m, a.cfg.Source, p.DecidedBy, d.Via, d.Email)
+	switch {
+	case errors.Is(err, ErrNoIdentity) && !m.Required:
+		return a.cfg.Executor, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("%w; identities.required: the agent does not make changes with its own rights", err)
+	case a.cfg.As == nil:
+		return nil, "", fmt.Errorf("%w: this agent cannot act as %s", ErrNoIdentity, id)
+	}
+	x, err := a.cfg.As(id, identity.Extra(p.ID, p.RequestedBy, p.Approvers))
+	if err != nil {
+		return nil, "", fmt.Errorf("act as %s: %w", id, err)
+	}
+	return x, id.User, nil
 }
 
 // premature reports whether rec is still undecided by its own terms (the
@@ -501,9 +539,9 @@ func (a *agent) checkUndo(ctx context.Context, p Proposal) error {
 // execute runs p's change within its deadline. A transient failure before
 // the deadline hands the request back; past it, Observe says what the
 // cluster holds.
-func (a *agent) execute(ctx context.Context, p Proposal) (Result, error) {
+func (a *agent) execute(ctx context.Context, p Proposal, x Executor, as string) (Result, error) {
 	log := a.log.With().Str("action", p.ID).Str("type", string(p.Change.Type)).Str("cluster", p.Change.Cluster.String()).
-		Str("requestedBy", p.RequestedBy).Strs("approvers", p.Approvers).Logger()
+		Str("requestedBy", p.RequestedBy).Strs("approvers", p.Approvers).Str("as", as).Logger()
 	xctx, cancel := context.WithTimeout(ctx, actions.ExecuteTimeout)
 	defer cancel()
 	// Nobody waits for the answer after the deadline: stop rather than
@@ -511,7 +549,7 @@ func (a *agent) execute(ctx context.Context, p Proposal) (Result, error) {
 	xctx, cancelD := context.WithDeadline(xctx, p.Deadline())
 	defer cancelD()
 	chaosPoint(ChaosBeforeWrite, p.ID)
-	res, err := a.cfg.Executor.Execute(xctx, p.Change)
+	res, err := x.Execute(xctx, p.Change)
 	if err == nil {
 		chaosPoint(ChaosAfterWrite, p.ID)
 	}

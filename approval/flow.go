@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -17,6 +18,7 @@ import (
 	"github.com/hcpbot/hcpbot/approval/wire"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
@@ -80,8 +82,16 @@ type Config struct {
 	// Trail records every change of state and every refusal; required.
 	Trail  audit.Appender
 	Policy Policy
-	// Groups resolves Policy.ApproverGroups; required when it names any.
+	// Groups resolves Policy.ApproverGroups (required when it names any)
+	// and the Slack groups of Identities.
 	Groups Groups
+	// Identities maps approvers to the Kubernetes identities the agent
+	// acts as (package identity); empty: the agent acts as itself. Each
+	// approval is then checked by the agent (SubjectAccessReviews) before
+	// it counts.
+	Identities identity.Map
+	// Emails finds the Slack e-mail an identity derived from it needs.
+	Emails Emails
 	// Replicas of the proposals bucket (1, 3 or 5); 0 means 1.
 	Replicas int
 	// BucketTTL is how long a proposal is kept after its last change; 0
@@ -111,18 +121,21 @@ type Config struct {
 // come later (ApproveOption OnOutcome, Config.Outcomes). A Flow is safe
 // for concurrent use.
 type Flow struct {
-	kv       store
-	queue    *wire.Queue
-	trail    audit.Appender
-	signer   *Signer
-	keys     []string
-	policy   Policy
-	groups   Groups
-	outcomes func(ctx context.Context, p Proposal)
-	sweep    time.Duration
-	log      zerolog.Logger
-	now      func() time.Time
-	m        *flowMetrics
+	kv         store
+	queue      *wire.Queue
+	trail      audit.Appender
+	signer     *Signer
+	keys       []string
+	policy     Policy
+	groups     Groups
+	identities identity.Map
+	emails     Emails
+	nc         *nats.Conn
+	outcomes   func(ctx context.Context, p Proposal)
+	sweep      time.Duration
+	log        zerolog.Logger
+	now        func() time.Time
+	m          *flowMetrics
 
 	mu       sync.Mutex
 	inflight map[string]*flight
@@ -172,7 +185,8 @@ func NewFlow(ctx context.Context, js jetstream.JetStream, cfg Config) (*Flow, er
 	f := &Flow{
 		kv: store{kv: kv}, queue: wire.NewQueue(js), trail: cfg.Trail, signer: cfg.Signer,
 		keys:   append([]string{cfg.Signer.PublicKey()}, cfg.TrustedKeys...),
-		policy: pol, groups: cfg.Groups, outcomes: cfg.Outcomes, sweep: cfg.SweepInterval,
+		policy: pol, groups: cfg.Groups, identities: cfg.Identities, emails: cfg.Emails, nc: js.Conn(),
+		outcomes: cfg.Outcomes, sweep: cfg.SweepInterval,
 		log: cfg.Log, now: cfg.Now, m: newFlowMetrics(cfg.Registerer),
 		inflight: map[string]*flight{}, reported: map[string]uint64{}, wake: make(chan struct{}, 1),
 	}
@@ -380,6 +394,23 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 	if err := f.Authorize(ctx, userID); err != nil {
 		return p, err
 	}
+	// Who the agent will act as, and whether that identity may make the
+	// change: an approval it may not make does not count.
+	var via, email, note string
+	if !f.identities.Empty() {
+		v, e, _, err := f.approverIdentity(ctx, p.Source, userID)
+		switch {
+		case errors.Is(err, ErrNoIdentity) && !f.identities.Required:
+			// The agent acts as itself.
+		case err != nil:
+			return p, err
+		default:
+			via, email = v, e
+			if note, err = f.checkIdentity(ctx, p, userID, via, email); err != nil {
+				return p, err
+			}
+		}
+	}
 	expired := false
 	rec, err := f.kv.update(ctx, id, func(rec *Record) (bool, error) {
 		expired = false // only the last call's verdict was written
@@ -400,7 +431,7 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 		if o.channel != "" && rec.Channel == "" {
 			rec.Channel = o.channel
 		}
-		return true, f.decide(rec, cur, Decision{By: userID, Verdict: VerdictApprove, At: now.UTC()}, nil)
+		return true, f.decide(rec, cur, Decision{By: userID, Verdict: VerdictApprove, At: now.UTC(), Via: via, Email: email}, nil)
 	})
 	if err != nil && !errors.Is(err, ErrExpired) {
 		return p, err
@@ -409,6 +440,7 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 	if verr != nil {
 		return p, verr
 	}
+	p.IdentityNote = note
 	if expired {
 		return p, errors.Join(err, f.record(ctx, p, audit.KindExpired, "", "", now, nil))
 	}

@@ -133,6 +133,10 @@ type Proposal struct {
 	// Channel is where the decision was asked for, so that any replica
 	// can post the outcome there.
 	Channel string `json:"-"`
+	// IdentityNote, after Approve, says that the approver's Kubernetes
+	// identity could not be checked (the agent did not answer): the change
+	// runs as that identity, and RBAC decides then.
+	IdentityNote string `json:"-"`
 
 	// digest names the sealed terms; decisions chain on it.
 	digest string
@@ -168,6 +172,13 @@ type Decision struct {
 	Verdict    Verdict   `json:"verdict"`
 	At         time.Time `json:"at"`
 	Reason     string    `json:"reason,omitempty"`
+	// Via and Email are how the bot found the approver's Kubernetes
+	// identity (package identity): the Slack group of the map entry, or
+	// the e-mail an EmailPrefix entry needs. The agent maps the approver
+	// with its own map, taking these from the seal (only the bot can ask
+	// Slack).
+	Via   string `json:"via,omitempty"`
+	Email string `json:"email,omitempty"`
 }
 
 // Expired reports whether a pending proposal can no longer be approved at

@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -72,6 +73,9 @@ func BotPermissions() *server.Permissions {
 		ActionsStreamSubjects,
 		event.AuditFilter,
 		event.RestateSubject,
+		// Asks the agents whether an approver's identity may make a
+		// change (core NATS request; the agent answers on the reply).
+		event.IdentityCheckFilter,
 		// Account limits and usage: the KV client asks before creating a
 		// bucket.
 		"$JS.API.INFO",
@@ -147,6 +151,7 @@ func AgentPermissions(source string) (*server.Permissions, error) {
 	deny := []string{
 		event.SubjectRoot + ".actions.>",
 		event.RestateSubject,
+		event.SubjectRoot + ".identity.>",
 	}
 	for _, b := range []string{ProposalsBucket, SilencesBucket, LeasesBucket, SlackMessagesBucket, SlackReplayBucket, DigestTicksBucket, DigestStateBucket} {
 		deny = append(deny, "$KV."+b+".>")
@@ -154,8 +159,20 @@ func AgentPermissions(source string) (*server.Permissions, error) {
 	deny = append(deny,
 		"$JS.API.CONSUMER.DELETE.>",
 		"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>")
+	check, err := event.IdentityCheckSubject(source)
+	if err != nil {
+		return nil, fmt.Errorf("bus: agent permissions: %w", err)
+	}
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: allow, Deny: deny},
-		Subscribe: &server.SubjectPermission{Allow: []string{inbox + ".>", event.RestateSubject}},
+		Subscribe: &server.SubjectPermission{Allow: []string{inbox + ".>", event.RestateSubject, check}},
+		// It answers the bots' identity checks on their reply subjects,
+		// one answer each, within the check's wait: no right to publish
+		// into a bot's inbox otherwise.
+		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: AgentResponseExpiry},
 	}, nil
 }
+
+// AgentResponseExpiry bounds how long after a request an agent may answer
+// it (nats.conf allow_responses expires).
+const AgentResponseExpiry = 10 * time.Second

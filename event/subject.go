@@ -194,6 +194,23 @@ func AgentAuditSubject(source string) (string, error) {
 	return sourceSubject(source, "audit", "agent")
 }
 
+// IdentityCheckFilter matches the subjects on which a bot asks the agents
+// whether an approver's Kubernetes identity may make a change.
+const IdentityCheckFilter = SubjectRoot + ".identity.*.check"
+
+// IdentityCheckSubject is where a bot asks the agent of source, over core
+// NATS, whether an approver's identity may make a change (package
+// approval): hcpbot.identity.<source>.check. The agent answers on the
+// request's reply subject only (a response permission), so its user needs
+// no right to publish into the bot's inbox.
+func IdentityCheckSubject(source string) (string, error) {
+	tok, err := SourceToken(source)
+	if err != nil {
+		return "", err
+	}
+	return SubjectRoot + ".identity." + tok + ".check", nil
+}
+
 // SourceToken is source as one subject token ('.' escaped), for the
 // subjects other packages build per source (package actions' requests).
 func SourceToken(source string) (string, error) {

@@ -44,6 +44,9 @@ func (a *Changes) Approve(ctx context.Context, id, user string, opts ...approval
 	if later == nil {
 		then = "The outcome will be posted in the channel and is in the audit trail (`/hcp audit`)."
 	}
+	if p.IdentityNote != "" {
+		then += "\n_Note: " + esc(p.IdentityNote) + "._"
+	}
 	return chatops.Reply{Text: fmt.Sprintf("`%s`%s approved by %s and sent to the agent of %s. It runs at most once, and not after %s. %s",
 		esc(id), requestedBy(p), approvedBy(p), esc(p.Source), p.Deadline().UTC().Format("15:04 UTC"), then), InChannel: true}
 }
@@ -99,7 +102,7 @@ func Outcome(p approval.Proposal) chatops.Reply {
 	case errors.Is(err, actions.ErrPortCollision):
 		text = fmt.Sprintf("`%s` was not applied: %s%s", id, errText(err), collisionAdvice(p, err))
 	case errors.Is(err, actions.ErrInvalid), errors.Is(err, actions.ErrRejected), errors.Is(err, actions.ErrConflict),
-		errors.Is(err, actions.ErrNotKubeVirt), errors.Is(err, approval.ErrTooLate):
+		errors.Is(err, actions.ErrNotKubeVirt), errors.Is(err, approval.ErrTooLate), errors.Is(err, approval.ErrNoIdentity):
 		text = fmt.Sprintf("`%s` was not applied: %s", id, errText(err))
 	case err != nil:
 		text = fmt.Sprintf("`%s` failed: %s", id, errText(err))
@@ -238,6 +241,10 @@ func refusal(verb, id string, p approval.Proposal, err error) (text string, refu
 			by = " by " + mention(p.DecidedBy)
 		}
 		return fmt.Sprintf("`%s` was already decided: it is %s%s.", id, esc(string(p.State)), by), true
+	case errors.Is(err, approval.ErrNotPermitted):
+		return fmt.Sprintf("Your approval of `%s` does not count: %s. Kubernetes RBAC decides what your identity may change; ask for the permission, or another approver.", id, errText(err)), true
+	case errors.Is(err, approval.ErrNoIdentity):
+		return fmt.Sprintf("Your approval of `%s` does not count: %s. With `identities.required` changes run only as the approver's own Kubernetes identity; `/hcp whoami` shows yours.", id, errText(err)), true
 	case errors.Is(err, approval.ErrGroupLookup):
 		return fmt.Sprintf("Could not check approver group membership, so `%s` was not decided; try again later.", id), true
 	case errors.Is(err, approval.ErrWrongCluster):

@@ -1,0 +1,273 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/identity"
+)
+
+// Acting as the approver (package identity): the agent makes each change
+// as the Kubernetes identity of the person whose sealed approval completed
+// the decision, so the cluster's RBAC has the last word. When a person
+// approves, the bot asks the agent whether that identity may make the
+// change (SubjectAccessReviews); an approval it may not make does not
+// count. Which identity is the agent's own reading of its map, from the
+// approver the bot sealed — with the Slack group or e-mail the bot sealed
+// beside it, which only the bot can resolve.
+
+// ErrNotPermitted: the approver's Kubernetes identity may not make the
+// change (the agent's SubjectAccessReviews say which permission lacks).
+var ErrNotPermitted = errors.New("your Kubernetes identity may not make this change")
+
+// ErrNoIdentity wraps identity.ErrNoIdentity: with identities.required,
+// an approver without an identity on the cluster cannot complete a
+// decision, and the agent acts as nobody else.
+var ErrNoIdentity = identity.ErrNoIdentity
+
+// CodeNoIdentity is the answer's code of a change the agent would not
+// make for want of the approver's identity.
+const CodeNoIdentity Code = "no-identity"
+
+func init() {
+	codes = append(codes, struct {
+		code Code
+		err  error
+	}{CodeNoIdentity, ErrNoIdentity})
+}
+
+// Emails looks up a Slack user's e-mail address, for identities derived
+// from it (identity.Entry.EmailPrefix).
+type Emails interface {
+	Email(ctx context.Context, userID string) (string, error)
+}
+
+// identityContext separates the seals of identity checks from the rest.
+const identityContext = "hcpbot-identity-check-v1\n"
+
+// Check is the bot's question to the agent of Source: may Approver's
+// identity (found through Via, a Slack group, or Email) make Change?
+type Check struct {
+	Source   string         `json:"source"`
+	Change   actions.Change `json:"change"`
+	Approver string         `json:"approver"`
+	Via      string         `json:"via,omitempty"`
+	Email    string         `json:"email,omitempty"`
+	IssuedAt time.Time      `json:"issuedAt"`
+}
+
+// CheckAnswer is the agent's answer.
+type CheckAnswer struct {
+	Identity *identity.Identity `json:"identity,omitempty"`
+	// Missing names each permission the identity lacks; empty: allowed.
+	Missing []string `json:"missing,omitempty"`
+	// Error says why the agent could not tell.
+	Error string `json:"error,omitempty"`
+	// NoIdentity: the approver has none on this cluster.
+	NoIdentity bool `json:"noIdentity,omitempty"`
+}
+
+// checkTimeout bounds the bot's wait for the agent's answer: an agent
+// that is down answers at once (NATS: no responders); one that hangs is
+// not waited for, and Kubernetes RBAC decides when the change runs.
+const checkTimeout = 3 * time.Second
+
+// approverIdentity is what the bot seals with an approval: the Slack group
+// through which userID maps to an identity, or the e-mail an EmailPrefix
+// entry needs, and the identity, or ErrNoIdentity (with identities
+// required, an error; without, the agent acts as itself).
+func (f *Flow) approverIdentity(ctx context.Context, source, userID string) (via, email string, id identity.Identity, err error) {
+	var groups []string
+	for _, e := range f.identities.Entries {
+		if !e.Group() || slices.Contains(groups, e.Slack) || f.groups == nil {
+			continue
+		}
+		members, gerr := f.groups.GroupMembers(ctx, e.Slack)
+		if gerr != nil {
+			return "", "", id, fmt.Errorf("%w: group %s: %w", ErrGroupLookup, e.Slack, gerr)
+		}
+		if slices.Contains(members, userID) {
+			groups = append(groups, e.Slack)
+		}
+	}
+	id, entry, err := f.identities.For(source, userID, groups, "")
+	if err != nil && entry.EmailPrefix != "" && f.emails != nil {
+		if email, err = f.emails.Email(ctx, userID); err != nil {
+			return "", "", id, fmt.Errorf("the Slack e-mail of %s: %w", userID, err)
+		}
+		id, entry, err = f.identities.For(source, userID, groups, email)
+	}
+	if err != nil {
+		return "", "", id, err
+	}
+	if entry.Group() {
+		via = entry.Slack
+	}
+	if entry.EmailPrefix == "" {
+		email = ""
+	}
+	return via, email, id, nil
+}
+
+// checkIdentity asks the agent of p's source whether userID's identity
+// may make p's change. permitted is false with ErrNotPermitted (the
+// missing permissions named) or ErrNoIdentity; an agent that does not
+// answer leaves the question open (nil error, note says so).
+func (f *Flow) checkIdentity(ctx context.Context, p Proposal, userID, via, email string) (note string, err error) {
+	subject, err := event.IdentityCheckSubject(p.Source)
+	if err != nil {
+		return "", err
+	}
+	s, err := f.signer.seal(identityContext, Check{Source: p.Source, Change: p.Change, Approver: userID, Via: via, Email: email, IssuedAt: f.now().UTC()})
+	if err != nil {
+		return "", err
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	msg, err := f.nc.RequestWithContext(cctx, subject, data)
+	if err != nil {
+		f.log.Warn().Err(err).Str("action", p.ID).Msg("the agent did not answer the identity check; RBAC decides when the change runs")
+		return fmt.Sprintf("the agent of %s did not answer whether your Kubernetes identity may make it (%s); the change runs as that identity and Kubernetes RBAC decides then", p.Source, shortErr(err)), nil
+	}
+	var a CheckAnswer
+	if err := json.Unmarshal(msg.Data, &a); err != nil {
+		return "", fmt.Errorf("the agent's answer to the identity check: %w", err)
+	}
+	switch {
+	case a.NoIdentity:
+		return "", fmt.Errorf("%w: %s on %s (the agent's identities)", ErrNoIdentity, userID, p.Source)
+	case a.Error != "":
+		return fmt.Sprintf("the agent of %s could not check your Kubernetes identity's permissions (%s); the change runs as that identity and Kubernetes RBAC decides then", p.Source, a.Error), nil
+	case len(a.Missing) > 0:
+		who := ""
+		if a.Identity != nil {
+			who = " (" + a.Identity.String() + ")"
+		}
+		return "", fmt.Errorf("%w: your identity%s lacks %s", ErrNotPermitted, who, strings.Join(a.Missing, "; "))
+	}
+	return "", nil
+}
+
+func shortErr(err error) string {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return "no agent is listening"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return "no answer in time"
+	}
+	return err.Error()
+}
+
+// CheckConfig configures ServeChecks.
+type CheckConfig struct {
+	Source     string
+	Keys       []string // the bot's trusted keys
+	Identities identity.Map
+	// Access runs the SubjectAccessReviews of ch as id.
+	Access func(ctx context.Context, id identity.Identity, ch actions.Change) (missing []string, err error)
+	Log    zerolog.Logger
+	Now    func() time.Time
+}
+
+// ServeChecks answers the bots' identity checks for cfg.Source until ctx
+// ends: the approver's identity by the agent's own map, then whether it
+// may make the change. Only a check sealed by a trusted key, fresh, for
+// this agent, is answered.
+func ServeChecks(ctx context.Context, nc *nats.Conn, cfg CheckConfig) error {
+	subject, err := event.IdentityCheckSubject(cfg.Source)
+	if err != nil {
+		return fmt.Errorf("approval: identity checks: %w", err)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	// Every replica answers (a check reads, it changes nothing); one of
+	// them each time.
+	sub, err := nc.QueueSubscribe(subject, "agents", func(m *nats.Msg) {
+		a := answerCheck(ctx, cfg, now(), m.Data)
+		data, err := json.Marshal(a)
+		if err != nil {
+			return
+		}
+		if err := m.Respond(data); err != nil {
+			cfg.Log.Warn().Err(err).Msg("identity check not answered")
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("approval: identity checks: %w", err)
+	}
+	<-ctx.Done()
+	return sub.Unsubscribe()
+}
+
+func answerCheck(ctx context.Context, cfg CheckConfig, now time.Time, data []byte) CheckAnswer {
+	var s Seal
+	var c Check
+	switch err := decodeStrict(data, &s); {
+	case err != nil:
+		return CheckAnswer{Error: "not a sealed check"}
+	}
+	if err := s.open(identityContext, cfg.Keys, &c); err != nil {
+		return CheckAnswer{Error: "the check does not verify: " + err.Error()}
+	}
+	if c.Source != cfg.Source || now.Sub(c.IssuedAt) > time.Minute || c.IssuedAt.After(now.Add(time.Minute)) {
+		return CheckAnswer{Error: "a check for another agent, or stale"}
+	}
+	id, err := actingIdentity(cfg.Identities, cfg.Source, c.Approver, c.Via, c.Email)
+	switch {
+	case errors.Is(err, ErrNoIdentity) && cfg.Identities.Required:
+		return CheckAnswer{NoIdentity: true}
+	case err != nil:
+		// Not required: the agent acts as itself, nothing to check.
+		return CheckAnswer{}
+	case cfg.Access == nil:
+		return CheckAnswer{Identity: &id, Error: "this agent cannot review access"}
+	}
+	if err := c.Change.Validate(); err != nil {
+		return CheckAnswer{Identity: &id, Error: err.Error()}
+	}
+	actx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	missing, err := cfg.Access(actx, id, c.Change)
+	if err != nil {
+		return CheckAnswer{Identity: &id, Error: err.Error()}
+	}
+	return CheckAnswer{Identity: &id, Missing: missing}
+}
+
+// actingIdentity is the identity the agent acts as for approver, by its
+// own map: the Slack group the bot sealed as the way to it (the bot alone
+// can resolve memberships), or the e-mail it sealed.
+func actingIdentity(m identity.Map, source, approver, via, email string) (identity.Identity, error) {
+	var groups []string
+	if via != "" {
+		groups = []string{via}
+	}
+	id, _, err := m.For(source, approver, groups, email)
+	return id, err
+}
+
+// completingDecision is the sealed approval that completed p's decision.
+func completingDecision(p Proposal) (Decision, bool) {
+	for _, d := range slices.Backward(p.Decisions) {
+		if d.Verdict == VerdictApprove && d.By == p.DecidedBy {
+			return d, true
+		}
+	}
+	return Decision{}, false
+}
