@@ -140,7 +140,10 @@ func Serve(ctx context.Context, js jetstream.JetStream, cfg AgentConfig) error {
 					// Said once at warning level: an agent started before
 					// the bot waits here, normally.
 					ev := a.log.Debug()
-					if wait == serveRetryFirst {
+					switch {
+					case errors.Is(err, bus.ErrForeignStream):
+						ev = a.log.Error()
+					case wait == serveRetryFirst:
 						ev = a.log.Warn()
 					}
 					ev.Err(err).Dur("retry_in", wait).Msg("not consuming action requests yet")
@@ -206,7 +209,21 @@ type agent struct {
 }
 
 // bind binds the buckets (the bot's) and creates or updates the consumer.
+// A stream or bucket that copies in what another user wrote (sources, a
+// mirror, a republish or subject transform: bus.Vet) is refused: the
+// agent trusts what the results bucket holds as its own answers and the
+// requests as the bot's, so one created that way (by a stolen bot seed,
+// before the bot) is not consumed.
 func (a *agent) bind(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	for _, name := range []string{bus.ActionsStreamName, "KV_" + bus.ActionResultsBucket, "KV_" + bus.ProposalsBucket} {
+		s, err := a.js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s (created by the bot): %w", name, err)
+		}
+		if err := bus.Vet(s.CachedInfo().Config); err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+	}
 	if a.results == nil {
 		kv, err := a.js.KeyValue(ctx, bus.ActionResultsBucket)
 		if err != nil {
@@ -394,8 +411,15 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return refuse(req, Proposal{}, fmt.Errorf("%w: proposal %s is not in the approval store", ErrUnauthorized, req.ID))
-	case errors.Is(err, ErrForged):
+	case errors.Is(err, ErrForged), errors.Is(err, ErrLegacy):
+		// A record of the shape before seals holds no approval: the bot
+		// sends no request for one, so it was rewritten since.
 		return refuse(req, Proposal{}, fmt.Errorf("%w: %w", ErrUnauthorized, err))
+	case err != nil && stale != nil && running == nil:
+		// Handed back until the order is too old to run: then refused,
+		// or the agent's queue would wait behind it until the stream
+		// drops it.
+		return refuse(req, Proposal{}, fmt.Errorf("%w; the approval store could not be read: %w", stale, err))
 	case err != nil:
 		return "", Result{}, fmt.Errorf("%w: read the approval store: %w", errHandBack, err)
 	}
@@ -530,7 +554,7 @@ func (a *agent) checkUndo(ctx context.Context, p Proposal) error {
 		return fmt.Errorf("%w: read the results bucket: %w", errHandBack, err)
 	}
 	orig, err := decodeResult(data)
-	if err != nil || orig.Change == nil || orig.Change.Undo == nil || !reflect.DeepEqual(*orig.Change.Undo, undo) {
+	if err != nil || orig.ID != undo.ActionID || orig.Change == nil || orig.Change.Undo == nil || !reflect.DeepEqual(*orig.Change.Undo, undo) {
 		return fmt.Errorf("%w: the rollback of %s restores other data than this agent recorded for it", ErrUnauthorized, undo.ActionID)
 	}
 	return nil
@@ -563,6 +587,12 @@ func (a *agent) execute(ctx context.Context, p Proposal, x Executor, as string) 
 		return Result{}, fmt.Errorf("%w: %w", errHandBack, err)
 	case a.transient(err) || errors.Is(err, context.DeadlineExceeded):
 		return a.observe(ctx, p, err), nil
+	case !nothingWritten(err):
+		// An error that does not say the write was refused (a cut
+		// answer, an unknown failure) may follow a write that landed:
+		// what the cluster holds is the answer.
+		log.Warn().Err(err).Msg("execution ended in an error that does not say whether it wrote: observing the cluster")
+		return a.observe(ctx, p, err), nil
 	default:
 		r := failure(p.ID, err)
 		r.Proposal, r.At = p.digest, a.now().UTC()
@@ -573,6 +603,21 @@ func (a *agent) execute(ctx context.Context, p Proposal, x Executor, as string) 
 	log.Info().Str("outcome", string(res.Outcome)).Msg("action executed")
 	a.m.requests.WithLabelValues("executed").Inc()
 	return a.succeeded(ctx, p, res), nil
+}
+
+// nothingWritten reports whether err is one of the executor's definite
+// answers, which say the change was not written (it stopped before
+// writing, or the API server refused the write). Anything else — the API
+// server's refusal of one of several writes included — is checked
+// against the cluster.
+func nothingWritten(err error) bool {
+	for _, d := range []error{actions.ErrConflict, actions.ErrInvalid, actions.ErrRejected, actions.ErrPortCollision,
+		actions.ErrNotKubeVirt, actions.ErrKubeconfig} {
+		if errors.Is(err, d) {
+			return true
+		}
+	}
+	return false
 }
 
 // observe answers, after the deadline, what the cluster holds: the change
@@ -588,6 +633,8 @@ func (a *agent) observe(ctx context.Context, p Proposal, cause error) Result {
 		r = failure(p.ID, fmt.Errorf("%w: %w; reading the cluster afterwards failed too: %w", ErrUnknown, cause, err))
 	case inPlace:
 		return a.succeeded(ctx, p, res)
+	case a.now().Before(p.Deadline()):
+		r = failure(p.ID, fmt.Errorf("not applied: %w", cause))
 	default:
 		r = failure(p.ID, fmt.Errorf("not applied before its deadline %s: %w", p.Deadline().UTC().Format(time.RFC3339), cause))
 	}

@@ -140,7 +140,11 @@ type Flow struct {
 	mu       sync.Mutex
 	inflight map[string]*flight
 	reported map[string]uint64
-	wake     chan struct{}
+	// valid are the proposals this replica has read with valid seals: one
+	// that later reads as sealed by another key, or in an older shape, was
+	// rewritten, and is reported as such.
+	valid map[string]bool
+	wake  chan struct{}
 }
 
 // NewFlow ensures the proposals bucket, the actions stream and the
@@ -188,7 +192,7 @@ func NewFlow(ctx context.Context, js jetstream.JetStream, cfg Config) (*Flow, er
 		policy: pol, groups: cfg.Groups, identities: cfg.Identities, emails: cfg.Emails, nc: js.Conn(),
 		outcomes: cfg.Outcomes, sweep: cfg.SweepInterval,
 		log: cfg.Log, now: cfg.Now, m: newFlowMetrics(cfg.Registerer),
-		inflight: map[string]*flight{}, reported: map[string]uint64{}, wake: make(chan struct{}, 1),
+		inflight: map[string]*flight{}, reported: map[string]uint64{}, valid: map[string]bool{}, wake: make(chan struct{}, 1),
 	}
 	if f.now == nil {
 		f.now = time.Now
@@ -297,7 +301,7 @@ func (f *Flow) Propose(ctx context.Context, ch actions.Change, requestedBy strin
 	if err != nil {
 		return Proposal{}, fmt.Errorf("approval: %w", err)
 	}
-	p, err = view(rec, f.trust())
+	p, err = f.read(ctx, p.ID, rec)
 	if err != nil {
 		return p, fmt.Errorf("approval: propose %s: %w", ch.ID, err)
 	}
@@ -359,9 +363,10 @@ func DecidedIn(channel string) DecideOption {
 // pending proposal past its expiry is expired here (and audited) as well
 // as refused.
 //
-// An approval that completes the decision and cannot be audited is
-// withdrawn (a sealed rejection by the bot) before anything is sent, so
-// no cluster change happens off the record: the caller gets ErrAudit.
+// The approval is audited before it is sealed: one that cannot be
+// audited is not made (ErrAudit, try again), so no cluster change happens
+// off the record. One refused after its audit record was written (a race
+// with another decision) is followed by the refusal's record.
 func (f *Flow) Approve(ctx context.Context, id, userID string, opts ...DecideOption) (Proposal, error) {
 	var o decideOptions
 	for _, opt := range opts {
@@ -411,9 +416,23 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 			}
 		}
 	}
-	expired := false
+	if p.Expired(now) && p.State == StatePending {
+		return f.expireNow(ctx, p, now)
+	}
+	// The approval goes on the record before it is sealed: one that
+	// cannot be audited is never sealed, so nothing runs off the record.
+	// (Sealed first, a failed audit would leave an approval to withdraw,
+	// and whoever can write the store could drop the withdrawal.)
+	n := len(p.Approvers) + 1
+	if p.State == StatePending && !p.HasApproved(userID) {
+		if err := f.record(ctx, p, audit.KindApproved, userID, userID, now, func(r *audit.Record) {
+			r.Summary, r.Diff = Describe(p.Change)
+			r.Summary = fmt.Sprintf("%s (approval %d of %d)", r.Summary, n, need)
+		}); err != nil {
+			return p, fmt.Errorf("approval of %s not made: %w", id, err)
+		}
+	}
 	rec, err := f.kv.update(ctx, id, func(rec *Record) (bool, error) {
-		expired = false // only the last call's verdict was written
 		cur, err := view(*rec, f.trust())
 		switch {
 		case err != nil:
@@ -422,9 +441,6 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 			return false, ErrExpired
 		case cur.State.Decided():
 			return false, fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, cur.State, cur.DecidedBy)
-		case cur.Expired(now):
-			expired = true
-			return true, f.decide(rec, cur, Decision{Verdict: VerdictExpire, At: now.UTC()}, ErrExpired)
 		case cur.HasApproved(userID):
 			return false, fmt.Errorf("%w %s (%d of %d approvals)", ErrAlreadyApproved, id, len(cur.Approvers), need)
 		}
@@ -433,55 +449,49 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 		}
 		return true, f.decide(rec, cur, Decision{By: userID, Verdict: VerdictApprove, At: now.UTC(), Via: via, Email: email}, nil)
 	})
-	if err != nil && !errors.Is(err, ErrExpired) {
-		return p, err
+	if err != nil {
+		// Decided otherwise since the approval was audited (a race with
+		// another decision): the refusal's record (Approve) follows it.
+		return p, fmt.Errorf("approval not recorded: %w", err)
 	}
-	p, verr := view(rec, f.trust())
-	if verr != nil {
-		return p, verr
+	if p, err = view(rec, f.trust()); err != nil {
+		return p, err
 	}
 	p.IdentityNote = note
-	if expired {
-		return p, errors.Join(err, f.record(ctx, p, audit.KindExpired, "", "", now, nil))
+	if p.State == StateApproved {
+		f.follow(p.ID, o.onOutcome)
 	}
-	if err != nil {
-		return p, err
-	}
-	aerr := f.record(ctx, p, audit.KindApproved, userID, userID, now, func(r *audit.Record) {
-		r.Summary, r.Diff = Describe(p.Change)
-		r.Summary = fmt.Sprintf("%s (approval %d of %d)", r.Summary, len(p.Approvers), need)
-	})
-	if p.State != StateApproved {
-		// More approvals are needed: nothing is sent either way.
-		return p, aerr
-	}
-	if aerr != nil {
-		return f.withdraw(ctx, p, now, aerr)
-	}
-	f.follow(p.ID, o.onOutcome)
 	return p, nil
 }
 
-// withdraw seals the bot's rejection of approved proposal p, which must
-// not run because its approval is not on the record.
-func (f *Flow) withdraw(ctx context.Context, p Proposal, now time.Time, cause error) (Proposal, error) {
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	const why = "not run: the approval could not be written to the audit trail"
-	rec, err := f.kv.update(mctx, p.ID, func(rec *Record) (bool, error) {
+// expireNow seals the expiry of pending proposal p, audits it and returns
+// ErrExpired.
+func (f *Flow) expireNow(ctx context.Context, p Proposal, now time.Time) (Proposal, error) {
+	written := false
+	rec, err := f.kv.update(ctx, p.ID, func(rec *Record) (bool, error) {
+		written = false // only the last call's verdict was written
 		cur, err := view(*rec, f.trust())
-		if err != nil || cur.State != StateApproved || rec.Outcome != nil {
+		switch {
+		case err != nil:
 			return false, err
+		case cur.State == StateExpired:
+			return false, ErrExpired
+		case cur.State.Decided():
+			return false, fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, cur.State, cur.DecidedBy)
 		}
-		return true, f.decide(rec, cur, Decision{Verdict: VerdictReject, At: now.UTC(), Reason: why}, nil)
+		written = true
+		return true, f.decide(rec, cur, Decision{Verdict: VerdictExpire, At: now.UTC()}, nil)
 	})
 	if err != nil {
-		return p, errors.Join(cause, err)
+		return p, err
 	}
-	if wp, err := view(rec, f.trust()); err == nil {
-		p = wp
+	if q, err := view(rec, f.trust()); err == nil {
+		p = q
 	}
-	return p, cause
+	if !written {
+		return p, ErrExpired
+	}
+	return p, errors.Join(ErrExpired, f.record(ctx, p, audit.KindExpired, "", "", now, nil))
 }
 
 // Reject rejects proposal id as userID with reason (stored and audited
@@ -545,19 +555,52 @@ func (f *Flow) reject(ctx context.Context, id, userID, reason string, now time.T
 func (f *Flow) open(ctx context.Context, id string, o decideOptions) (Proposal, error) {
 	rec, err := f.kv.get(ctx, id)
 	if err != nil {
+		if errors.Is(err, ErrLegacy) {
+			f.noteRewrite(ctx, id, rec, err)
+		}
 		return Proposal{}, err
 	}
-	p, err := view(rec, f.trust())
+	p, err := f.read(ctx, id, rec)
 	if err != nil {
-		if errors.Is(err, ErrForged) || errors.Is(err, ErrUntrustedKey) {
-			f.reportForgery(ctx, id, rec, err)
-		}
 		return p, err
 	}
 	if o.cluster != nil && *o.cluster != p.Change.Cluster {
 		return p, fmt.Errorf("%w: %s is for %s, not %s", ErrWrongCluster, id, p.Change.Cluster, o.cluster)
 	}
 	return p, nil
+}
+
+// read is view with what reading teaches this replica: records whose
+// seals do not verify, or whose outcome does not, are reported as
+// forgeries; one that verified before and now reads as another key's or
+// an older shape was rewritten, and is reported too.
+func (f *Flow) read(ctx context.Context, id string, rec Record) (Proposal, error) {
+	p, err := view(rec, f.trust())
+	switch {
+	case err == nil:
+		f.mu.Lock()
+		f.valid[id] = true
+		f.mu.Unlock()
+		if p.tampered != nil {
+			f.reportForgery(ctx, id, rec, p.tampered)
+		}
+	case errors.Is(err, ErrStale), errors.Is(err, ErrLegacy):
+		f.noteRewrite(ctx, id, rec, err)
+	default:
+		f.reportForgery(ctx, id, rec, err)
+	}
+	return p, err
+}
+
+// noteRewrite reports a stale or legacy record this replica has read
+// valid before.
+func (f *Flow) noteRewrite(ctx context.Context, id string, rec Record, err error) {
+	f.mu.Lock()
+	seen := f.valid[id]
+	f.mu.Unlock()
+	if seen {
+		f.reportForgery(ctx, id, rec, fmt.Errorf("%w: it verified before: %w", ErrForged, err))
+	}
 }
 
 // decide seals d as the next decision on cur (chained to the last seal

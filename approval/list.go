@@ -152,6 +152,12 @@ func (f *Flow) ProposeRollback(ctx context.Context, id, requestedBy string, opts
 		return Proposal{}, orig, fmt.Errorf("%w: the agent's record of %s holds nothing to undo", ErrNothingToUndo, id)
 	}
 	undo := *res.Change.Undo
+	if res.ID != orig.ID || undo.ActionID != orig.ID || undo.Cluster != orig.Change.Cluster || undo.Type != orig.Change.Type {
+		// The answer must undo this change, of this cluster: not another
+		// action, which a rollback approved as this one's would mark
+		// rolled back.
+		return Proposal{}, orig, fmt.Errorf("%w: the agent's record of %s undoes %s %q of %s instead", ErrNothingToUndo, id, undo.Type, truncate(undo.ActionID), undo.Cluster)
+	}
 	ch := actions.Change{
 		ID: rollbackID(orig.ID), Type: actions.TypeRollback, Cluster: undo.Cluster,
 		Rollback: &actions.RollbackParams{Undo: undo},

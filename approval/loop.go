@@ -142,15 +142,15 @@ func (f *Flow) step(ctx context.Context, id string, fl *flight) (done bool) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return true
+	case errors.Is(err, ErrLegacy):
+		f.noteRewrite(ctx, id, rec, err)
+		return true
 	case err != nil:
 		log.Debug().Err(err).Msg("cannot read the proposal yet")
 		return false
 	}
-	p, err := view(rec, f.trust())
+	p, err := f.read(ctx, id, rec)
 	if err != nil {
-		if errors.Is(err, ErrForged) || errors.Is(err, ErrUntrustedKey) {
-			f.reportForgery(ctx, id, rec, err)
-		}
 		return true
 	}
 	now := f.now()
@@ -275,7 +275,7 @@ func (f *Flow) finish(ctx context.Context, p Proposal, res Result, fl *flight) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
 	now := f.now()
-	o := Outcome{State: StateExecuted, Result: res.Change, At: now.UTC()}
+	o := Outcome{ProposalID: p.ID, State: StateExecuted, Result: res.Change, At: now.UTC()}
 	if err := res.Err(); err != nil {
 		o.State, o.Code, o.Reason, o.Collision = StateFailed, CodeOf(err), redact.RedactText(res.Error), res.Collision
 		if o.Reason == "" {
@@ -283,11 +283,21 @@ func (f *Flow) finish(ctx context.Context, p Proposal, res Result, fl *flight) {
 		}
 	}
 	rec, err := f.kv.update(ctx, p.ID, func(rec *Record) (bool, error) {
+		cur, err := view(*rec, f.trust())
+		switch {
+		case err != nil:
+			return false, err
 		// An unanswered mark gives way to the agent's answer.
-		if rec.Outcome != nil && (rec.Outcome.Code != CodeNoAnswer || o.Code == CodeNoAnswer) {
+		case cur.ExecutedAt.IsZero() && cur.State != StateApproved,
+			!cur.ExecutedAt.IsZero() && (cur.Code != CodeNoAnswer || o.Code == CodeNoAnswer):
 			return false, errRecorded
 		}
-		rec.Outcome = &o
+		o.Prev = rec.Decisions[len(rec.Decisions)-1].digest(decisionContext)
+		s, err := f.signer.seal(outcomeContext, o)
+		if err != nil {
+			return false, err
+		}
+		rec.Outcome = &s
 		return true, nil
 	})
 	if err != nil {
@@ -348,10 +358,20 @@ func (f *Flow) deliverLocal(fl *flight, p Proposal) bool {
 func (f *Flow) markRolledBack(ctx context.Context, rb Proposal, now time.Time) {
 	id := rb.Change.Rollback.Undo.ActionID
 	rec, err := f.kv.update(ctx, id, func(rec *Record) (bool, error) {
-		if rec.Outcome == nil || rec.Outcome.State != StateExecuted || !rec.Outcome.RolledBackAt.IsZero() {
+		orig, err := view(*rec, f.trust())
+		switch {
+		case err != nil:
+			return false, err
+		case orig.State != StateExecuted || orig.Source != rb.Source || orig.Change.Cluster != rb.Change.Cluster:
+			// Only the executed change of the same cluster the rollback
+			// undid is marked.
 			return false, errRecorded
 		}
-		rec.Outcome.RolledBackBy, rec.Outcome.RolledBackAt = rb.DecidedBy, now.UTC()
+		s, err := f.signer.seal(rolledBackContext, RolledBack{ProposalID: id, Prev: rec.Outcome.digest(outcomeContext), Rollback: rb.ID, By: rb.DecidedBy, At: now.UTC()})
+		if err != nil {
+			return false, err
+		}
+		rec.RolledBack = &s
 		return true, nil
 	})
 	if err != nil {
@@ -382,22 +402,22 @@ func (f *Flow) markRolledBack(ctx context.Context, rb Proposal, now time.Time) {
 func (f *Flow) sweepOnce(ctx context.Context, starting bool) {
 	now := f.now()
 	err := f.kv.scan(ctx, func(id string, rec Record, err error) {
-		if err == nil {
-			var p Proposal
-			p, err = view(rec, f.trust())
-			switch {
-			case err != nil:
-			case p.State == StatePending && p.Expired(now):
-				f.expire(ctx, id, now)
-			case p.State == StateApproved && (starting || now.Sub(p.DecidedAt) >= f.sweep),
-				p.State == StateFailed && p.Code == CodeNoAnswer && now.Before(p.DecidedAt.Add(lateAnswer)):
-				f.follow(id, nil)
-			}
+		if errors.Is(err, ErrLegacy) {
+			f.noteRewrite(ctx, id, rec, err)
+			return
 		}
-		switch {
-		case err == nil, errors.Is(err, ErrStale), errors.Is(err, ErrLegacy):
-		default:
+		if err != nil {
 			f.reportForgery(ctx, id, rec, err)
+			return
+		}
+		p, err := f.read(ctx, id, rec)
+		switch {
+		case err != nil:
+		case p.State == StatePending && p.Expired(now):
+			f.expire(ctx, id, now)
+		case p.State == StateApproved && (starting || now.Sub(p.DecidedAt) >= f.sweep),
+			p.State == StateFailed && p.Code == CodeNoAnswer && now.Before(p.DecidedAt.Add(lateAnswer)):
+			f.follow(id, nil)
 		}
 	})
 	if err != nil && ctx.Err() == nil {

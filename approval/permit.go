@@ -114,8 +114,11 @@ func verify(rec Record, t Trust) (Proposal, error) {
 		}
 		return p, fmt.Errorf("proposal terms: %w", err)
 	}
-	if !idPattern.MatchString(p.ID) {
+	switch {
+	case !idPattern.MatchString(p.ID):
 		return p, fmt.Errorf("%w: proposal id %q", ErrForged, p.ID)
+	case rec.key != "" && rec.key != p.ID:
+		return p, fmt.Errorf("%w: the record under %s holds the terms of %s", ErrForged, truncate(rec.key), p.ID)
 	}
 	p.digest = rec.Proposal.digest(proposalContext)
 	p.State = StatePending

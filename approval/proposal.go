@@ -37,8 +37,10 @@ var (
 	// ErrGroupLookup: approver group membership could not be read; the
 	// approval is refused rather than guessed.
 	ErrGroupLookup = errors.New("approver group lookup failed")
-	// ErrAudit: the change of state was stored but its audit record could
-	// not be written. The returned proposal shows the new state.
+	// ErrAudit: an audit record could not be written. From Approve: the
+	// approval was not made (it is audited before it is sealed); from
+	// Propose and Reject: the change of state was stored, and the
+	// returned proposal shows it.
 	ErrAudit = errors.New("audit record not written")
 	// ErrExists: Propose was given the id of an existing proposal.
 	ErrExists = errors.New("proposal id already in use")
@@ -140,6 +142,9 @@ type Proposal struct {
 
 	// digest names the sealed terms; decisions chain on it.
 	digest string
+	// tampered says why an outcome or rolled-back mark of the record was
+	// ignored: it does not verify (written without the bot's key).
+	tampered error
 	// revision is the bucket revision the record was read at.
 	revision uint64
 }

@@ -12,23 +12,40 @@ import (
 	"github.com/hcpbot/hcpbot/actions"
 )
 
-// Record is a proposal as the bucket stores it. Proposal and Decisions
-// are seals: the only part anything is decided on. Outcome and Channel are
-// the bot's bookkeeping — what the agent answered, where to post it — so
-// that chat can show it; they prove nothing and Permit never reads them.
+// Record is a proposal as the bucket stores it: seals only, but for the
+// channel to post in. The terms and the decisions decide whether it may
+// run (Permit); the outcome and the rolled-back mark, sealed by the bot
+// when it records what the agent answered, say what became of it, and
+// chain to the decision and the outcome before them.
 type Record struct {
 	Proposal  Seal   `json:"proposal"`
 	Decisions []Seal `json:"decisions,omitempty"`
-	// Outcome is the agent's answer as the bot recorded it; nil before.
-	Outcome *Outcome `json:"outcome,omitempty"`
-	// Channel is where the decision was asked for.
+	// Outcome seals an Outcome; nil before the agent answered.
+	Outcome *Seal `json:"outcome,omitempty"`
+	// RolledBack seals a RolledBack, once the change's rollback ran.
+	RolledBack *Seal `json:"rolledBack,omitempty"`
+	// Channel is where the decision was asked for: where to post (it
+	// decides nothing).
 	Channel string `json:"channel,omitempty"`
 
 	revision uint64
+	// key is the bucket key the record was read under: the sealed terms
+	// must name it, or a record copied under another key (and the
+	// approvals made of it there) would pass for that proposal's.
+	key string
 }
 
-// Outcome is what became of an approved proposal.
+// Contexts of the seals of what became of a proposal.
+const (
+	outcomeContext    = "hcpbot-outcome-v1\n"
+	rolledBackContext = "hcpbot-rolled-back-v1\n"
+)
+
+// Outcome is what became of an approved proposal, as the agent answered.
 type Outcome struct {
+	ProposalID string `json:"proposalId"`
+	// Prev is the digest of the decision that completed the approval.
+	Prev string `json:"prev"`
 	// State is StateExecuted or StateFailed.
 	State  State           `json:"state"`
 	Result *actions.Result `json:"result,omitempty"`
@@ -37,43 +54,78 @@ type Outcome struct {
 	// Collision details a refused exposure's node ports.
 	Collision *actions.PortCollision `json:"collision,omitempty"`
 	At        time.Time              `json:"at"`
-	// RolledBackBy and RolledBackAt are set once its rollback ran.
-	RolledBackBy string    `json:"rolledBackBy,omitempty"`
-	RolledBackAt time.Time `json:"rolledBackAt,omitzero"`
 }
 
-// view is what the bot shows of rec: verify's proposal with the outcome
-// applied. An outcome on a proposal whose seals do not approve it is a
-// forgery: the bot records outcomes only of approved proposals.
+// RolledBack marks an executed change undone by its rollback.
+type RolledBack struct {
+	ProposalID string `json:"proposalId"`
+	// Prev is the digest of the outcome it follows.
+	Prev string `json:"prev"`
+	// Rollback is the rollback proposal that ran; By who completed its
+	// approval.
+	Rollback string    `json:"rollback"`
+	By       string    `json:"by"`
+	At       time.Time `json:"at"`
+}
+
+// view is what the bot shows of rec: verify's proposal with its sealed
+// outcome and rolled-back mark applied. Either must be sealed by a
+// trusted key and chained where it belongs; an outcome on a proposal
+// whose seals do not approve it is a forgery too.
 func view(rec Record, t Trust) (Proposal, error) {
 	p, err := verify(rec, t)
 	if err != nil {
 		return p, err
 	}
 	p.revision, p.Channel = rec.revision, rec.Channel
-	o := rec.Outcome
-	if o == nil {
+	// A mark that does not verify is ignored, as if never written, and
+	// reported (tampered): the decisions stand, and the loop records the
+	// agent's real answer over it.
+	if rec.Outcome == nil {
+		if rec.RolledBack != nil {
+			p.tampered = fmt.Errorf("%w: %s is marked rolled back without an outcome", ErrForged, p.ID)
+		}
 		return p, nil
 	}
 	if p.State != StateApproved {
 		// Judged by the proposal's own terms: a stricter policy since
 		// does not unmake what was approved and ran.
 		if q, err := verify(rec, Trust{Keys: t.Keys}); err != nil || q.State != StateApproved {
-			return p, fmt.Errorf("%w: %s has an outcome recorded but its seals do not approve it", ErrForged, p.ID)
+			p.tampered = fmt.Errorf("%w: %s has an outcome recorded but its seals do not approve it", ErrForged, p.ID)
+			return p, nil
 		}
 	}
-	switch o.State {
-	case StateExecuted, StateFailed:
-	default:
-		return p, fmt.Errorf("%w: %s has outcome %q", ErrForged, p.ID, o.State)
+	var o Outcome
+	if err := rec.Outcome.open(outcomeContext, t.Keys, &o); err != nil {
+		p.tampered = fmt.Errorf("outcome of %s: %w", p.ID, err)
+		return p, nil
+	}
+	last := rec.Decisions[len(rec.Decisions)-1].digest(decisionContext)
+	switch {
+	case o.ProposalID != p.ID || o.Prev != last:
+		p.tampered = fmt.Errorf("%w: the outcome of %s belongs to another proposal or decision", ErrForged, p.ID)
+		return p, nil
+	case o.State != StateExecuted && o.State != StateFailed:
+		p.tampered = fmt.Errorf("%w: %s has outcome %q", ErrForged, p.ID, o.State)
+		return p, nil
 	}
 	p.State, p.Result, p.Code, p.ExecutedAt = o.State, o.Result, o.Code, o.At
 	if o.State == StateFailed {
 		p.Reason, p.Collision = o.Reason, o.Collision
 	}
-	if !o.RolledBackAt.IsZero() {
-		p.State, p.RolledBackBy, p.RolledBackAt = StateRolledBack, o.RolledBackBy, o.RolledBackAt
+	if rec.RolledBack == nil {
+		return p, nil
 	}
+	var rb RolledBack
+	if err := rec.RolledBack.open(rolledBackContext, t.Keys, &rb); err != nil {
+		p.tampered = fmt.Errorf("rolled-back mark of %s: %w", p.ID, err)
+		return p, nil
+	}
+	if rb.ProposalID != p.ID || rb.Prev != rec.Outcome.digest(outcomeContext) || o.State != StateExecuted {
+		p.tampered = fmt.Errorf("%w: the rolled-back mark of %s belongs to another proposal or outcome", ErrForged, p.ID)
+		return p, nil
+	}
+	p.State, p.RolledBackBy, p.RolledBackAt = StateRolledBack, rb.By, rb.At
 	return p, nil
 }
 
@@ -110,7 +162,7 @@ func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return Record{}, fmt.Errorf("%w: proposal %s does not decode: %w", ErrForged, e.Key(), err)
 	}
-	rec.revision = e.Revision()
+	rec.revision, rec.key = e.Revision(), e.Key()
 	if len(rec.Proposal.Body) == 0 {
 		var old struct {
 			Request json.RawMessage `json:"request"`
@@ -135,7 +187,7 @@ func (s store) create(ctx context.Context, id string, rec Record) (Record, error
 		}
 		return Record{}, fmt.Errorf("propose %s: %w", id, err)
 	}
-	rec.revision = rev
+	rec.revision, rec.key = rev, id
 	return rec, nil
 }
 
@@ -161,7 +213,7 @@ func (s store) update(ctx context.Context, id string, change func(rec *Record) (
 		}
 		rev, err := s.kv.Update(ctx, id, data, rec.revision)
 		if err == nil {
-			rec.revision = rev
+			rec.revision, rec.key = rev, id
 			return rec, cerr
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {

@@ -70,6 +70,27 @@ const (
 	KindForged Kind = "forged"
 )
 
+// agentKinds are what an agent records on its own subject: what it ran,
+// what it refused. A record of another kind there, or of another
+// management cluster, is misplaced (Verify) and not read back.
+var agentKinds = map[Kind]bool{KindExecuted: true, KindRefused: true}
+
+// misplaced says why r, stored on subject, is not where its writer may
+// put it; "" when it is. Only agent subjects are judged here: a bot
+// subject's record is judged by its signature and its source.
+func misplaced(subject string, r Record) string {
+	src, agent := event.AgentAuditSource(subject)
+	switch {
+	case !agent:
+		return ""
+	case r.Source != src:
+		return fmt.Sprintf("the agent of %s wrote a record of %q", src, r.Source)
+	case !agentKinds[r.Kind]:
+		return fmt.Sprintf("the agent of %s wrote a %q record; agents record only what they executed or refused", src, r.Kind)
+	}
+	return ""
+}
+
 var kinds = map[Kind]bool{
 	KindProposed: true, KindApproved: true, KindRejected: true, KindRefused: true,
 	KindExecuted: true, KindFailed: true, KindRolledBack: true, KindExpired: true,
@@ -236,7 +257,10 @@ func ForAgent(js jetstream.JetStream, source string) (*Log, error) {
 	if _, err := event.AgentAuditSubject(source); err != nil {
 		return nil, fmt.Errorf("audit: agent source: %w", err)
 	}
-	return &Log{js: js, defaultSource: source, now: time.Now, subject: func(string) (string, error) {
+	return &Log{js: js, defaultSource: source, now: time.Now, subject: func(s string) (string, error) {
+		if s != source {
+			return "", fmt.Errorf("the agent of %s records nothing of %q", source, s)
+		}
 		return event.AgentAuditSubject(source)
 	}, heads: map[string]*head{}}, nil
 }
@@ -255,8 +279,10 @@ func NewID() string {
 }
 
 // Append redacts r and writes it, chained onto the last record of its
-// subject (and signed, WithSigner). Appending the same ID again within the
-// duplicate window is a no-op that returns nil, so a retry is safe.
+// subject (and signed, WithSigner). Appending the same ID again on the
+// same subject within the duplicate window is a no-op that returns nil,
+// so a retry is safe. A Log of ForAgent appends only what an agent
+// records (executed, refused) of its own source.
 func (l *Log) Append(ctx context.Context, r Record) error {
 	if r.ID == "" {
 		r.ID = NewID()
@@ -278,6 +304,9 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 		r.Time = l.now()
 	}
 	r.Time = r.Time.UTC()
+	if why := misplaced(subject, r); why != "" {
+		return fmt.Errorf("%w: %s", ErrInvalid, why)
+	}
 	return l.appendChained(ctx, subject, Redact(r))
 }
 

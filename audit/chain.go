@@ -159,12 +159,14 @@ const (
 // last message. A retried append (same ID) within the duplicate window is
 // answered as a duplicate by the server whatever the subject's last
 // message has become since (TestAuditAppendRetryAfterChainMoved), so it never
-// lands twice.
+// lands twice. A duplicate ack is believed only when it points at this
+// record on this subject (TestAuditIDOnAnotherSubjectDoesNotPreempt).
 func (l *Log) appendChained(ctx context.Context, subject string, r Record) error {
 	h := l.head(subject)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r.Chain = ChainVersion
+	id := msgID(subject, r.ID)
 	for attempt := 1; ; attempt++ {
 		if !h.known {
 			seq, dig, err := l.lastOn(ctx, subject)
@@ -180,14 +182,25 @@ func (l *Log) appendChained(ctx context.Context, subject string, r Record) error
 		}
 		// The expected stream guards against another stream capturing the
 		// subject, where the record would not enjoy the append-only settings.
-		ack, err := l.js.Publish(ctx, subject, data, jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(StreamName),
+		ack, err := l.js.Publish(ctx, subject, data, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName),
 			jetstream.WithExpectLastSequencePerSubject(h.seq))
+		if err == nil && ack.Duplicate {
+			mine, oerr := l.ours(ctx, ack.Sequence, subject, r.ID)
+			switch {
+			case oerr != nil:
+				h.known = false
+				return fmt.Errorf("audit: append record %s: read the record its id names: %w", r.ID, oerr)
+			case mine:
+				// Landed before, under whatever predecessor it named then;
+				// what follows it now is unknown here.
+				h.known = false
+				return nil
+			}
+			// Pre-empted: appended under a message id nobody can guess.
+			id = msgID(subject, r.ID) + "." + NewID()
+			continue
+		}
 		switch {
-		case err == nil && ack.Duplicate:
-			// Landed before, under whatever predecessor it named then; what
-			// follows it now is unknown here.
-			h.known = false
-			return nil
 		case err == nil:
 			h.seq, h.digest = ack.Sequence, digest(data)
 			return nil
@@ -207,6 +220,10 @@ func (l *Log) appendChained(ctx context.Context, subject string, r Record) error
 		}
 	}
 }
+
+// msgID is the message id a record is de-duplicated by: the stream
+// de-duplicates across every subject, so it names the subject too.
+func msgID(subject, id string) string { return subject + ":" + id }
 
 // isWrongLastSeq: another writer appended on the subject since its last
 // message was read. Replicated streams answer 10164 instead of 10071.
@@ -230,36 +247,69 @@ const lastReadTimeout = 5 * time.Second
 // GetLastMsgForSubject without the stream info that obtaining a Stream
 // costs (and that the agent may not read).
 func (l *Log) lastOn(ctx context.Context, subject string) (uint64, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, lastReadTimeout)
-	defer cancel()
-	req, err := json.Marshal(struct {
+	m, err := l.msgGet(ctx, struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{subject})
-	if err != nil {
+	switch {
+	case err != nil:
 		return 0, "", err
+	case m == nil:
+		return 0, "", nil
+	case m.Subject != subject || m.Seq == 0:
+		return 0, "", fmt.Errorf("unexpected %s answer", msgGetSubject)
+	}
+	return m.Seq, digest(m.Data), nil
+}
+
+// stored is a message as $JS.API.STREAM.MSG.GET returns it.
+type stored struct {
+	Subject string `json:"subject"`
+	Seq     uint64 `json:"seq"`
+	Data    []byte `json:"data"`
+}
+
+// msgGet asks the stream for one message; nil when there is none.
+func (l *Log) msgGet(ctx context.Context, request any) (*stored, error) {
+	ctx, cancel := context.WithTimeout(ctx, lastReadTimeout)
+	defer cancel()
+	req, err := json.Marshal(request)
+	if err != nil {
+		return nil, err
 	}
 	msg, err := l.js.Conn().RequestWithContext(ctx, msgGetSubject, req)
 	if err != nil {
-		return 0, "", fmt.Errorf("no answer on %s (may this NATS user publish there?): %w", msgGetSubject, err)
+		return nil, fmt.Errorf("no answer on %s (may this NATS user publish there?): %w", msgGetSubject, err)
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Subject string `json:"subject"`
-			Seq     uint64 `json:"seq"`
-			Data    []byte `json:"data"`
-		} `json:"message"`
+		Message *stored             `json:"message"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, "", fmt.Errorf("decode %s answer: %w", msgGetSubject, err)
+		return nil, fmt.Errorf("decode %s answer: %w", msgGetSubject, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, "", nil
+		return nil, nil
 	case resp.Error != nil:
-		return 0, "", resp.Error
-	case resp.Message == nil || resp.Message.Subject != subject || resp.Message.Seq == 0:
-		return 0, "", fmt.Errorf("unexpected %s answer", msgGetSubject)
+		return nil, resp.Error
 	}
-	return resp.Message.Seq, digest(resp.Message.Data), nil
+	return resp.Message, nil
+}
+
+// ours reports whether the message stored at seq is record id on
+// subject: what a duplicate ack must point at for the append to have
+// landed. Anyone who may publish on an audit subject can store a message
+// under a record's message id first (ids are predictable); the genuine
+// record is then appended under a message id of its own.
+func (l *Log) ours(ctx context.Context, seq uint64, subject, id string) (bool, error) {
+	m, err := l.msgGet(ctx, struct {
+		Seq uint64 `json:"seq"`
+	}{seq})
+	if err != nil || m == nil {
+		return false, err
+	}
+	var r struct {
+		ID string `json:"id"`
+	}
+	return m.Subject == subject && json.Unmarshal(m.Data, &r) == nil && r.ID == id, nil
 }

@@ -231,12 +231,12 @@ func TestAuditAppendRetryAfterChainMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	const subject = "hcpbot.audit.bot"
-	_, err := c.JS.Publish(ctx, subject, []byte(`{}`), jetstream.WithMsgID(rec.ID), jetstream.WithExpectLastSequencePerSubject(1))
+	_, err := c.JS.Publish(ctx, subject, []byte(`{}`), jetstream.WithMsgID(subject+":"+rec.ID), jetstream.WithExpectLastSequencePerSubject(1))
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 		t.Fatalf("known ID, stale expected sequence: %v; want wrong last sequence", err)
 	}
-	ack, err := c.JS.Publish(ctx, subject, []byte(`{}`), jetstream.WithMsgID(rec.ID), jetstream.WithExpectLastSequencePerSubject(2))
+	ack, err := c.JS.Publish(ctx, subject, []byte(`{}`), jetstream.WithMsgID(subject+":"+rec.ID), jetstream.WithExpectLastSequencePerSubject(2))
 	if err != nil || !ack.Duplicate || ack.Sequence != 1 {
 		t.Fatalf("known ID, current expected sequence: %+v, %v; want a duplicate of seq 1", ack, err)
 	}

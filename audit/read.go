@@ -93,10 +93,18 @@ func decodeAt(data []byte, seq uint64) (Record, bool) {
 	return r, true
 }
 
+// readAt is decodeAt for the readers: a record an agent could not have
+// written where it is (misplaced) is not read back — Verify reports it.
+func readAt(msg jetstream.Msg, seq uint64) (Record, bool) {
+	r, ok := decodeAt(msg.Data(), seq)
+	return r, ok && misplaced(msg.Subject(), r) == ""
+}
+
 // Recent returns the newest n records, newest first. It reads from n
 // messages before the end: the stream denies deletion, so sequences
 // between first and last have no holes and the start sequence is exact.
-// Records that cannot be decoded (not written by Append) are skipped.
+// Records that cannot be decoded (not written by Append), or that an
+// agent wrote of another source or kind, are skipped.
 func (l *Log) Recent(ctx context.Context, n int) ([]Record, error) {
 	if l.stream == nil {
 		return nil, errAppendOnly
@@ -123,7 +131,7 @@ func (l *Log) Recent(ctx context.Context, n int) ([]Record, error) {
 			if seq > last {
 				return false // appended after we looked
 			}
-			if r, ok := decodeAt(msg.Data(), seq); ok {
+			if r, ok := readAt(msg, seq); ok {
 				out = append(out, r)
 			}
 			return seq < last
@@ -143,7 +151,7 @@ func (l *Log) Recent(ctx context.Context, n int) ([]Record, error) {
 
 // Since returns every record stored from start on, oldest first, on the
 // given subjects (filters such as event.AuditFilter work too) or on all
-// when none are given. Records that cannot be decoded are skipped. Past
+// when none are given. Records are skipped as by Recent. Past
 // MaxSince records it returns the first MaxSince and an error wrapping
 // ErrTooMany.
 func (l *Log) Since(ctx context.Context, start time.Time, subjects ...string) ([]Record, error) {
@@ -158,7 +166,7 @@ func (l *Log) Since(ctx context.Context, start time.Time, subjects ...string) ([
 	var out []Record
 	more := false
 	err := l.scan(ctx, cfg, func(msg jetstream.Msg, seq uint64) bool {
-		r, ok := decodeAt(msg.Data(), seq)
+		r, ok := readAt(msg, seq)
 		if !ok {
 			return true
 		}

@@ -41,10 +41,11 @@ const (
 	// signature does not match the record.
 	ProblemBadSignature ProblemKind = "bad signature"
 	// ProblemMisplaced: a record on a bot subject that is not the subject
-	// of its source (a record copied onto another subject).
+	// of its source (a record copied onto another subject), or on an
+	// agent's subject of another source or of a kind agents do not write.
 	ProblemMisplaced ProblemKind = "misplaced"
 	// ProblemUnchained: a record without chain fields after its subject's
-	// chain began.
+	// chain began, or on a bot subject after any bot subject's did.
 	ProblemUnchained ProblemKind = "unchained"
 	// ProblemUndecodable: a message that is no audit record.
 	ProblemUndecodable ProblemKind = "undecodable"
@@ -153,6 +154,8 @@ type verification struct {
 	rep   Report
 	heads map[string]*link
 	keys  map[string]nkeys.KeyPair
+	// botChained: a chained record on a bot subject was seen.
+	botChained bool
 	// first is the stream's first sequence as last asked, at firstAt.
 	first   uint64
 	firstAt time.Time
@@ -187,20 +190,33 @@ func (v *verification) checkRecord(ctx context.Context, seq uint64, subject stri
 		v.problem(seq, subject, ProblemUndecodable, "not a JSON audit record")
 		return false
 	}
+	_, agent := event.AgentAuditSource(subject)
 	if r.Chain == 0 {
-		if prev.chained {
+		switch {
+		case prev.chained:
 			v.problem(seq, subject, ProblemUnchained, "no chain fields, after the subject's chain began")
-		} else {
+		case !agent && v.botChained:
+			// Bot replicas are upgraded together: once one chains, an
+			// unchained record on a fresh bot subject is made up (and
+			// would otherwise pass for history).
+			v.problem(seq, subject, ProblemUnchained, "no chain fields, after the bot's chain began")
+		default:
 			v.rep.Legacy++
 		}
 		return false
+	}
+	if !agent {
+		v.botChained = true
 	}
 	if r.Chain != ChainVersion {
 		v.problem(seq, subject, ProblemUndecodable, "unknown chain version %d", r.Chain)
 		return true
 	}
 	v.checkLink(ctx, seq, subject, r, prev, seen)
-	if _, agent := event.AgentAuditSource(subject); agent {
+	if agent {
+		if why := misplaced(subject, r); why != "" {
+			v.problem(seq, subject, ProblemMisplaced, "%s", why)
+		}
 		return true
 	}
 	if want, err := event.AuditSubject(r.Source); err != nil || want != subject {

@@ -85,7 +85,11 @@ func TestPublishDedupAndDurablePull(t *testing.T) {
 	}
 }
 
-func TestEnsureStreamIsIdempotentAndUpdates(t *testing.T) {
+// EnsureStream creates a stream while absent and never changes an
+// existing one: a spec that differs is a warning naming the setting for an
+// operator; a stream with sources (which write past every permission) is
+// refused.
+func TestEnsureStreamCreatesNeverUpdates(t *testing.T) {
 	e := startEmbedded(t, EmbeddedConfig{})
 	c := connect(t, Config{URLs: []string{e.ClientURL()}})
 	ctx := testContext(t)
@@ -114,7 +118,8 @@ func TestEnsureStreamIsIdempotentAndUpdates(t *testing.T) {
 
 	changed := eventsSpec
 	changed.MaxAge = 2 * time.Hour
-	if _, err := EnsureStream(ctx, c.JS, changed); err != nil {
+	var warned syncbuf.Buffer
+	if _, err := EnsureStream(zerolog.New(&warned).WithContext(ctx), c.JS, changed); err != nil {
 		t.Fatal(err)
 	}
 	s, err := c.JS.Stream(ctx, eventsSpec.Name)
@@ -122,11 +127,25 @@ func TestEnsureStreamIsIdempotentAndUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := s.CachedInfo()
-	if info.Config.MaxAge != 2*time.Hour {
-		t.Errorf("MaxAge = %v after update, want 2h", info.Config.MaxAge)
+	if info.Config.MaxAge != eventsSpec.MaxAge || !strings.Contains(warned.String(), "max age") || !strings.Contains(warned.String(), "operator") {
+		t.Errorf("MaxAge = %v after an ensure with 2h, want %v kept and a warning naming it: %s", info.Config.MaxAge, eventsSpec.MaxAge, warned.String())
 	}
 	if info.State.Msgs != 1 {
-		t.Errorf("update lost messages: %d, want 1", info.State.Msgs)
+		t.Errorf("ensure lost messages: %d, want 1", info.State.Msgs)
+	}
+
+	// Sources (set by someone with admin rights, or the stream made by
+	// someone else): refused.
+	src := eventsSpec.config()
+	src.Name, src.Subjects = "SOURCED", []string{"sourced.>"}
+	src.Sources = []*jetstream.StreamSource{{Name: eventsSpec.Name}}
+	if _, err := c.JS.CreateStream(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	sourced := eventsSpec
+	sourced.Name, sourced.Subjects = "SOURCED", []string{"sourced.>"}
+	if _, err := EnsureStream(ctx, c.JS, sourced); !errors.Is(err, ErrForeignStream) {
+		t.Errorf("a stream with sources: %v, want ErrForeignStream", err)
 	}
 	if info.Config.Storage != jetstream.FileStorage || info.Config.Replicas != 1 {
 		t.Errorf("storage %v replicas %d, want file R1", info.Config.Storage, info.Config.Replicas)
@@ -157,7 +176,8 @@ func TestEnsureKV(t *testing.T) {
 		t.Fatalf("second ensure: %v", err)
 	}
 	spec.TTL = 2 * time.Hour
-	kv, err = EnsureKV(ctx, c.JS, spec)
+	var warned syncbuf.Buffer
+	kv, err = EnsureKV(zerolog.New(&warned).WithContext(ctx), c.JS, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +185,8 @@ func TestEnsureKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.TTL() != 2*time.Hour || st.History() != 3 {
-		t.Errorf("TTL %v history %d, want 2h and 3", st.TTL(), st.History())
+	if st.TTL() != time.Hour || st.History() != 3 || !strings.Contains(warned.String(), "TTL") {
+		t.Errorf("TTL %v history %d, want 1h and 3 kept, and a warning naming the TTL: %s", st.TTL(), st.History(), warned.String())
 	}
 	v, err := kv.Get(ctx, "inc-1")
 	if err != nil || string(v.Value()) != "open" {

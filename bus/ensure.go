@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/internal/jitter"
@@ -73,17 +72,4 @@ func retryEnsure[T any](ctx context.Context, kind, name string, attempt func(con
 		}
 		timeout = min(2*timeout, ensureAttemptMax)
 	}
-}
-
-// createOrUpdate is one attempt at bringing a stream or bucket to spec.
-// CreateOrUpdate asks for an update first and creates on "not found"; a
-// create that lost the race to another replica's create with different
-// settings gets "name already in use": the stream is there now, so update
-// it at once rather than wait for the next attempt.
-func createOrUpdate[T any](ctx context.Context, do func(context.Context) (T, error)) (T, error) {
-	v, err := do(ctx)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		v, err = do(ctx)
-	}
-	return v, err
 }

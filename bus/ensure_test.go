@@ -5,25 +5,7 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
-
-// A create that lost the race to another replica's ("name already in use")
-// is followed at once by another try, which updates the stream now there.
-func TestCreateOrUpdateRetriesNameInUse(t *testing.T) {
-	calls := 0
-	v, err := createOrUpdate(t.Context(), func(context.Context) (int, error) {
-		calls++
-		if calls == 1 {
-			return 0, jetstream.ErrStreamNameAlreadyInUse
-		}
-		return 7, nil
-	})
-	if err != nil || v != 7 || calls != 2 {
-		t.Fatalf("got %v, %v after %d calls; want 7 after 2", v, err, calls)
-	}
-}
 
 // retryEnsure bounds each attempt, retries until ctx ends, and then
 // returns both ctx's error and the last attempt's.

@@ -29,10 +29,13 @@ func streamConsumers(stream string) []string {
 	return []string{"$JS.API.CONSUMER.*." + stream, "$JS.API.CONSUMER.*." + stream + ".>", "$JS.API.CONSUMER.MSG.NEXT." + stream + ".*"}
 }
 
-// ownedStream: the bot creates stream, brings it to its settings and looks
-// it up.
+// ownedStream: the bot creates stream while absent and looks it up. It
+// never updates one: an update can add a source or a mirror, which the
+// server then writes onto the stream's subjects whatever the user may
+// publish (an agent's answers, its events); settings are changed by an
+// operator with admin credentials.
 func ownedStream(stream string) []string {
-	return []string{jsStreamAPI("CREATE", stream), jsStreamAPI("UPDATE", stream), jsStreamAPI("INFO", stream)}
+	return []string{jsStreamAPI("CREATE", stream), jsStreamAPI("INFO", stream)}
 }
 
 // ownedBucket: the bot creates the bucket, reads (direct get) and writes
@@ -97,7 +100,7 @@ func BotPermissions() *server.Permissions {
 		event.EventsStreamSubjects,
 		"$KV." + ActionResultsBucket + ".>",
 		"$JS.API.CONSUMER.*." + ActionsStreamName + ".>", "$JS.API.CONSUMER.*." + ActionsStreamName,
-		"$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>",
+		"$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>",
 	}
 	deny = append(deny, auditRefused()...)
 	return &server.Permissions{
@@ -140,8 +143,10 @@ func AgentPermissions(source string) (*server.Permissions, error) {
 		jsStreamAPI("INFO", EventsStreamName), jsStreamAPI("INFO", AuditStreamName), jsStreamAPI("MSG.GET", AuditStreamName),
 		// The approval store, read-only: KeyValue + Get.
 		jsStreamAPI("INFO", "KV_"+ProposalsBucket), "$JS.API.DIRECT.GET.KV_" + ProposalsBucket + ".>", jsStreamAPI("MSG.GET", "KV_"+ProposalsBucket),
-		// Its own action requests: its durable consumer, fetched and
+		// Its own action requests: the stream looked up (to refuse one
+		// created with sources), its durable consumer, fetched and
 		// acknowledged.
+		jsStreamAPI("INFO", ActionsStreamName),
 		"$JS.API.CONSUMER.CREATE." + ActionsStreamName + "." + consumer + "." + event.SubjectRoot + ".actions." + tok + ".request",
 		"$JS.API.CONSUMER.MSG.NEXT." + ActionsStreamName + "." + consumer, "$JS.ACK." + ActionsStreamName + "." + consumer + ".>",
 		// Its answers: its own keys only, read and created.

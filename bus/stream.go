@@ -34,20 +34,62 @@ type StreamSpec struct {
 	DenyDelete, DenyPurge bool
 }
 
-// EnsureStream creates the stream or brings an existing one to spec.
-// Calling it again with the same spec changes nothing, so every process can
-// call it at start-up, several replicas at once. It retries, each attempt
-// bounded, until it succeeds or ctx ends (retryEnsure says why), logging
-// with zerolog.Ctx(ctx).
+// EnsureStream creates the stream while it is absent and returns it. An
+// existing stream keeps its settings: no hcpbot user may update a stream
+// (an update can add a source or a mirror that writes onto subjects the
+// user may not publish to, past every permission), so what differs from
+// spec (StreamDrift) is logged as a warning with zerolog.Ctx(ctx) for an
+// operator with admin credentials, and the process goes on. A stream that
+// carries what hcpbot never configures — sources, a mirror, republishing,
+// a subject transform — is refused (ErrForeignStream): it may hold
+// messages nobody allowed. Every process may call it at start-up, several
+// replicas at once; it retries as CreateStream does.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
-	cfg := spec.config()
-	s, err := retryEnsure(ctx, "stream", spec.Name, func(ctx context.Context) (jetstream.Stream, error) {
-		return createOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
-	})
+	s, err := CreateStream(ctx, js, spec)
 	if err != nil {
-		return nil, fmt.Errorf("bus: ensure stream %q: %w", spec.Name, err)
+		return nil, err
 	}
+	if err := Vet(s.CachedInfo().Config); err != nil {
+		return nil, fmt.Errorf("bus: stream %q: %w", spec.Name, err)
+	}
+	warnDrift(ctx, "stream", spec.Name, StreamDrift(s.CachedInfo().Config, spec))
 	return s, nil
+}
+
+// ErrForeignStream: a stream hcpbot uses carries what hcpbot never
+// configures (sources, a mirror, republishing, a subject transform).
+var ErrForeignStream = errors.New("configured outside hcpbot")
+
+// Vet refuses a stream configuration with what hcpbot never sets: each of
+// these makes the server write onto the stream's subjects, or from them
+// elsewhere, whatever the users' permissions say.
+func Vet(cfg jetstream.StreamConfig) error {
+	var what []string
+	if len(cfg.Sources) > 0 {
+		what = append(what, "sources")
+	}
+	if cfg.Mirror != nil {
+		what = append(what, "a mirror")
+	}
+	if cfg.RePublish != nil {
+		what = append(what, "republishing")
+	}
+	if cfg.SubjectTransform != nil {
+		what = append(what, "a subject transform")
+	}
+	if len(what) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: it has %s; an operator must remove them (and check what they wrote)", ErrForeignStream, strings.Join(what, ", "))
+}
+
+// warnDrift tells the operator what differs from the configuration.
+func warnDrift(ctx context.Context, kind, name string, drift []string) {
+	if len(drift) == 0 {
+		return
+	}
+	zerolog.Ctx(ctx).Warn().Str(kind, name).Strs("differs", drift).
+		Msg(kind + " " + name + " differs from the configuration; hcpbot does not change it: an operator with admin NATS credentials must update it")
 }
 
 // CreateStream creates the stream if it does not exist and otherwise
@@ -178,9 +220,9 @@ type KVSpec struct {
 	Replicas    int           // 0 means 1
 }
 
-// EnsureKV creates the bucket or brings an existing one to spec; calling it
-// again with the same spec changes nothing. It retries as EnsureStream
-// does.
+// EnsureKV creates the bucket while it is absent and returns it; an
+// existing one keeps its settings, as EnsureStream's, with a warning for
+// what differs and ErrForeignStream for what hcpbot never configures.
 func EnsureKV(ctx context.Context, js jetstream.JetStream, spec KVSpec) (jetstream.KeyValue, error) {
 	cfg := jetstream.KeyValueConfig{
 		Bucket:      spec.Bucket,
@@ -191,11 +233,39 @@ func EnsureKV(ctx context.Context, js jetstream.JetStream, spec KVSpec) (jetstre
 		Replicas:    max(spec.Replicas, 1),
 	}
 	kv, err := retryEnsure(ctx, "bucket", spec.Bucket, func(ctx context.Context) (jetstream.KeyValue, error) {
-		return createOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, cfg) })
+		kv, err := js.KeyValue(ctx, spec.Bucket)
+		if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return kv, err
+		}
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Created meanwhile, by another process: keep its settings.
+			kv, err = js.KeyValue(ctx, spec.Bucket)
+		}
+		return kv, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: ensure KV bucket %q: %w", spec.Bucket, err)
 	}
+	s, err := js.Stream(ctx, "KV_"+spec.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bus: KV bucket %q: %w", spec.Bucket, err)
+	}
+	have := s.CachedInfo().Config
+	if err := Vet(have); err != nil {
+		return nil, fmt.Errorf("bus: KV bucket %q: %w", spec.Bucket, err)
+	}
+	var drift []string
+	if have.MaxAge != spec.TTL {
+		drift = append(drift, fmt.Sprintf("TTL: %v → %v", have.MaxAge, spec.TTL))
+	}
+	if r := max(spec.Replicas, 1); max(have.Replicas, 1) != r {
+		drift = append(drift, fmt.Sprintf("replicas: %d → %d", max(have.Replicas, 1), r))
+	}
+	if h := int64(max(spec.History, 1)); have.MaxMsgsPerSubject != h {
+		drift = append(drift, fmt.Sprintf("history: %d → %d", have.MaxMsgsPerSubject, h))
+	}
+	warnDrift(ctx, "bucket", spec.Bucket, drift)
 	return kv, nil
 }
 

@@ -30,7 +30,7 @@ func (a *Changes) Approve(ctx context.Context, id, user string, opts ...approval
 	}
 	switch {
 	case errors.Is(err, approval.ErrAudit):
-		return chatops.Reply{Text: fmt.Sprintf("`%s` was not run: the approval could not be written to the audit trail.", esc(id)), InChannel: true}
+		return chatops.Reply{Text: fmt.Sprintf("Your approval of `%s` was not made: it could not be written to the audit trail first. Nothing runs off the record; try again.", esc(id))}
 	case err != nil:
 		return chatops.Reply{Text: fmt.Sprintf("Could not approve `%s`: %s", esc(id), errText(err))}
 	case p.State == approval.StatePending:

@@ -823,6 +823,11 @@ func TestNATSPermissions(t *testing.T) {
 	for _, s := range ownStreams {
 		refusals = append(refusals,
 			pub("bot: delete "+s, botR, "$JS.API.STREAM.DELETE."+s, nil),
+			// With an update it could add sources or a republish: store
+			// subjects it may not publish on (answers, events), or copy
+			// what the stream holds to itself. Streams are created only.
+			pub("bot: update "+s, botR, "$JS.API.STREAM.UPDATE."+s, nil),
+			pub("agent mgmt-2: update "+s, ag2R, "$JS.API.STREAM.UPDATE."+s, nil),
 			pub("agent mgmt-2: delete "+s, ag2R, "$JS.API.STREAM.DELETE."+s, nil))
 	}
 	for _, tc := range refusals {
@@ -867,11 +872,22 @@ func TestNATSPermissions(t *testing.T) {
 		}
 	})
 
-	t.Run("refused: agent mgmt-1 creating the events stream with the product's code (bus.EnsureStream)", func(t *testing.T) {
+	t.Run("refused: agent mgmt-1 changing the events stream, directly or with the product's code (bus.EnsureStream)", func(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if _, err := bus.EnsureStream(cctx, ag1C.JS, bus.EventsStream(time.Hour, 0)); err == nil {
-			t.Fatal("the agent changed the events stream")
+		// EnsureStream creates, never updates: the stream there is left
+		// as it is, other settings or not.
+		if _, err := bus.EnsureStream(cctx, ag1C.JS, bus.EventsStream(time.Hour, 0)); err != nil {
+			t.Fatalf("EnsureStream of the existing events stream: %v", err)
+		}
+		cur, err := botC.JS.Stream(ctx, event.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := cur.CachedInfo().Config
+		cfg.MaxAge = time.Hour
+		if _, err := ag1C.JS.UpdateStream(cctx, cfg); err == nil {
+			t.Fatal("the agent updated the events stream")
 		}
 		// The refusal is the server's (the request times out behind a
 		// permission violation), and the stream keeps the bot's settings.
