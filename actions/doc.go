@@ -26,7 +26,7 @@
 // Re-running an action is safe, and truthful: the agent may die after a
 // write and before its result is recorded, or lose the API server's answer.
 // Every write marks what it changed with the action id (AnnotationAction
-// on a HostedCluster or Proxy/cluster, in the same update as the value;
+// on a HostedCluster or Proxy/cluster, in the same patch as the value;
 // LabelActionID on the Services of an exposure), so a re-run recognises
 // its own earlier write and reports "applied" (or "rolled-back") with the
 // same Undo, where it would otherwise see a changed value and report a
@@ -44,8 +44,33 @@
 // runs) and when the agent executes it (Execute). The executor's paths
 // past Execute take the validated value and do not validate again.
 //
+// Acting as the approver (issue 28): As returns a copy of the executor
+// whose management writes — the noProxy patch (and its dry run) of a
+// HostedCluster or Proxy/cluster and of its rollback, the management
+// Service an exposure creates and the Services its rollback deletes —
+// impersonate the approver's mapped Kubernetes identity (package
+// identity), with the action id, the requester and the approvers as
+// Impersonate-Extra, so the cluster's RBAC decides and its audit log
+// records who asked, who approved and which action. Reads and Events stay
+// the agent's own. A write the identity may not make fails with the API
+// server's Forbidden, reported as ErrRejected naming the permission;
+// nothing falls back to the agent's rights. Access asks the same question
+// beforehand (SubjectAccessReview per write), so an approver who may not
+// make a change is told when approving. ImpersonationRole is the RBAC
+// that lets the agent impersonate exactly the mapped identities
+// (`hcpbot rbac`).
+//
+// Writes in a HOSTED cluster are not impersonated: they keep using the
+// admin kubeconfig HyperShift stores, because impersonation there would
+// need the hosted cluster's own RBAC to know the mapped users (their
+// identity provider is the hosted cluster's, not the management
+// cluster's) and an admin kubeconfig that may impersonate them. Left for
+// later; the exposure's hosted Service is created and deleted by the agent,
+// and the management Service, which opens the port, by the approver.
+//
 // Privileges: in the management cluster the executor needs only what
-// configs/deploy/agent/rbac.yaml grants. In a hosted cluster it acts with
+// configs/deploy/agent/rbac.yaml grants (and, to act as approvers, the
+// generated impersonation role). In a hosted cluster it acts with
 // the admin kubeconfig HyperShift stores, which is far more than creating
 // and deleting one Service needs; HostedRESTConfig therefore builds its
 // client with package kubeconfig, which accepts inline credentials only

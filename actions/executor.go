@@ -18,8 +18,10 @@ import (
 // HostedClientFunc returns a client for a hosted cluster.
 type HostedClientFunc func(ctx context.Context, hc *hypershift.HostedCluster) (kubernetes.Interface, error)
 
-// Executor runs approved actions with the bot's management-cluster
-// identity. It holds no state between calls and is safe for concurrent use.
+// Executor runs approved actions with the agent's management-cluster
+// identity, or, in a copy made by As, writes as the approver's mapped
+// identity. It holds no state between calls and is safe for concurrent
+// use.
 type Executor struct {
 	// Dynamic reads and writes HostedClusters (and Proxy/cluster).
 	Dynamic dynamic.Interface
@@ -35,6 +37,14 @@ type Executor struct {
 	// Instance names this agent (its pod) in the Events RecordEvent
 	// records (reportingInstance); empty leaves it unset.
 	Instance string
+	// Config is the management cluster's client configuration (the one
+	// Dynamic and Kube were built from): the base of the impersonating
+	// clients As builds. Nil, As refuses.
+	Config *rest.Config
+
+	// writer makes the management writes when set (As); nil, they are
+	// made with Dynamic and Kube.
+	writer *writer
 }
 
 // Execute validates req and runs it.

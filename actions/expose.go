@@ -35,7 +35,7 @@ const (
 // AnnotationAction marks an object the executor changed but did not
 // create (a HostedCluster, Proxy/cluster) with the id of the action whose
 // value it holds: a noProxy patch sets it to the patch's id, a rollback to
-// the rollback's, in the same update as the value. A re-run of the action
+// the rollback's, in the same patch as the value. A re-run of the action
 // (its result was never recorded: the agent died after the write, or the
 // response was lost) recognises its own write by it.
 const AnnotationAction = "hcpbot.io/action"
@@ -241,7 +241,7 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 		if err := x.checkPorts(ctx, usage, req, hc, cpNS, hostedSvc, false); err != nil {
 			return nil, cleanup(err)
 		}
-		mgmtSvc, err = x.Kube.CoreV1().Services(cpNS).Create(ctx, managementService(req, hc, cpNS, hostedSvc), metav1.CreateOptions{FieldManager: fieldManager})
+		mgmtSvc, err = x.writeKube().CoreV1().Services(cpNS).Create(ctx, managementService(req, hc, cpNS, hostedSvc), metav1.CreateOptions{FieldManager: fieldManager})
 		if err != nil {
 			return nil, cleanup(managementCreateError(err, hostedSvc, usage))
 		}
@@ -437,7 +437,9 @@ func managementCreateError(err error, hosted *corev1.Service, usage *portUsage) 
 	if pc := nodePortRefusal(err, hosted, usage, ClusterManagement); pc != nil {
 		return pc
 	}
-	if apierrors.IsInvalid(err) {
+	if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+		// Forbidden: RBAC refused the identity the write runs as (As), or
+		// an admission policy refused the Service; its message says which.
 		return fmt.Errorf("%w: management cluster: %w", ErrRejected, err)
 	}
 	if apierrors.IsAlreadyExists(err) {
@@ -554,7 +556,7 @@ func (x *Executor) checkPorts(ctx context.Context, u *portUsage, req Change, hc 
 		return u.collision(problems, want, nil)
 	}
 	dry := managementService(req, hc, cpNS, want)
-	if _, err := x.Kube.CoreV1().Services(cpNS).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
+	if _, err := x.writeKube().CoreV1().Services(cpNS).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
 		return managementCreateError(err, want, u)
 	}
 	return nil
@@ -676,14 +678,14 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) 
 	// Management first: that closes the port reachable from outside, and
 	// it still happens when the hosted cluster cannot be reached.
 	cpNS := hypershift.ControlPlaneNamespace(hc.Namespace, hc.Name)
-	if err := deleteOwned(ctx, x.Kube, ClusterManagement, cpNS, undo.ActionID, res, observe); err != nil {
+	if err := deleteOwned(ctx, x.Kube, x.writeKube(), ClusterManagement, cpNS, undo.ActionID, res, observe); err != nil {
 		return res, err
 	}
 	hosted, err := x.hostedClient(ctx, hc)
 	if err != nil {
 		return res, err
 	}
-	if err := deleteOwned(ctx, hosted, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res, observe); err != nil {
+	if err := deleteOwned(ctx, hosted, hosted, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res, observe); err != nil {
 		return res, err
 	}
 	if observe && len(res.Deleted) > 0 {
@@ -702,18 +704,23 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) 
 	return res, nil
 }
 
-// deleteOwned deletes the Services in namespace labelled as made by hcpbot
-// for action id, and records them in res; with observe it only records
-// them.
-func deleteOwned(ctx context.Context, kc kubernetes.Interface, cluster, namespace, id string, res *Result, observe bool) error {
-	list, err := kc.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(id)})
+// deleteOwned deletes (with writer) the Services in namespace labelled as
+// made by hcpbot for action id, found with reader, and records them in
+// res; with observe it only records them.
+func deleteOwned(ctx context.Context, reader, writer kubernetes.Interface, cluster, namespace, id string, res *Result, observe bool) error {
+	list, err := reader.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(id)})
 	if err != nil {
 		return fmt.Errorf("list %s Services of action %s: %w", cluster, id, err)
 	}
 	for i := range list.Items {
 		svc := &list.Items[i]
 		if !observe {
-			if err := deleteService(ctx, kc, svc); err != nil {
+			if err := deleteService(ctx, writer, svc); err != nil {
+				if apierrors.IsForbidden(err) {
+					// RBAC refused the identity the deletion runs as (As),
+					// or an admission policy did: definite, and named.
+					err = fmt.Errorf("%w: %w", ErrRejected, err)
+				}
 				return fmt.Errorf("delete %s Service %s/%s: %w", cluster, svc.Namespace, svc.Name, err)
 			}
 		}

@@ -25,18 +25,8 @@ import (
 // VMs' virt-launcher pods in the control-plane namespace.
 func seed004(t *testing.T, name string) (scenario.Cluster, *testenv.Hosted) {
 	t.Helper()
-	ctx := context.Background()
-	c := scenario.BehindProxy(env.Namespace(t), name)
-	hosted := env.HostedCluster(t, c)
-	petclinic(t, hosted.Kube)
-	if err := scenario.SetNodePorts(ctx, hosted.Kube, appNS, "petclinic", scenario.Seed004NodePorts); err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := scenario.Nodes(ctx, hosted.Kube, c.Name+"-np", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := scenario.VirtLaunchers(ctx, env.Kube, c, c.Name+"-np", nodes); err != nil {
+	c, hosted := kubevirtApp(t, name)
+	if err := scenario.SetNodePorts(context.Background(), hosted.Kube, appNS, "petclinic", scenario.Seed004NodePorts); err != nil {
 		t.Fatal(err)
 	}
 	return c, hosted

@@ -19,6 +19,7 @@ import (
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
 )
 
 const appNS = "petclinic"
@@ -45,6 +46,28 @@ func petclinic(t *testing.T, kc kubernetes.Interface) {
 		t.Fatal(err)
 	}
 }
+
+// kubevirtApp is a KubeVirt hosted cluster running the seed 004 app
+// (petclinic, a ClusterIP Service), in a namespace of the test's: its
+// HostedCluster and API server, kubevirtNodes hosted nodes and their VMs'
+// virt-launcher pods in the control-plane namespace.
+func kubevirtApp(t *testing.T, name string) (scenario.Cluster, *testenv.Hosted) {
+	t.Helper()
+	ctx := context.Background()
+	c := scenario.BehindProxy(env.Namespace(t), name)
+	hosted := env.HostedCluster(t, c)
+	petclinic(t, hosted.Kube)
+	nodes, err := scenario.Nodes(ctx, hosted.Kube, c.Name+"-np", kubevirtNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.VirtLaunchers(ctx, env.Kube, c, c.Name+"-np", nodes); err != nil {
+		t.Fatal(err)
+	}
+	return c, hosted
+}
+
+const kubevirtNodes = 2
 
 func exposeReq(id string, c scenario.Cluster, ports ...actions.ExposePort) actions.Change {
 	return actions.Change{
@@ -73,16 +96,7 @@ func serviceNames(t *testing.T, kc kubernetes.Interface, ns string) []string {
 func TestExposeAndRollback(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
-	c := scenario.BehindProxy(env.Namespace(t), "kv")
-	hosted := env.HostedCluster(t, c)
-	petclinic(t, hosted.Kube)
-	nodes, err := scenario.Nodes(ctx, hosted.Kube, c.Name+"-np", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := scenario.VirtLaunchers(ctx, env.Kube, c, c.Name+"-np", nodes); err != nil {
-		t.Fatal(err)
-	}
+	c, hosted := kubevirtApp(t, "kv")
 	cpNS := hypershift.ControlPlaneNamespace(c.Namespace, c.Name)
 	// Services that are not this action's: the rollback must leave them.
 	bystander := func(kc kubernetes.Interface, ns, name string) {
@@ -128,8 +142,8 @@ func TestExposeAndRollback(t *testing.T) {
 	}
 	// The management Service selects exactly the cluster's virt-launchers.
 	pods, err := env.Kube.CoreV1().Pods(cpNS).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(msvc.Spec.Selector).String()})
-	if err != nil || len(pods.Items) != len(nodes) {
-		t.Errorf("management selector matches %d pods (%v), want %d virt-launchers", len(pods.Items), err, len(nodes))
+	if err != nil || len(pods.Items) != kubevirtNodes {
+		t.Errorf("management selector matches %d pods (%v), want %d virt-launchers", len(pods.Items), err, kubevirtNodes)
 	}
 	wantPorts := []int32{8080, 8443, 8778}
 	if len(hsvc.Spec.Ports) != 3 || len(msvc.Spec.Ports) != 3 || len(res.Ports) != 3 {

@@ -91,7 +91,7 @@ func statusResponse(req *http.Request, err *apierrors.StatusError) *http.Respons
 	}
 }
 
-// once fails the first call named action (e.g. "update hostedclusters")
+// once fails the first call named action (e.g. "patch hostedclusters")
 // with f, and no other.
 func once(action string, f failure) func(string) failure {
 	var mu sync.Mutex
@@ -160,8 +160,23 @@ func (r *recorder) expect(t *testing.T, what string, want ...string) {
 func executor(t *testing.T) (*actions.Executor, *recorder, *recorder) {
 	t.Helper()
 	mgmt, hosted := &recorder{}, &recorder{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(mgmt.RoundTrip)
+	x := executorFor(t, rest.CopyConfig(env.Config), mgmt)
+	x.Hosted = func(ctx context.Context, hc *hypershift.HostedCluster) (kubernetes.Interface, error) {
+		cfg, err := actions.HostedRESTConfig(ctx, x.Kube, hc)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Wrap(hosted.RoundTrip)
+		return kubernetes.NewForConfig(cfg)
+	}
+	return x, mgmt, hosted
+}
+
+// executorFor is an Executor with the management clients of cfg, whose
+// calls rec records (also those of the copies As makes from it).
+func executorFor(t *testing.T, cfg *rest.Config, rec *recorder) *actions.Executor {
+	t.Helper()
+	cfg.Wrap(rec.RoundTrip)
 	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -170,14 +185,5 @@ func executor(t *testing.T) (*actions.Executor, *recorder, *recorder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &actions.Executor{Dynamic: dc, Kube: kc}
-	x.Hosted = func(ctx context.Context, hc *hypershift.HostedCluster) (kubernetes.Interface, error) {
-		cfg, err := actions.HostedRESTConfig(ctx, kc, hc)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Wrap(hosted.RoundTrip)
-		return kubernetes.NewForConfig(cfg)
-	}
-	return x, mgmt, hosted
+	return &actions.Executor{Dynamic: dc, Kube: kc, Config: cfg}
 }

@@ -2,6 +2,7 @@ package actions
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
@@ -18,7 +20,10 @@ import (
 
 // noProxyObject locates the noProxy string of a target.
 type noProxyObject struct {
+	// ri reads the object (the agent's own client), wri writes it (the
+	// approver's identity in an Executor made by As).
 	ri   dynamic.ResourceInterface
+	wri  dynamic.ResourceInterface
 	name string
 	path []string
 	desc string
@@ -30,6 +35,7 @@ func (x *Executor) noProxyObject(target Target, ref ClusterRef) noProxyObject {
 	if target.orDefault() == TargetProxy {
 		return noProxyObject{
 			ri:   x.Dynamic.Resource(hypershift.ProxyGVR),
+			wri:  x.writeDynamic().Resource(hypershift.ProxyGVR),
 			name: hypershift.ProxyName,
 			path: []string{"spec", "noProxy"},
 			desc: "Proxy " + hypershift.ProxyName + " spec.noProxy",
@@ -38,6 +44,7 @@ func (x *Executor) noProxyObject(target Target, ref ClusterRef) noProxyObject {
 	}
 	return noProxyObject{
 		ri:   x.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(ref.Namespace),
+		wri:  x.writeDynamic().Resource(hypershift.HostedClusterGVR).Namespace(ref.Namespace),
 		name: ref.Name,
 		path: []string{"spec", "configuration", "proxy", "noProxy"},
 		desc: "HostedCluster " + ref.String() + " spec.configuration.proxy.noProxy",
@@ -62,33 +69,50 @@ func (o noProxyObject) get(ctx context.Context) (*unstructured.Unstructured, str
 }
 
 // write stores value on u, marked with the id of the action that writes
-// it (AnnotationAction) in the same update, so that no moment exists in
+// it (AnnotationAction) in the same patch, so that no moment exists in
 // which the value is there and the mark is not: a server-side dry run
 // first, so that admission and validation failures surface before
-// anything is persisted, then the real update. Both carry u's
-// resourceVersion, so a concurrent change makes them fail with
-// ErrConflict instead of being overwritten.
+// anything is persisted, then the real patch. Both are JSON merge patches
+// carrying u's resourceVersion, which the API server holds as a
+// precondition: a concurrent change makes them fail with ErrConflict
+// instead of being overwritten. A patch rather than an update, so that
+// the write sends, and RBAC and the audit log see, only what it changes
+// (the verb is patch); value "" removes the field (a rollback to an empty
+// list).
 func (o noProxyObject) write(ctx context.Context, u *unstructured.Unstructured, value, mark string) (*unstructured.Unstructured, error) {
-	u = u.DeepCopy()
-	if value == "" {
-		unstructured.RemoveNestedField(u.Object, o.path...)
-	} else if err := unstructured.SetNestedField(u.Object, value, o.path...); err != nil {
+	body, err := o.patch(u.GetResourceVersion(), value, mark)
+	if err != nil {
 		return nil, err
 	}
-	ann := u.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[AnnotationAction] = mark
-	u.SetAnnotations(ann)
-	if _, err := o.ri.Update(ctx, u, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
+	if _, err := o.wri.Patch(ctx, o.name, types.MergePatchType, body, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
 		return nil, o.classify("dry run", err)
 	}
-	out, err := o.ri.Update(ctx, u, metav1.UpdateOptions{FieldManager: fieldManager})
+	out, err := o.wri.Patch(ctx, o.name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager})
 	if err != nil {
-		return nil, o.classify("update", err)
+		return nil, o.classify("patch", err)
 	}
 	return out, nil
+}
+
+// patch is the merge patch of write: the resourceVersion precondition,
+// the mark and the value (null removes it).
+func (o noProxyObject) patch(resourceVersion, value, mark string) ([]byte, error) {
+	var v any
+	if value != "" {
+		v = value
+	}
+	p := map[string]any{"metadata": map[string]any{
+		"resourceVersion": resourceVersion,
+		"annotations":     map[string]any{AnnotationAction: mark},
+	}}
+	if err := unstructured.SetNestedField(p, v, o.path...); err != nil {
+		return nil, fmt.Errorf("patch of %s: %w", o.desc, err)
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("patch of %s: %w", o.desc, err)
+	}
+	return body, nil
 }
 
 func (o noProxyObject) classify(step string, err error) error {
@@ -96,7 +120,10 @@ func (o noProxyObject) classify(step string, err error) error {
 	case apierrors.IsConflict(err):
 		return fmt.Errorf("%w: %s: %s changed while the action ran: %w", ErrConflict, step, o.desc, err)
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err):
-		// Forbidden also covers admission policies and webhooks saying no.
+		// Forbidden is RBAC saying no to the identity the write runs as
+		// (the approver's, who may have lost the permission since Access
+		// said yes), or an admission policy or webhook: a definite answer,
+		// whose message names the missing permission or the policy.
 		return fmt.Errorf("%w: %s of %s: %w", ErrRejected, step, o.desc, err)
 	}
 	return fmt.Errorf("%s of %s: %w", step, o.desc, err)

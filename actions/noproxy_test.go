@@ -75,7 +75,7 @@ func TestPatchNoProxySeed000(t *testing.T) {
 		t.Fatal(err)
 	}
 	res0 := res
-	mgmt.expect(t, "apply", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters")
+	mgmt.expect(t, "apply", "get hostedclusters", "patch hostedclusters dry-run", "patch hostedclusters")
 	got, rv := readHC(t, c.Namespace, c.Name)
 	if got != fixedNoProxy {
 		t.Errorf("noProxy = %q, want %q", got, fixedNoProxy)
@@ -170,7 +170,7 @@ func TestPatchNoProxyChangedDuringExecution(t *testing.T) {
 	x, mgmt, _ := executor(t)
 	edited := false
 	mgmt.after = func(a string) {
-		if a == "update hostedclusters dry-run" && !edited {
+		if a == "patch hostedclusters dry-run" && !edited {
 			edited = true
 			if err := scenario.SetNoProxy(ctx, env.Dynamic, c.Namespace, c.Name, late); err != nil {
 				t.Error(err)
@@ -183,7 +183,7 @@ func TestPatchNoProxyChangedDuringExecution(t *testing.T) {
 	}
 	// The conflict is read again (it might have been a status write), and
 	// the re-read noProxy is not the expected one: nothing more is sent.
-	mgmt.expect(t, "raced", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters", "get hostedclusters")
+	mgmt.expect(t, "raced", "get hostedclusters", "patch hostedclusters dry-run", "patch hostedclusters", "get hostedclusters")
 	if got, _ := readHC(t, c.Namespace, c.Name); got != late {
 		t.Errorf("noProxy = %q, the concurrent edit %q was overwritten", got, late)
 	}
@@ -203,7 +203,7 @@ func TestPatchNoProxyStatusWriteRetried(t *testing.T) {
 	x, mgmt, _ := executor(t)
 	wrote := false
 	mgmt.after = func(a string) {
-		if a != "update hostedclusters dry-run" || wrote {
+		if a != "patch hostedclusters dry-run" || wrote {
 			return
 		}
 		wrote = true
@@ -224,8 +224,8 @@ func TestPatchNoProxyStatusWriteRetried(t *testing.T) {
 	if res.Outcome != actions.OutcomeApplied {
 		t.Errorf("outcome = %q, want %q", res.Outcome, actions.OutcomeApplied)
 	}
-	mgmt.expect(t, "retried", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters",
-		"get hostedclusters", "update hostedclusters dry-run", "update hostedclusters")
+	mgmt.expect(t, "retried", "get hostedclusters", "patch hostedclusters dry-run", "patch hostedclusters",
+		"get hostedclusters", "patch hostedclusters dry-run", "patch hostedclusters")
 	got, rv := readHC(t, c.Namespace, c.Name)
 	if got != fixedNoProxy {
 		t.Errorf("noProxy = %q, want %q", got, fixedNoProxy)
@@ -313,7 +313,7 @@ func TestPatchNoProxyDryRunRejected(t *testing.T) {
 		t.Fatalf("err = %v, want ErrRejected", err)
 	}
 	t.Logf("surfaced: %v", err)
-	mgmt.expect(t, "rejected", "get hostedclusters", "update hostedclusters dry-run")
+	mgmt.expect(t, "rejected", "get hostedclusters", "patch hostedclusters dry-run")
 	if got, rv2 := readHC(t, c.Namespace, c.Name); got != scenario.SeedNoProxy || rv2 != rv {
 		t.Errorf("written despite the rejection: %q rv %s→%s", got, rv, rv2)
 	}
@@ -340,7 +340,7 @@ func TestRollbackNoProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgmt.expect(t, "rollback", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters")
+	mgmt.expect(t, "rollback", "get hostedclusters", "patch hostedclusters dry-run", "patch hostedclusters")
 	if got, _ := readHC(t, c.Namespace, c.Name); got != scenario.SeedNoProxy || rb.Outcome != actions.OutcomeRolledBack {
 		t.Errorf("after rollback: noProxy %q, outcome %s", got, rb.Outcome)
 	}
@@ -394,7 +394,7 @@ func TestPatchNoProxyOpenShiftProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgmt.expect(t, "apply", "get proxies", "update proxies dry-run", "update proxies")
+	mgmt.expect(t, "apply", "get proxies", "patch proxies dry-run", "patch proxies")
 	got, _ := ri.Get(ctx, hypershift.ProxyName, metav1.GetOptions{})
 	if v, _, _ := unstructured.NestedString(got.Object, "spec", "noProxy"); v != ".corp.example,kubernetes" || !slices.Equal(res.Added, []string{"kubernetes"}) {
 		t.Errorf("Proxy noProxy = %q, added %q", v, res.Added)

@@ -58,14 +58,16 @@ func TestRBACMatchesRecordedCalls(t *testing.T) {
 		}
 	}
 	// From the recorded management calls in noproxy_test.go,
-	// expose_test.go and event_test.go.
+	// expose_test.go and event_test.go, and Access's reviews
+	// (impersonate_test.go).
 	needed := map[string][]string{
-		"hypershift.openshift.io/hostedclusters": {"get", "update"},
-		"config.openshift.io/proxies":            {"get", "update"},
-		"/secrets":                               {"get"},
-		"/services":                              {"create", "delete", "list"},
-		"/nodes":                                 {"list"},
-		"/events":                                {"create"},
+		"hypershift.openshift.io/hostedclusters":    {"get", "patch"},
+		"config.openshift.io/proxies":               {"get", "patch"},
+		"authorization.k8s.io/subjectaccessreviews": {"create"},
+		"/secrets":  {"get"},
+		"/services": {"create", "delete", "list"},
+		"/nodes":    {"list"},
+		"/events":   {"create"},
 	}
 	// What the agent's informers (watchers/agent.go, watchers/hosted.go)
 	// and its leader election (client-go LeaseLock) use besides; exercised

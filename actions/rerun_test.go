@@ -43,7 +43,7 @@ func observe(t *testing.T, x *actions.Executor, mgmt *recorder, ch actions.Chang
 }
 
 // The agent dies after the HostedCluster write and before the result is
-// recorded (the update's answer is lost). The write carries the action's
+// recorded (the patch's answer is lost). The write carries the action's
 // mark; the redelivered request finds it and reports the change applied,
 // with the Undo of the first run, and the later rollback works the same
 // way through its own lost write.
@@ -58,12 +58,12 @@ func TestPatchNoProxyReRunAfterLostWrite(t *testing.T) {
 	if _, in := observe(t, x, mgmt, req); in {
 		t.Error("Observe before any run: in place")
 	}
-	mgmt.fail = once("update hostedclusters", failure{lost: true})
+	mgmt.fail = once("patch hostedclusters", failure{lost: true})
 	_, err := x.Execute(ctx, req)
 	if err == nil || !actions.Transient(err) || errors.Is(err, actions.ErrConflict) {
 		t.Fatalf("lost write: err = %v, want a transient error", err)
 	}
-	mgmt.expect(t, "lost write", "get hostedclusters", "update hostedclusters dry-run", "update hostedclusters")
+	mgmt.expect(t, "lost write", "get hostedclusters", "patch hostedclusters dry-run", "patch hostedclusters")
 	got, rv := readHC(t, c.Namespace, c.Name)
 	if got != fixedNoProxy || readMark(t, c.Namespace, c.Name) != req.ID {
 		t.Fatalf("after the lost write: noProxy %q mark %q, want %q marked %s", got, readMark(t, c.Namespace, c.Name), fixedNoProxy, req.ID)
@@ -99,7 +99,7 @@ func TestPatchNoProxyReRunAfterLostWrite(t *testing.T) {
 	if _, in := observe(t, x, mgmt, undo); in {
 		t.Error("Observe of the rollback before it ran: in place")
 	}
-	mgmt.fail = once("update hostedclusters", failure{lost: true})
+	mgmt.fail = once("patch hostedclusters", failure{lost: true})
 	if _, err := x.Execute(ctx, undo); !actions.Transient(err) {
 		t.Fatalf("lost rollback write: err = %v, want a transient error", err)
 	}
@@ -210,9 +210,9 @@ func TestPatchNoProxyTransientBeforeWrite(t *testing.T) {
 		apierrors.NewInternalError(errors.New("etcdserver: leader changed")),
 		apierrors.NewTooManyRequests("the server has received too many requests", 1),
 		apierrors.NewTimeoutError("request did not complete within 60s", 0),
-		apierrors.NewServerTimeout(hcs, "update", 0),
+		apierrors.NewServerTimeout(hcs, "patch", 0),
 	} {
-		mgmt.fail = once("update hostedclusters dry-run", failure{status: f})
+		mgmt.fail = once("patch hostedclusters dry-run", failure{status: f})
 		_, err := x.Execute(ctx, req)
 		if !actions.Transient(err) {
 			t.Errorf("%s: err = %v, want transient", f.Status().Reason, err)

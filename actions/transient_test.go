@@ -28,14 +28,14 @@ import (
 )
 
 // Errors as the API server and the network produce them, wrapped with %w
-// as the executor wraps them ("update of HostedCluster …: %w").
+// as the executor wraps them ("patch of HostedCluster …: %w").
 func TestTransient(t *testing.T) {
 	hcs := schema.GroupResource{Group: hypershift.HostedClusterGVR.Group, Resource: hypershift.HostedClusterGVR.Resource}
 	wrap := func(err error) error {
-		return fmt.Errorf("update of HostedCluster clusters/example spec.configuration.proxy.noProxy: %w", err)
+		return fmt.Errorf("patch of HostedCluster clusters/example spec.configuration.proxy.noProxy: %w", err)
 	}
 	put := func(err error) error {
-		return &url.Error{Op: "Put", URL: "https://127.0.0.1:6443/apis/hypershift.openshift.io/v1beta1/namespaces/clusters/hostedclusters/example", Err: err}
+		return &url.Error{Op: "Patch", URL: "https://127.0.0.1:6443/apis/hypershift.openshift.io/v1beta1/namespaces/clusters/hostedclusters/example", Err: err}
 	}
 	sysErr := func(op string, errno syscall.Errno) error {
 		return &net.OpError{Op: op, Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 6443}, Err: os.NewSyscallError(op, errno)}
@@ -48,11 +48,11 @@ func TestTransient(t *testing.T) {
 		{"nil", nil, false},
 		{"InternalError", wrap(apierrors.NewInternalError(errors.New("etcdserver: request timed out"))), true},
 		{"ServiceUnavailable", wrap(apierrors.NewServiceUnavailable("apiserver is shutting down")), true},
-		{"ServerTimeout", wrap(apierrors.NewServerTimeout(hcs, "update", 2)), true},
+		{"ServerTimeout", wrap(apierrors.NewServerTimeout(hcs, "patch", 2)), true},
 		{"Timeout", wrap(apierrors.NewTimeoutError("request did not complete within 60s", 0)), true},
 		{"TooManyRequests", wrap(apierrors.NewTooManyRequests("too many requests", 1)), true},
-		{"502 from a load balancer", wrap(apierrors.NewGenericServerResponse(http.StatusBadGateway, "update", hcs, "example", "<html>bad gateway</html>", 0, true)), true},
-		{"504 from a load balancer", wrap(apierrors.NewGenericServerResponse(http.StatusGatewayTimeout, "update", hcs, "example", "", 0, true)), true},
+		{"502 from a load balancer", wrap(apierrors.NewGenericServerResponse(http.StatusBadGateway, "patch", hcs, "example", "<html>bad gateway</html>", 0, true)), true},
+		{"504 from a load balancer", wrap(apierrors.NewGenericServerResponse(http.StatusGatewayTimeout, "patch", hcs, "example", "", 0, true)), true},
 		{"connection refused", wrap(put(sysErr("dial", syscall.ECONNREFUSED))), true},
 		{"connection reset", wrap(put(sysErr("read", syscall.ECONNRESET))), true},
 		{"unexpected EOF", wrap(put(io.ErrUnexpectedEOF)), true},
@@ -63,7 +63,7 @@ func TestTransient(t *testing.T) {
 		{"DNS no such host", wrap(put(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "api.example", IsNotFound: true}})), false},
 		{"per-call deadline", wrap(put(context.DeadlineExceeded)), true},
 		{"caller cancelled", wrap(put(context.Canceled)), false},
-		{"ErrConflict over an API conflict", fmt.Errorf("%w: update: changed while the action ran: %w", actions.ErrConflict, apierrors.NewConflict(hcs, "example", errors.New("object was modified"))), false},
+		{"ErrConflict over an API conflict", fmt.Errorf("%w: patch: changed while the action ran: %w", actions.ErrConflict, apierrors.NewConflict(hcs, "example", errors.New("object was modified"))), false},
 		{"ErrConflict", fmt.Errorf("%w: noProxy is %q", actions.ErrConflict, "x"), false},
 		{"ErrInvalid", fmt.Errorf("%w: %w", actions.ErrInvalid, field.ErrorList{field.Required(field.NewPath("id"), "")}.ToAggregate()), false},
 		{"ErrRejected (admission)", fmt.Errorf("%w: dry run of x: %w", actions.ErrRejected, apierrors.NewForbidden(hcs, "example", errors.New("denied by policy"))), false},
@@ -159,12 +159,12 @@ func TestTransientFromExecutor(t *testing.T) {
 		return err
 	}
 	forbidden := func() error {
-		mgmt.fail = once("update hostedclusters dry-run", failure{status: apierrors.NewForbidden(schema.GroupResource{Group: "hypershift.openshift.io", Resource: "hostedclusters"}, c.Name, errors.New("denied by admission webhook"))})
+		mgmt.fail = once("patch hostedclusters dry-run", failure{status: apierrors.NewForbidden(schema.GroupResource{Group: "hypershift.openshift.io", Resource: "hostedclusters"}, c.Name, errors.New("denied by admission webhook"))})
 		defer func() { mgmt.fail = nil }()
 		return run(x, ctx, patch)
 	}
 	unavailable := func() error {
-		mgmt.fail = once("update hostedclusters dry-run", failure{status: apierrors.NewServiceUnavailable("apiserver is shutting down")})
+		mgmt.fail = once("patch hostedclusters dry-run", failure{status: apierrors.NewServiceUnavailable("apiserver is shutting down")})
 		defer func() { mgmt.fail = nil }()
 		return run(x, ctx, patch)
 	}

@@ -460,7 +460,9 @@ func newExecutor(cfg *rest.Config) (*actions.Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &actions.Executor{Dynamic: dyn, Kube: kube}, nil
+	// Config: the base of the clients an approver's execution writes
+	// with (actions.Executor.As, impersonating the mapped identity).
+	return &actions.Executor{Dynamic: dyn, Kube: kube, Config: x}, nil
 }
 
 // kubeCheckTimeout bounds agentKube's question to the API server: long

@@ -179,8 +179,13 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 				}
 			}
 			for _, v := range r.Verbs {
-				if v == "escalate" || v == "bind" || v == "impersonate" || v == "patch" || v == "deletecollection" {
+				if v == "escalate" || v == "bind" || v == "impersonate" || v == "deletecollection" {
 					t.Errorf("%s %s: verb %s", o.GetKind(), o.GetName(), v)
+				}
+				// patch only for the noProxy fix (actions: a merge patch
+				// carrying the resourceVersion), nowhere else.
+				if v == "patch" && !slices.Equal(r.Resources, []string{"hostedclusters"}) && !(slices.Equal(r.Resources, []string{"proxies"}) && slices.Equal(r.ResourceNames, []string{"cluster"})) {
+					t.Errorf("%s %s: patch on %v", o.GetKind(), o.GetName(), r.Resources)
 				}
 			}
 			for _, res := range r.Resources {
@@ -951,19 +956,20 @@ func checkAccess(t *testing.T, kc kubernetes.Interface, cpNS string) {
 	}{
 		// Granted (sanity: the reviews see the deployed RBAC).
 		{attr{Verb: "watch", Group: "hypershift.openshift.io", Resource: "hostedclusters"}, true},
-		{attr{Verb: "update", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace, Name: "example"}, true},
+		{attr{Verb: "patch", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace, Name: "example"}, true},
 		{attr{Verb: "list", Resource: "secrets", Namespace: hcNamespace}, true},
 		{attr{Verb: "watch", Resource: "configmaps"}, true},
 		{attr{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: namespace, Name: "hcpbot-agent"}, true},
-		{attr{Verb: "update", Group: "config.openshift.io", Resource: "proxies", Name: "cluster"}, true},
+		{attr{Verb: "patch", Group: "config.openshift.io", Resource: "proxies", Name: "cluster"}, true},
+		{attr{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, true},
 		{attr{Verb: "create", Resource: "events", Namespace: cpNS}, true},
 		{attr{Verb: "create", Resource: "events", Namespace: metav1.NamespaceDefault}, true},
 		// Not granted.
 		{attr{Verb: "delete", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace, Name: "example"}, false},
 		{attr{Verb: "create", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace}, false},
-		{attr{Verb: "patch", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace, Name: "example"}, false},
-		{attr{Verb: "update", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: "other-clusters", Name: "example"}, false},
-		{attr{Verb: "update", Group: "hypershift.openshift.io", Resource: "hostedclusters", Subresource: "status", Namespace: hcNamespace, Name: "example"}, false},
+		{attr{Verb: "update", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace, Name: "example"}, false},
+		{attr{Verb: "patch", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: "other-clusters", Name: "example"}, false},
+		{attr{Verb: "patch", Group: "hypershift.openshift.io", Resource: "hostedclusters", Subresource: "status", Namespace: hcNamespace, Name: "example"}, false},
 		{attr{Verb: "update", Group: "hypershift.openshift.io", Resource: "nodepools", Namespace: hcNamespace, Name: "example"}, false},
 		{attr{Verb: "list", Resource: "secrets"}, false},
 		{attr{Verb: "get", Resource: "configmaps", Namespace: hcNamespace, Name: "user-ca-bundle"}, false},
@@ -978,13 +984,20 @@ func checkAccess(t *testing.T, kc kubernetes.Interface, cpNS string) {
 		{attr{Verb: "patch", Resource: "nodes", Name: "any"}, false},
 		{attr{Verb: "get", Resource: "nodes", Name: "any"}, false},
 		{attr{Verb: "update", Resource: "services", Namespace: cpNS, Name: "any"}, false},
-		{attr{Verb: "update", Group: "config.openshift.io", Resource: "proxies", Name: "other"}, false},
+		{attr{Verb: "patch", Group: "config.openshift.io", Resource: "proxies", Name: "other"}, false},
+		{attr{Verb: "update", Group: "config.openshift.io", Resource: "proxies", Name: "cluster"}, false},
 		{attr{Verb: "delete", Group: "config.openshift.io", Resource: "proxies", Name: "cluster"}, false},
 		{attr{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: namespace, Name: "other"}, false},
 		{attr{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: namespace, Name: "hcpbot-agent"}, false},
 		{attr{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"}, false},
 		{attr{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: hcNamespace}, false},
 		{attr{Verb: "impersonate", Resource: "serviceaccounts", Namespace: namespace, Name: "default"}, false},
+		// Impersonation is not in the base: `hcpbot rbac` generates it for
+		// the mapped identities only (actions.TestImpersonationLeastPrivilege).
+		{attr{Verb: "impersonate", Resource: "users", Name: "alice"}, false},
+		{attr{Verb: "impersonate", Resource: "groups", Name: "system:masters"}, false},
+		{attr{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: "action.hcpbot.io"}, false},
+		{attr{Verb: "get", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, false},
 		{attr{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}, false},
 		{attr{Verb: "get", Resource: "events", Namespace: hcNamespace, Name: "any"}, false},
 		{attr{Verb: "list", Resource: "events"}, false},
@@ -1032,6 +1045,35 @@ func checkAdmission(t *testing.T, kc kubernetes.Interface, cpNS string) {
 	if _, err := kc.CoreV1().Services(cpNS).Create(ctx, svc(cpNS, owned), dry); err != nil {
 		t.Errorf("an hcpbot Service in %s: %v", cpNS, err)
 	}
+	// Writes the agent makes as an approver (actions.Executor.As) carry
+	// the action id in the user's extra and are held to the same rule; a
+	// person's own writes are not. (The impersonated user is in
+	// system:masters here so that RBAC lets both through and only
+	// admission decides.)
+	asApprover := func(extra map[string][]string) kubernetes.Interface {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"system:masters"}, Extra: extra}
+		kc, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kc
+	}
+	forAction := asApprover(map[string][]string{"action.hcpbot.io": {"expo-deploy02"}})
+	testenv.Eventually(t, 30*time.Second, "the admission policy refusing an approver's Service outside control-plane namespaces for an hcpbot action", func() bool {
+		_, err := forAction.CoreV1().Services("kube-system").Create(ctx, svc("kube-system", owned), dry)
+		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+	})
+	if _, err := forAction.CoreV1().Services(cpNS).Create(ctx, svc(cpNS, nil), dry); !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+		t.Errorf("an approver's unlabelled Service for an hcpbot action: %v, want refused", err)
+	}
+	if _, err := forAction.CoreV1().Services(cpNS).Create(ctx, svc(cpNS, owned), dry); err != nil {
+		t.Errorf("an approver's hcpbot Service in %s for an hcpbot action: %v", cpNS, err)
+	}
+	if _, err := asApprover(nil).CoreV1().Services("kube-system").Create(ctx, svc("kube-system", nil), dry); err != nil {
+		t.Errorf("a person's own Service (no hcpbot action): %v, want admitted", err)
+	}
+
 	// Deleting someone else's Service in a control-plane namespace.
 	other, err := env.Kube.CoreV1().Services(cpNS).Create(ctx, svc(cpNS, map[string]string{"app": "other"}), metav1.CreateOptions{})
 	if err != nil {

@@ -40,6 +40,10 @@ type Options struct {
 	Progress *os.File
 	// StartTimeout bounds each process's start-up; default 60s.
 	StartTimeout time.Duration
+	// AuditLog: the management API server writes an audit log (AuditPolicy:
+	// the writes of HostedClusters, Proxies and Services, at Metadata
+	// level) to its AuditLogPath; read it with AuditEvents.
+	AuditLog bool
 }
 
 // ControlPlane is one etcd and the API servers that share it.
@@ -74,7 +78,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if err := cp.startEtcd(ctx); err != nil {
 		return nil, err
 	}
-	mgmt, err := cp.AddAPIServer(ctx, "management")
+	mgmt, err := cp.addAPIServer(ctx, "management", "management", opts.AuditLog)
 	if err != nil {
 		cp.Stop()
 		return nil, err
@@ -128,17 +132,17 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 // AddAPIServer starts another kube-apiserver, with its own etcd prefix,
 // certificates and admin token: a separate cluster as far as clients can tell.
 func (cp *ControlPlane) AddAPIServer(ctx context.Context, name string) (*APIServer, error) {
-	return cp.addAPIServer(ctx, name, name)
+	return cp.addAPIServer(ctx, name, name, false)
 }
 
 // AddTwin starts a second API server of an existing cluster (same etcd
 // prefix): it lets a test change that cluster while its first API server is
 // down, as a highly available control plane would.
 func (cp *ControlPlane) AddTwin(ctx context.Context, of *APIServer) (*APIServer, error) {
-	return cp.addAPIServer(ctx, of.Name+"-twin", of.prefix)
+	return cp.addAPIServer(ctx, of.Name+"-twin", of.prefix, false)
 }
 
-func (cp *ControlPlane) addAPIServer(ctx context.Context, name, prefix string) (*APIServer, error) {
+func (cp *ControlPlane) addAPIServer(ctx context.Context, name, prefix string, audit bool) (*APIServer, error) {
 	cp.mu.Lock()
 	if _, ok := cp.servers[name]; ok {
 		cp.mu.Unlock()
@@ -147,7 +151,7 @@ func (cp *ControlPlane) addAPIServer(ctx context.Context, name, prefix string) (
 	cp.servers[name] = nil // reserve the name
 	cp.mu.Unlock()
 
-	s, err := cp.newAPIServer(name, prefix)
+	s, err := cp.newAPIServer(name, prefix, audit)
 	if err == nil {
 		err = s.Start(ctx)
 	}
@@ -199,13 +203,14 @@ type APIServer struct {
 	// URL is https://127.0.0.1:<port>.
 	URL string
 
-	prefix  string
-	pki     *pki
-	proc    *process
-	timeout time.Duration
+	prefix    string
+	pki       *pki
+	proc      *process
+	timeout   time.Duration
+	auditPath string
 }
 
-func (cp *ControlPlane) newAPIServer(name, prefix string) (*APIServer, error) {
+func (cp *ControlPlane) newAPIServer(name, prefix string, audit bool) (*APIServer, error) {
 	dir := filepath.Join(cp.opts.Dir, "apiserver-"+name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -248,11 +253,20 @@ func (cp *ControlPlane) newAPIServer(name, prefix string) (*APIServer, error) {
 		"--profiling=false",
 		"--v=0",
 	}
+	var auditPath string
+	if audit {
+		auditArgs, path, err := auditLog(dir)
+		if err != nil {
+			return nil, fmt.Errorf("audit log of %s: %w", name, err)
+		}
+		args, auditPath = append(args, auditArgs...), path
+	}
 	return &APIServer{
-		Name:   name,
-		prefix: prefix,
-		URL:    "https://127.0.0.1:" + itoa(port),
-		pki:    p,
+		Name:      name,
+		prefix:    prefix,
+		URL:       "https://127.0.0.1:" + itoa(port),
+		pki:       p,
+		auditPath: auditPath,
 		proc: &process{
 			name:    "kube-apiserver " + name,
 			path:    filepath.Join(cp.opts.AssetsDir, "kube-apiserver"),
@@ -283,6 +297,10 @@ func (s *APIServer) Stop() { s.proc.stop(10 * time.Second) }
 
 // LogPath is where the process writes its log.
 func (s *APIServer) LogPath() string { return s.proc.logPath }
+
+// AuditLogPath is where the API server writes its audit log (JSON lines of
+// audit.k8s.io/v1 Events), or "" when it writes none (Options.AuditLog).
+func (s *APIServer) AuditLogPath() string { return s.auditPath }
 
 // RESTConfig returns an admin client configuration (system:masters).
 func (s *APIServer) RESTConfig() *rest.Config {

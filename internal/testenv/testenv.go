@@ -64,7 +64,10 @@ func Main(m *testing.M, env **Env) {
 func start(dir string) (*Env, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Progress: os.Stderr})
+	// The audit log (writes of HostedClusters, Proxies and Services only)
+	// lets a test see who made a write and as whom; it costs a line per
+	// such write.
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Progress: os.Stderr, AuditLog: true})
 	if err != nil {
 		return nil, err
 	}

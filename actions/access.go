@@ -1,0 +1,131 @@
+package actions
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/identity"
+)
+
+// Access asks the management cluster's API server whether id may make
+// every write of ch in the management cluster (the writes an Executor
+// made by As makes as id): one SubjectAccessReview per write, with the
+// verb, group, resource, namespace and name the write uses —
+//
+//   - noProxy patch, and its rollback: patch hostedclusters
+//     (hypershift.openshift.io) <namespace>/<name>, or patch proxies
+//     (config.openshift.io) cluster;
+//   - exposure: create services in the control-plane namespace;
+//   - an exposure's rollback: delete services there, by the name the
+//     exposure gave its management Service.
+//
+// missing lists each denied write as a sentence ("patch
+// hostedclusters.hypershift.openshift.io in namespace clusters (name
+// proxied)"), with the authorizer's reason when it gives one; empty, id
+// may make the change. The reviews are made with the agent's own client
+// (create subjectaccessreviews), and carry the groups the API server
+// gives an impersonated user (system:authenticated added, as the
+// impersonation filter does), so the answer is the one the impersonated
+// write will get — unless the RBAC changes in between, which the write,
+// itself impersonated, then honours.
+//
+// err is only for a review that could not be made (ch invalid, no user,
+// the API server unreachable or refusing the agent the review): the
+// caller then decides.
+func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) (missing []string, err error) {
+	c, err := check(ch)
+	if err != nil {
+		return nil, err
+	}
+	if id.User == "" {
+		return nil, fmt.Errorf("%w: an identity to check needs a user name", identity.ErrNoIdentity)
+	}
+	groups := impersonatedGroups(id)
+	for _, w := range writesOf(c.req) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: id.User, Groups: groups, ResourceAttributes: &w,
+		}}
+		got, err := x.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("access review of %s for %s: %w", describeWrite(w), id.User, err)
+		}
+		if got.Status.Allowed && !got.Status.Denied {
+			continue
+		}
+		s := describeWrite(w)
+		if r := strings.TrimSpace(got.Status.Reason); r != "" {
+			s += ": " + r
+		}
+		if e := strings.TrimSpace(got.Status.EvaluationError); e != "" {
+			s += " (evaluation error: " + e + ")"
+		}
+		missing = append(missing, s)
+	}
+	return missing, nil
+}
+
+// writesOf lists the management writes a validated change makes, as the
+// API server authorises them.
+func writesOf(ch Change) []authorizationv1.ResourceAttributes {
+	patch := func(target Target, ref ClusterRef) authorizationv1.ResourceAttributes {
+		if target.orDefault() == TargetProxy {
+			return authorizationv1.ResourceAttributes{Verb: "patch", Group: hypershift.ProxyGVR.Group, Version: hypershift.ProxyGVR.Version,
+				Resource: hypershift.ProxyGVR.Resource, Name: hypershift.ProxyName}
+		}
+		return authorizationv1.ResourceAttributes{Verb: "patch", Group: hypershift.HostedClusterGVR.Group, Version: hypershift.HostedClusterGVR.Version,
+			Resource: hypershift.HostedClusterGVR.Resource, Namespace: ref.Namespace, Name: ref.Name}
+	}
+	services := func(verb string, ref ClusterRef, name string) authorizationv1.ResourceAttributes {
+		// A create names no object for RBAC: the name is not known to the
+		// authorizer before the object exists.
+		return authorizationv1.ResourceAttributes{Verb: verb, Version: "v1", Resource: "services",
+			Namespace: hypershift.ControlPlaneNamespace(ref.Namespace, ref.Name), Name: name}
+	}
+	switch ch.Type {
+	case TypeNoProxyPatch:
+		return []authorizationv1.ResourceAttributes{patch(ch.NoProxy.Target, ch.Cluster)}
+	case TypeExposeNodePort:
+		return []authorizationv1.ResourceAttributes{services("create", ch.Cluster, "")}
+	case TypeRollback:
+		u := ch.Rollback.Undo
+		if u.Type == TypeExposeNodePort {
+			return []authorizationv1.ResourceAttributes{services("delete", u.Cluster, ManagementServiceName(u.ActionID))}
+		}
+		return []authorizationv1.ResourceAttributes{patch(u.NoProxy.Target, u.Cluster)}
+	}
+	return nil
+}
+
+// describeWrite names a write: "patch hostedclusters.hypershift.openshift.io
+// in namespace clusters (name proxied)".
+func describeWrite(w authorizationv1.ResourceAttributes) string {
+	s := w.Verb + " " + w.Resource
+	if w.Group != "" {
+		s += "." + w.Group
+	}
+	if w.Namespace != "" {
+		s += " in namespace " + w.Namespace
+	}
+	if w.Name != "" {
+		s += " (name " + w.Name + ")"
+	}
+	return s
+}
+
+// impersonatedGroups are the groups the API server gives a request
+// impersonating id: those named, plus system:authenticated unless
+// system:authenticated or system:unauthenticated is among them (the
+// impersonation filter of k8s.io/apiserver).
+func impersonatedGroups(id identity.Identity) []string {
+	groups := slices.Clone(id.Groups)
+	if !slices.Contains(groups, "system:authenticated") && !slices.Contains(groups, "system:unauthenticated") {
+		groups = append(groups, "system:authenticated")
+	}
+	return groups
+}
