@@ -35,7 +35,7 @@ func (c *Handler) whoami(ctx context.Context, user string) chatops.Reply {
 			fmt.Fprintf(&b, "… and %d more management clusters.\n", len(sources)-i)
 			break
 		}
-		fmt.Fprintf(&b, "• `%s`: %s\n", s, w.on(ctx, s))
+		fmt.Fprintf(&b, "• `%s`: %s\n", chatops.EscapeCode(s), w.on(ctx, s))
 	}
 	other := "every management cluster"
 	if len(sources) > 0 {
