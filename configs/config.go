@@ -15,12 +15,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	yaml "sigs.k8s.io/yaml/goyaml.v3"
 
+	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/noproxy"
 )
 
 // Config is one hcpbot configuration file, validated, with defaults
 // applied. A section that is absent from the file is nil (Agent, Bot,
-// Slack, Approvals) or empty (Digests): the process does not run that part.
+// Slack, Approvals) or empty (Digests): the process does not run that part
+// (an empty Identities: the agent acts as itself).
 type Config struct {
 	// File is the name the configuration was read from, for messages.
 	File string
@@ -30,8 +32,15 @@ type Config struct {
 	Bot       *Bot
 	Slack     *Slack
 	Approvals *Approvals
-	Digests   []Digest
-	Log       Log
+	// Identities map the people who approve changes in Slack to the
+	// Kubernetes identities the agent acts as (impersonates) when it makes
+	// a change they approved, so that the management cluster's RBAC has
+	// the last word and its audit log names them. The bot and the agent
+	// read the same section. Absent: nothing mapped, nothing required,
+	// the agent acts as itself.
+	Identities identity.Map
+	Digests    []Digest
+	Log        Log
 
 	// lines records where each field was written (YAML path → key node),
 	// so that problems found after parsing (Secrets, `config check`)

@@ -55,6 +55,11 @@ func TestExampleIsValid(t *testing.T) {
 	if c.Approvals == nil || len(c.Approvals.Approvers) != 2 || !c.Approvals.FourEyes {
 		t.Errorf("approvals: %+v", c.Approvals)
 	}
+	// The production setting: changes only as a mapped identity, the
+	// approvers mapped (one by user ID, the group by e-mail).
+	if id := c.Identities; !id.Required || len(id.Entries) != 3 || id.Entries[2].EmailPrefix != "oidc:" || !id.Entries[2].Group() {
+		t.Errorf("identities: %+v", id)
+	}
 }
 
 // TestExampleDefaultsMatchCode: every value example.yaml writes for a field
@@ -234,42 +239,48 @@ func TestRejected(t *testing.T) {
 		{"bad log level", "agent:\n  source: mgmt-1\nlog:\n  level: verbose\n", 4, "log.level", "want debug, info, warn or error"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := Parse([]byte(tc.yaml), "hcpbot.yaml")
-			if err == nil {
-				t.Fatalf("accepted: %+v", c)
-			}
-			if c != nil {
-				t.Errorf("a Config was returned with the error")
-			}
-			var perr *Error
-			if !errors.As(err, &perr) {
-				t.Fatalf("error is %T, want *Error: %v", err, err)
-			}
-			for _, p := range perr.Problems {
-				if p.Field == tc.field && strings.Contains(p.Message, tc.msg) {
-					if p.Line != tc.line {
-						t.Errorf("line %d, want %d: %s", p.Line, tc.line, p)
-					}
-					if p.File != "hcpbot.yaml" {
-						t.Errorf("file %q", p.File)
-					}
-					want := fmt.Sprintf("hcpbot.yaml:%d: %s: ", tc.line, tc.field)
-					if tc.line == 0 {
-						want = "hcpbot.yaml: "
-					}
-					if tc.field == "" && tc.line > 0 {
-						want = fmt.Sprintf("hcpbot.yaml:%d: ", tc.line)
-					}
-					if !strings.HasPrefix(p.String(), want) {
-						t.Errorf("String() = %q, want prefix %q", p.String(), want)
-					}
-					return
-				}
-			}
-			t.Fatalf("no problem on field %q containing %q; got:\n%v", tc.field, tc.msg, err)
-		})
+		t.Run(tc.name, func(t *testing.T) { expectProblem(t, tc.yaml, tc.field, tc.msg, tc.line) })
 	}
+}
+
+// expectProblem parses src as hcpbot.yaml and wants it refused with a
+// problem on field whose message contains msg, on line, in the form
+// editors link ("hcpbot.yaml:line: field: message").
+func expectProblem(t *testing.T, src, field, msg string, line int) {
+	t.Helper()
+	c, err := Parse([]byte(src), "hcpbot.yaml")
+	if err == nil {
+		t.Fatalf("accepted: %+v", c)
+	}
+	if c != nil {
+		t.Errorf("a Config was returned with the error")
+	}
+	var perr *Error
+	if !errors.As(err, &perr) {
+		t.Fatalf("error is %T, want *Error: %v", err, err)
+	}
+	for _, p := range perr.Problems {
+		if p.Field == field && strings.Contains(p.Message, msg) {
+			if p.Line != line {
+				t.Errorf("line %d, want %d: %s", p.Line, line, p)
+			}
+			if p.File != "hcpbot.yaml" {
+				t.Errorf("file %q", p.File)
+			}
+			want := fmt.Sprintf("hcpbot.yaml:%d: %s: ", line, field)
+			if line == 0 {
+				want = "hcpbot.yaml: "
+			}
+			if field == "" && line > 0 {
+				want = fmt.Sprintf("hcpbot.yaml:%d: ", line)
+			}
+			if !strings.HasPrefix(p.String(), want) {
+				t.Errorf("String() = %q, want prefix %q", p.String(), want)
+			}
+			return
+		}
+	}
+	t.Fatalf("no problem on field %q containing %q; got:\n%v", field, msg, err)
 }
 
 // A token-shaped value must never be echoed: not by the token check, and
@@ -552,12 +563,13 @@ func TestSecretsNATSNkeySeedFile(t *testing.T) {
 // section's fields, list items as [], and no section itself.
 func TestFields(t *testing.T) {
 	fields := Fields()
-	for _, want := range []string{"nats.urls", "nats.credsEnv", "agent.leaderElection.retryPeriod", "bot.routes[].match.kind", "bot.storm.window", "digests[].timezone", "slack.appTokenFile", "log.format"} {
+	for _, want := range []string{"nats.urls", "nats.credsEnv", "agent.leaderElection.retryPeriod", "bot.routes[].match.kind", "bot.storm.window", "digests[].timezone", "slack.appTokenFile", "log.format",
+		"identities.required", "identities.map[].slack", "identities.map[].user", "identities.map[].emailPrefix", "identities.map[].groups", "identities.map[].clusters"} {
 		if !slices.Contains(fields, want) {
 			t.Errorf("Fields() lacks %s", want)
 		}
 	}
-	for _, section := range []string{"nats", "bot.storm", "bot.routes", "bot.routes[].match", "digests"} {
+	for _, section := range []string{"nats", "bot.storm", "bot.routes", "bot.routes[].match", "digests", "identities", "identities.map"} {
 		if slices.Contains(fields, section) {
 			t.Errorf("Fields() lists the section %s", section)
 		}

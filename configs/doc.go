@@ -1,7 +1,7 @@
 // Package configs reads and validates hcpbot's configuration file.
 //
 // The file is YAML with the top-level sections nats, agent, bot, slack,
-// approvals, digests and log; example.yaml ([Example]) shows and documents
+// approvals, identities, digests and log; example.yaml ([Example]) shows and documents
 // every field and its default. Parsing is strict: unknown keys, values of
 // the wrong type or shape, and combinations the processes would refuse at
 // start (replicas on the embedded server, a renew deadline longer than the
@@ -17,6 +17,13 @@
 // [Fields] lists every field the schema knows, read from the decoder's own
 // tables: cmd/hcpbot's TestConfigFieldsAtRuntime demands a runtime proof
 // of each, so a field that only parses cannot be added unnoticed.
+//
+// The identities section ([Config.Identities], an [identity.Map]) is read
+// by both processes: the bot and the agent of each management cluster take
+// it from the same file. Its checks keep the agent from ever acting as a
+// system identity (system:masters, a ServiceAccount) and from having two
+// identities for one person on one management cluster, and refuse
+// required: true with nobody mapped.
 //
 // Credentials never appear in the file: every secret is referenced by an
 // environment variable name (…Env) or a file path (…File), and any value

@@ -15,6 +15,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("bot: &b\n  defaultChannel: *b\n"))
 	f.Add([]byte("slack:\n  botTokenEnv: xoxb-1-SECRET\n"))
 	f.Add([]byte("digests: [{name: a, schedule: '@every 1h', timezone: UTC, channel: C0123456789}]\nbot: {defaultChannel: C0123456789}\n"))
+	f.Add([]byte("agent: {source: m}\nidentities: {required: true, map: [{slack: U0ALICE123, user: &u alice, clusters: [m]}, {slack: U0ALICE123, emailPrefix: *u}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, "f.yaml")
 		if err == nil {

@@ -86,6 +86,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				c.Approvals = nil // not a mapping: reported; no follow-on "x is required"
 			}
 		}},
+		{"identities", func(v *yaml.Node, p string) { d.identities(v, p, &c.Identities) }},
 		{"digests", func(v *yaml.Node, p string) {
 			d.sequence(v, p, func(v *yaml.Node, p string) {
 				var dg Digest

@@ -87,6 +87,10 @@ type AuditVerify struct{}
 // DigestNow posts the digest immediately.
 type DigestNow struct{}
 
+// Whoami shows the asking person their Kubernetes identity on each
+// management cluster: who the agent acts as when they approve a change.
+type Whoami struct{}
+
 // NoProxyCheck explains whether traffic from a cluster to Host:Port goes
 // through the proxy. Port 0 means none was given.
 type NoProxyCheck struct {
@@ -110,6 +114,7 @@ func (AuditVerify) Name() string  { return "audit " + auditVerifyWord }
 func (Timeline) Name() string     { return "timeline" }
 func (DigestNow) Name() string    { return "digest now" }
 func (NoProxyCheck) Name() string { return "noproxy check" }
+func (Whoami) Name() string       { return "whoami" }
 
 func (ShowHelp) command()     {}
 func (Status) command()       {}
@@ -126,6 +131,7 @@ func (AuditVerify) command()  {}
 func (Timeline) command()     {}
 func (DigestNow) command()    {}
 func (NoProxyCheck) command() {}
+func (Whoami) command()       {}
 
 func (c ShowHelp) String() string { return join("help", c.Topic) }
 func (c Status) String() string {
@@ -185,6 +191,7 @@ func (c Audit) String() string {
 }
 func (c AuditVerify) String() string { return c.Name() }
 func (DigestNow) String() string     { return "digest now" }
+func (Whoami) String() string        { return "whoami" }
 func (c NoProxyCheck) String() string {
 	return "noproxy check " + c.Cluster.String() + " " + joinHostPort(c.Host, c.Port)
 }

@@ -50,6 +50,7 @@ func init() {
 		{verb: "rollback", args: "<action-id>", summary: "undo an applied action", parse: parseIDCommand(func(id string) Command { return Rollback{ActionID: id} })},
 		{verb: "approve", args: "<action-id>", summary: "approve a proposed action", parse: parseIDCommand(func(id string) Command { return Approve{ActionID: id} })},
 		{verb: "reject", args: "<action-id> [reason...]", summary: "reject a proposed action", parse: parseReject},
+		{verb: "whoami", summary: "your Kubernetes identity on each management cluster: who the agent acts as on your approval", parse: noArgs(Whoami{})},
 		{verb: "silence", args: "<cluster|incident-id> <duration> [reason...]", summary: "mute a cluster or incident (e.g. 2h, 1d; at most 30d)", parse: parseSilence},
 		{verb: "timeline", args: "<incident-id>", summary: "an incident's story, step by step (a postmortem draft)", parse: parseTimeline},
 		{verb: "audit", args: "[n|verify]", summary: "last n audit entries; verify: check the whole trail for gaps, broken links and forged records", parse: parseAudit},

@@ -73,6 +73,9 @@ func TestParseValid(t *testing.T) {
 		{"audit verify", AuditVerify{}, ""},
 		{"Audit  VERIFY ", AuditVerify{}, "audit verify"},
 		{"digest now", DigestNow{}, ""},
+		{"whoami", Whoami{}, ""},
+		{" WhoAmI ", Whoami{}, "whoami"},
+		{"help whoami", ShowHelp{Topic: "whoami"}, ""},
 		{"noproxy check clusters/example api.corp.example", NoProxyCheck{Cluster: example, Host: "api.corp.example"}, ""},
 		{"noproxy check clusters/example API.corp.example:443", NoProxyCheck{Cluster: example, Host: "api.corp.example", Port: 443}, "noproxy check clusters/example api.corp.example:443"},
 		{"noproxy check clusters/example 172.31.0.1:443", NoProxyCheck{Cluster: example, Host: "172.31.0.1", Port: 443}, ""},
@@ -202,6 +205,11 @@ func TestParseInvalid(t *testing.T) {
 		{"audit verfy", "audit", "or verify"},
 		{"audit vеrify", "audit", "or verify"}, // Cyrillic е
 		{"digest", "digest now", "did you mean"},
+		{"whoami U0ALICE123", "whoami", "too many"},
+		{"whoami <@U0ALICE123>", "whoami", "too many"},
+		{"whoami mgmt-1", "whoami", "too many"},
+		{"who am i", "", "unknown command"},
+		{"whoamі", "", "unknown command"}, // Cyrillic і
 		{"digest later", "digest now", "did you mean"},
 		{"noproxy check clusters/example", "noproxy check", "missing"},
 		{"noproxy check clusters/example http://api.corp.example", "noproxy check", "between 1 and 65535"},
@@ -256,6 +264,7 @@ func TestUsageAndHelp(t *testing.T) {
 		"noproxy check": "/hcp noproxy check <cluster> <host[:port]>",
 		"digest":        "/hcp digest now",
 		"audit verify":  "/hcp audit [n|verify]",
+		"whoami":        "/hcp whoami",
 		"nope":          "",
 		"":              "",
 	} {

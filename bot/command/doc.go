@@ -17,4 +17,10 @@
 // has it, in the conversation that approved it (chatops.Later).
 //
 // RefusalNotices tells the channel about the requests agents refused.
+//
+// `whoami` tells a person their Kubernetes identity per management cluster
+// from the configuration's identities (Handler.Identities), reading their
+// Slack user groups (Handler.Groups, SlackGroups) and e-mail
+// (Handler.Emails, SlackProfiles: users.info, cached) only as far as the
+// entries need; what it cannot read it says it cannot tell.
 package command

@@ -15,6 +15,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/identity"
 )
 
 // Correlator is what the commands read of the correlator (*bot.Bot): its
@@ -64,6 +65,15 @@ type Handler struct {
 	// Delivery says which channels the bot cannot post to, for `status`;
 	// nil shows none. *notify.Slack implements it.
 	Delivery Delivery
+	// Identities is the configuration's identities: `whoami` tells each
+	// person theirs. Empty: the agent acts as itself.
+	Identities identity.Map
+	// Groups reads the members of the Slack user groups Identities names
+	// (SlackGroups); nil: `whoami` says it cannot tell group entries.
+	Groups approval.Groups
+	// Emails reads the Slack e-mails emailPrefix entries need
+	// (*SlackProfiles); nil: `whoami` says it cannot tell those.
+	Emails Emails
 }
 
 // Delivery is the part of the notifier `status` reads.
@@ -168,6 +178,8 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		return c.auditVerify(ctx)
 	case chatops.Timeline:
 		return c.timeline(ctx, cmd.IncidentID)
+	case chatops.Whoami:
+		return c.whoami(ctx, r.UserID)
 	}
 	return unavailable(r.Command)
 }

@@ -124,6 +124,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		agentRenew   = p("TestAgentStepsDownAfterRenewDeadline", TestAgentStepsDownAfterRenewDeadline)
 		agentBuffer  = p("TestAgentBufferEventsFullThenRestated", TestAgentBufferEventsFullThenRestated)
 		agentRange   = p("TestAllAgentNodePortRange", TestAllAgentNodePortRange)
+		whoami       = p("`/hcp whoami` from the identities", proveWhoami)
 	)
 	return map[string]fieldRow{
 		"nats.urls":            {proof: botStream},
@@ -195,8 +196,21 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"digests[].channel":                  {proof: botDigest},
 		"log.level":                          {proof: botLog},
 		"log.format":                         {proof: botLog},
+		// Their effect is the agent acting as the approver; `/hcp whoami`
+		// (proveWhoami) shows each once runBot gives the command handler
+		// the identities, the group resolver and the e-mail look-up.
+		"identities.required":          {proof: whoami, skip: identitiesSkip},
+		"identities.map[].slack":       {proof: whoami, skip: identitiesSkip},
+		"identities.map[].user":        {proof: whoami, skip: identitiesSkip},
+		"identities.map[].emailPrefix": {proof: whoami, skip: identitiesSkip},
+		"identities.map[].groups":      {proof: whoami, skip: identitiesSkip},
+		"identities.map[].clusters":    {proof: whoami, skip: identitiesSkip},
 	}
 }
+
+// identitiesSkip: the identities are being wired into the approval flow,
+// the agent and runBot at the same time as this proof was written.
+const identitiesSkip = "wired in the approval flow by the integrator (issue 28)"
 
 // botFixture is one `hcpbot bot` from a config file setting every field
 // its proofs look at to a value other than the default, on a 3-node NATS
@@ -537,6 +551,35 @@ func proveMatchTypeRefused(t *testing.T) {
 		if code == 0 || !strings.Contains(stdout+stderr, "bot.routes[0].match.type") || !strings.Contains(stdout+stderr, "match.kind") {
 			t.Errorf("hcpbot %s: exit %d, want non-zero naming match.kind:\n%s%s", args[0], code, stdout, stderr)
 		}
+	}
+}
+
+// TestConfigCheckIdentities: `config check` checks the identities section
+// as `hcpbot agent` and `hcpbot bot` read it (the same file, no flag):
+// a system identity is refused by all three naming the field and line,
+// and a valid map passes.
+func TestConfigCheckIdentities(t *testing.T) {
+	const bad = "identities:\n  required: true\n  map:\n    - slack: U0ALICE123\n      user: alice\n      groups: [\"system:masters\"]\n"
+	agentFile := configFile(t, "agent:\n  source: mgmt-1\n"+bad)
+	botFile := configFile(t, "bot:\n  defaultChannel: C0IDENT001\nslack:\n  botTokenEnv: T\n  signingSecretEnv: S\n"+bad)
+	for _, tc := range []struct {
+		args []string
+		line int
+	}{
+		{[]string{"config", "check", "--secrets=false", "--config", agentFile}, 8},
+		{[]string{"agent", "--config", agentFile}, 8},
+		{[]string{"config", "check", "--secrets=false", "--config", botFile}, 11},
+		{[]string{"bot", "--config", botFile}, 11},
+	} {
+		code, stdout, stderr := run(t, tc.args...)
+		want := fmt.Sprintf(":%d: identities.map[0].groups[0]: ", tc.line)
+		if out := stdout + stderr; code == 0 || !strings.Contains(out, want) || !strings.Contains(out, "without asking RBAC") {
+			t.Errorf("hcpbot %s: exit %d, want non-zero with %q:\n%s", strings.Join(tc.args, " "), code, want, out)
+		}
+	}
+	good := configFile(t, "agent:\n  source: mgmt-1\nidentities:\n  required: true\n  map:\n    - {slack: U0ALICE123, user: alice, clusters: [mgmt-1]}\n    - {slack: S0OPSTEAM1, emailPrefix: \"oidc:\"}\n")
+	if code, stdout, stderr := run(t, "config", "check", "--secrets=false", "--config", good); code != 0 {
+		t.Errorf("a valid identities section: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
 
@@ -892,4 +935,78 @@ slack:
 `, srv.ClientURL(), ops, rec.APIURL(), file), map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-apptoken"})
 	rec.Socket(t, token, 60*time.Second)
 	waitReady(t, ops) // stopped only once started
+}
+
+// proveWhoami: identities.required, identities.map[].slack, user,
+// emailPrefix, groups and clusters — `hcpbot bot` with an identities
+// section answers `/hcp whoami` per management cluster it has events from:
+// a person's own entry on the cluster it names, a Slack user group's
+// entry making the user of the prefix and the member's Slack e-mail (from
+// users.info), its groups, and for someone unmapped, with required, that
+// the agent will not act on their approval.
+func proveWhoami(t *testing.T) {
+	srv := natstest.RunServer(t)
+	rec := slackrec.New(t)
+	rec.AddUser(slackrec.User{ID: "U0WHOALICE", Name: "alice", Email: "alice@corp.example"})
+	rec.AddUser(slackrec.User{ID: "U0WHOCAROL", Name: "carol", Email: "carol@corp.example"})
+	rec.SetUserGroup("S0WHOOPSTM", "U0WHOALICE")
+	const secret = "whoami-signing-secret"
+	slackAddr, ops := freeAddr(t), freeAddr(t)
+	startBot(t, fmt.Sprintf(`nats:
+  urls: [%q]
+bot:
+  listen: %q
+  opsListen: %q
+  defaultChannel: C0WHOAMI01
+slack:
+  apiURL: %q
+  botTokenEnv: TEST_SLACK_BOT_TOKEN
+  signingSecretEnv: TEST_SLACK_SIGNING_SECRET
+identities:
+  required: true
+  map:
+    - slack: U0WHOALICE
+      user: alice
+      groups: [platform-ops]
+      clusters: [mgmt-who-a]
+    - slack: S0WHOOPSTM
+      emailPrefix: "oidc:"
+      groups: [ops]
+`, srv.ClientURL(), slackAddr, ops, rec.APIURL()), map[string]string{"TEST_SLACK_BOT_TOKEN": "xoxb-0000-whoami", "TEST_SLACK_SIGNING_SECRET": secret})
+	waitReady(t, ops)
+	ctx := context.Background()
+	conn, err := bus.Connect(ctx, bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, source := range []string{"mgmt-who-a", "mgmt-who-b"} {
+		events, err := scenario.Storm(source, "who", 1, 1, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := scenario.Publish(ctx, conn.JS, events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hcp := slashCommander{t: t, url: "http://" + slackAddr + "/slack/commands", secret: secret, channel: "C0WHOAMI01", rec: rec}
+	var alice string
+	testenv.Eventually(t, 60*time.Second, "whoami naming both management clusters", func() bool {
+		alice = hcp.run(ctx, "whoami", "U0WHOALICE", func(s string) bool { return s != "" })
+		return strings.Contains(alice, "`mgmt-who-a`") && strings.Contains(alice, "`mgmt-who-b`")
+	})
+	t.Logf("alice:\n%s", alice)
+	for _, want := range []string{
+		"• `mgmt-who-a`: user `alice`, groups `platform-ops` — identities.map[0] (your user ID)",
+		"• `mgmt-who-b`: user `oidc:alice@corp.example`, groups `ops` — identities.map[1] (the Slack user group `S0WHOOPSTM`)",
+		"identities.required is on",
+	} {
+		if !strings.Contains(alice, want) {
+			t.Errorf("alice's whoami lacks %q", want)
+		}
+	}
+	carol := hcp.run(ctx, "whoami", "U0WHOCAROL", func(s string) bool { return s != "" })
+	if !strings.Contains(carol, "• `mgmt-who-a`: no identity: with identities.required the agent will not act on your approval there") {
+		t.Errorf("carol's whoami:\n%s", carol)
+	}
 }

@@ -335,6 +335,16 @@ func TestBotManifests(t *testing.T) {
 	if cfg.Bot == nil || cfg.Slack == nil || cfg.Agent != nil || cfg.NATS.StreamReplicas != 3 || len(cfg.NATS.URLs) == 0 {
 		t.Errorf("bot config: %+v", cfg)
 	}
+	// Production: changes only as a mapped identity, and every approver
+	// the config lists is mapped, so each of them can complete a decision.
+	if !cfg.Identities.Required {
+		t.Error("bot config: identities.required is off; the shipped configuration acts only as the approver")
+	}
+	for _, a := range cfg.Approvals.Approvers {
+		if _, _, err := cfg.Identities.For("any-cluster", a, nil, ""); err != nil {
+			t.Errorf("approver %s has no identity: %v", a, err)
+		}
+	}
 	var configPath string
 	for _, a := range c.Args {
 		if p, ok := strings.CutPrefix(a, "--config="); ok {
@@ -513,7 +523,7 @@ func TestSlackManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	scopes := slices.Sorted(slices.Values(m.OAuthConfig.Scopes.Bot))
-	if want := []string{"channels:history", "chat:write", "commands", "groups:history", "usergroups:read"}; !slices.Equal(scopes, want) {
+	if want := []string{"channels:history", "chat:write", "commands", "groups:history", "usergroups:read", "users:read", "users:read.email"}; !slices.Equal(scopes, want) {
 		t.Errorf("bot scopes %v, want %v", scopes, want)
 	}
 	if len(m.Features.SlashCommands) != 1 || m.Features.SlashCommands[0].Command != "/hcp" ||

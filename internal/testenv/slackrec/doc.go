@@ -14,7 +14,10 @@
 //	})
 //
 // It also serves conversations.history, users.info (AddUser) and
-// usergroups.users.list (SetUserGroup); WithResponse stubs any other method.
+// usergroups.users.list (SetUserGroup), with the scopes the token was
+// granted (SetScopes: missing_scope without users:read or usergroups:read,
+// the profile's e-mail only with users:read.email); WithResponse stubs any
+// other method.
 //
 // Every message posted, updated or sent to a response_url is checked
 // against Block Kit's documented limits (package bot/notify/blockkit): one

@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/hcpbot/hcpbot/bot/notify/blockkit"
 )
 
 // Slack's answers beyond the happy path: messages over Block Kit's limits,
-// channels the bot cannot post to, a revoked token, and the look-ups
-// (users.info, usergroups.users.list) the bot makes.
+// channels the bot cannot post to, a revoked token, scopes not granted,
+// and the look-ups (users.info, usergroups.users.list) the bot makes.
 
 // BlockViolation is a message the recorder refused for breaking one of Block
 // Kit's limits (package blockkit), as Slack refuses it.
@@ -166,6 +167,39 @@ type User struct {
 	RealName string
 	Bot      bool
 	Deleted  bool
+	// Email is the profile's e-mail address; users.info shows it only to
+	// a token with the scope users:read.email (SetScopes).
+	Email string
+	// EmailUnconfirmed: the address was changed and the confirmation
+	// mail Slack sent to it not yet followed (is_email_confirmed false).
+	EmailUnconfirmed bool
+}
+
+// SetScopes sets the OAuth scopes the bot token was granted, as the app
+// was installed with them; until it is called every scope is granted.
+// The look-ups then answer as Slack does: missing_scope (with the scope
+// needed and the scopes provided) for users.info without users:read and
+// for usergroups.users.list without usergroups:read, and users.info's
+// profile without its e-mail without users:read.email. (Posting is not
+// checked: a bot without chat:write is no bot.)
+func (r *Recorder) SetScopes(scopes ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.scopes = append([]string{}, scopes...)
+}
+
+// granted reports whether the token has scope; r.mu is held.
+func (r *Recorder) granted(scope string) bool {
+	return r.scopes == nil || slices.Contains(r.scopes, scope)
+}
+
+// missingScope is Slack's answer to a method the token lacks needed for:
+// the error and, beside it, the scope needed and the scopes provided.
+func (r *Recorder) missingScope(needed string) reply {
+	rep := fail(http.StatusOK, "missing_scope")
+	body := rep.body.(map[string]any)
+	body["needed"], body["provided"] = needed, strings.Join(r.scopes, ",")
+	return rep
 }
 
 // AddUser adds or replaces a member users.info knows.
@@ -185,6 +219,9 @@ func (r *Recorder) SetUserGroup(id string, members ...string) {
 
 // userInfo serves users.info; the bot itself is always known.
 func (r *Recorder) userInfo(c *Call) reply {
+	if !r.granted("users:read") {
+		return r.missingScope("users:read")
+	}
 	id := c.Form.Get("user")
 	u, found := r.users[id]
 	if id == BotUserID {
@@ -193,15 +230,25 @@ func (r *Recorder) userInfo(c *Call) reply {
 	if !found {
 		return fail(http.StatusOK, "user_not_found")
 	}
-	return ok(map[string]any{"user": map[string]any{
+	profile := map[string]any{"real_name": u.RealName, "display_name": u.Name}
+	if u.Email != "" && r.granted("users:read.email") {
+		profile["email"] = u.Email
+	}
+	user := map[string]any{
 		"id": u.ID, "team_id": TeamID, "name": u.Name, "real_name": u.RealName,
-		"deleted": u.Deleted, "is_bot": u.Bot, "tz": "UTC",
-		"profile": map[string]any{"real_name": u.RealName, "display_name": u.Name},
-	}})
+		"deleted": u.Deleted, "is_bot": u.Bot, "tz": "UTC", "profile": profile,
+	}
+	if !u.Bot {
+		user["is_email_confirmed"] = !u.EmailUnconfirmed
+	}
+	return ok(map[string]any{"user": user})
 }
 
 // groupMembers serves usergroups.users.list.
 func (r *Recorder) groupMembers(c *Call) reply {
+	if !r.granted("usergroups:read") {
+		return r.missingScope("usergroups:read")
+	}
 	members, found := r.groups[c.Form.Get("usergroup")]
 	if !found {
 		return fail(http.StatusOK, "no_such_subteam")

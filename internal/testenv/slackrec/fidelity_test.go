@@ -223,6 +223,45 @@ func TestUsersAndGroups(t *testing.T) {
 	}
 }
 
+// TestScopes: users.info shows the profile's e-mail only to a token with
+// users:read.email, and like usergroups.users.list answers missing_scope,
+// naming the scope needed and those provided, without its read scope.
+func TestScopes(t *testing.T) {
+	rec := slackrec.New(t)
+	api := client(rec)
+	rec.AddUser(slackrec.User{ID: "U0ALICE", Name: "alice", Email: "alice@corp.example"})
+	rec.AddUser(slackrec.User{ID: "U0BOB", Name: "bob", Email: "bob@corp.example", EmailUnconfirmed: true})
+	rec.SetUserGroup("S0APPROVERS", "U0ALICE")
+
+	// Every scope until SetScopes.
+	if u, err := api.GetUserInfo("U0ALICE"); err != nil || u.Profile.Email != "alice@corp.example" || !u.IsEmailConfirmed {
+		t.Errorf("all scopes: %+v, %v", u, err)
+	}
+	if u, err := api.GetUserInfo("U0BOB"); err != nil || u.Profile.Email != "bob@corp.example" || u.IsEmailConfirmed {
+		t.Errorf("unconfirmed e-mail: confirmed %v, %v", u.IsEmailConfirmed, err)
+	}
+	rec.SetScopes("chat:write", "commands", "users:read", "usergroups:read")
+	if u, err := api.GetUserInfo("U0ALICE"); err != nil || u.Name != "alice" || u.Profile.Email != "" {
+		t.Errorf("without users:read.email: %+v, %v", u, err)
+	}
+	if _, err := api.GetUserGroupMembers("S0APPROVERS"); err != nil {
+		t.Errorf("usergroups:read granted: %v", err)
+	}
+	rec.SetScopes("chat:write", "commands")
+	var se slack.SlackErrorResponse
+	if _, err := api.GetUserInfo("U0ALICE"); !errors.As(err, &se) || se.Err != "missing_scope" || se.Needed != "users:read" || se.Provided != "chat:write,commands" {
+		t.Errorf("without users:read: %#v", err)
+	}
+	if _, err := api.GetUserGroupMembers("S0APPROVERS"); !errors.As(err, &se) || se.Err != "missing_scope" || se.Needed != "usergroups:read" {
+		t.Errorf("without usergroups:read: %#v", err)
+	}
+	rec.SetScopes("users:read", "users:read.email")
+	rec.Reset()
+	if u, err := api.GetUserInfo("U0ALICE"); err != nil || u.Profile.Email != "alice@corp.example" {
+		t.Errorf("scopes and users kept across Reset: %+v, %v", u, err)
+	}
+}
+
 // TestEveryMethodRateLimited: FailFor's 429 with Retry-After reaches every
 // method the recorder serves.
 func TestEveryMethodRateLimited(t *testing.T) {

@@ -141,6 +141,7 @@ type Recorder struct {
 	revoked         map[string]bool // tokens; "" is all
 	users           map[string]User
 	groups          map[string][]string
+	scopes          []string // the bot token's; nil grants every scope
 }
 
 // New starts a Recorder on loopback and stops it when tb ends.
@@ -254,8 +255,8 @@ func (r *Recorder) failing(now time.Time) (fault, bool) {
 }
 
 // Reset forgets calls, messages, counters, limits, failures, channel states
-// and revoked tokens; not block violations (BlockViolations), users and
-// user groups. Timestamps keep increasing across a reset.
+// and revoked tokens; not block violations (BlockViolations), users, user
+// groups and scopes. Timestamps keep increasing across a reset.
 func (r *Recorder) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
