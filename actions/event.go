@@ -35,6 +35,9 @@ type Actors struct {
 	// RequestedBy proposed the change; empty means Change.RequestedBy.
 	RequestedBy string
 	Approvers   []string
+	// As is the Kubernetes user the change was written as (Executor.As);
+	// empty: the agent's own identity.
+	As string
 }
 
 // RecordEvent records the execution of ch, which res reports, as one
@@ -175,7 +178,11 @@ func eventMessage(ch Change, res *Result, who Actors) string {
 	if ch.Type == TypeRollback && ch.Rollback != nil {
 		what = "rollback of " + ch.Rollback.Undo.ActionID
 	}
-	msg := fmt.Sprintf("hcpbot action %s (%s) %s: requested by %s, approved by %s. %s", ch.ID, what, res.Outcome, requester, approvers, res.Summary)
+	as := ""
+	if who.As != "" {
+		as = ", written as Kubernetes user " + who.As
+	}
+	msg := fmt.Sprintf("hcpbot action %s (%s) %s: requested by %s, approved by %s%s. %s", ch.ID, what, res.Outcome, requester, approvers, as, res.Summary)
 	return truncate(redact.RedactText(msg), maxEventMessage)
 }
 

@@ -53,7 +53,11 @@ func (x *Executor) Execute(ctx context.Context, req Change) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return x.run(ctx, c)
+	res, err := x.run(ctx, c)
+	if id, ok := x.ActingAs(); ok && res != nil {
+		res.As = id.User
+	}
+	return res, err
 }
 
 // run executes a validated request (Execute's, or the one Verifier.Open

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,13 +11,10 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -28,12 +24,7 @@ import (
 	"github.com/hcpbot/hcpbot/internal/testenv"
 )
 
-// The agent's ServiceAccount, as configs/deploy/agent has it.
-const (
-	agentNamespace = "hcpbot"
-	agentSA        = "hcpbot-agent"
-	agentUser      = "system:serviceaccount:" + agentNamespace + ":" + agentSA
-)
+const agentUser = testenv.AgentUser
 
 // idMap is the identities section of the tests: alice and carol may be
 // given rights by a test, dave only reads, all of group ops. bob is mapped
@@ -44,72 +35,15 @@ var idMap = identity.Map{Required: true, Entries: []identity.Entry{
 	{Slack: "UDAVE00001", User: "dave"},
 }}
 
-// asDeployedAgent deploys the agent's RBAC as shipped
-// (configs/deploy/agent/rbac.yaml and, in the HostedCluster namespace ns,
-// the RoleBinding of agent/clusters/) plus the impersonation ClusterRole
-// `hcpbot rbac` generates for m, and returns an Executor whose clients
-// authenticate as the agent's ServiceAccount with a token of its own (as
-// the pod's would; impersonating the ServiceAccount instead would not let
-// it impersonate in turn). The recorder sees every call of the executor
-// and of the copies As makes.
+// asDeployedAgent deploys the agent as shipped with the impersonation
+// ClusterRole `hcpbot rbac` generates for m (testenv.Env.DeployAgent) and
+// returns an Executor whose clients authenticate as the agent's
+// ServiceAccount. The recorder sees every call of the executor and of the
+// copies As makes.
 func asDeployedAgent(t *testing.T, ns string, m identity.Map) (*actions.Executor, *recorder) {
 	t.Helper()
-	ctx := context.Background()
-	for _, obj := range []any{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: agentSA}},
-	} {
-		var err error
-		switch o := obj.(type) {
-		case *corev1.Namespace:
-			_, err = env.Kube.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ServiceAccount:
-			_, err = env.Kube.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	data, err := os.ReadFile("../configs/deploy/agent/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	binding, err := os.ReadFile("../configs/deploy/agent/clusters/rolebinding.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		applyRBAC(t, []byte(doc), "")
-	}
-	applyRBAC(t, binding, ns)
-	role, err := actions.ImpersonationRole(m, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	applyRBACObject(t, role)
-	applyRBACObject(t, actions.ImpersonationBinding(agentNamespace, agentSA))
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = env.Kube.RbacV1().ClusterRoleBindings().Delete(ctx, actions.ImpersonationRoleName, metav1.DeleteOptions{})
-		_ = env.Kube.RbacV1().ClusterRoles().Delete(ctx, actions.ImpersonationRoleName, metav1.DeleteOptions{})
-	})
-
-	exp := int64(3600)
-	tr, err := env.Kube.CoreV1().ServiceAccounts(agentNamespace).CreateToken(ctx, agentSA,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &rest.Config{Host: env.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, QPS: 200, Burst: 400}
 	rec := &recorder{}
-	x := executorFor(t, cfg, rec)
-	kc := x.Kube
-	// RBAC reaches the authorizer through its informers: wait until the
-	// agent holds what was just bound.
-	waitAllowed(t, kc, authorizationv1.ResourceAttributes{Verb: "get", Group: hypershift.HostedClusterGVR.Group, Resource: "hostedclusters", Namespace: ns}, true)
-	waitAllowed(t, kc, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: m.Entries[0].User}, true)
-	rec.take()
-	return x, rec
+	return executorFor(t, env.DeployAgent(t, ns, m), rec), rec
 }
 
 // seededAgent is the seed 000 HostedCluster (clusters/proxied's shape, in
@@ -123,111 +57,9 @@ func seededAgent(t *testing.T, m identity.Map) (scenario.Cluster, *actions.Execu
 	return c, x, rec
 }
 
-// applyRBAC creates or replaces the RBAC object of a YAML document; ns,
-// when set, is the namespace of its RoleBinding.
-func applyRBAC(t *testing.T, doc []byte, ns string) {
-	t.Helper()
-	var meta struct{ Kind string }
-	if err := yaml.Unmarshal(doc, &meta); err != nil {
-		t.Fatal(err)
-	}
-	var obj any
-	switch meta.Kind {
-	case "ClusterRole":
-		obj = &rbacv1.ClusterRole{}
-	case "ClusterRoleBinding":
-		obj = &rbacv1.ClusterRoleBinding{}
-	case "Role":
-		obj = &rbacv1.Role{}
-	case "RoleBinding":
-		obj = &rbacv1.RoleBinding{}
-	default:
-		t.Fatalf("unexpected kind %q", meta.Kind)
-	}
-	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-		t.Fatal(err)
-	}
-	if rb, ok := obj.(*rbacv1.RoleBinding); ok && ns != "" {
-		rb.Namespace = ns
-	}
-	applyRBACObject(t, obj)
-}
-
-func applyRBACObject(t *testing.T, obj any) {
-	t.Helper()
-	ctx := context.Background()
-	rbac := env.Kube.RbacV1()
-	var err error
-	switch o := obj.(type) {
-	case *rbacv1.ClusterRole:
-		if _, err = rbac.ClusterRoles().Create(ctx, o, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			_, err = rbac.ClusterRoles().Update(ctx, o, metav1.UpdateOptions{})
-		}
-	case *rbacv1.ClusterRoleBinding:
-		if _, err = rbac.ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			_, err = rbac.ClusterRoleBindings().Update(ctx, o, metav1.UpdateOptions{})
-		}
-	case *rbacv1.Role:
-		if _, err = rbac.Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			_, err = rbac.Roles(o.Namespace).Update(ctx, o, metav1.UpdateOptions{})
-		}
-	case *rbacv1.RoleBinding:
-		if _, err = rbac.RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			_, err = rbac.RoleBindings(o.Namespace).Update(ctx, o, metav1.UpdateOptions{})
-		}
-	default:
-		t.Fatalf("not an RBAC object: %T", obj)
-	}
-	if err != nil {
-		t.Fatalf("apply %T: %v", obj, err)
-	}
-}
-
-// grant gives user the verbs on resource in namespace ns (a Role and its
-// RoleBinding named after the user), as a cluster administrator would;
-// the returned function takes it away again.
 func grant(t *testing.T, ns, user, group, resource string, verbs ...string) (revoke func()) {
 	t.Helper()
-	name := "test-" + user + "-" + resource
-	applyRBACObject(t, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{resource}, Verbs: verbs}},
-	})
-	applyRBACObject(t, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-	})
-	for _, v := range verbs {
-		waitUserAllowed(t, user, authorizationv1.ResourceAttributes{Verb: v, Group: group, Resource: resource, Namespace: ns}, true)
-	}
-	return func() {
-		if err := env.Kube.RbacV1().RoleBindings(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range verbs {
-			waitUserAllowed(t, user, authorizationv1.ResourceAttributes{Verb: v, Group: group, Resource: resource, Namespace: ns}, false)
-		}
-	}
-}
-
-// waitAllowed waits until kc's own identity is (or is not) allowed attr.
-func waitAllowed(t *testing.T, kc kubernetes.Interface, attr authorizationv1.ResourceAttributes, allowed bool) {
-	t.Helper()
-	testenv.Eventually(t, 30*time.Second, "the authorizer to see the RBAC for "+attr.Verb+" "+attr.Resource, func() bool {
-		r, err := kc.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(),
-			&authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attr}}, metav1.CreateOptions{})
-		return err == nil && r.Status.Allowed == allowed
-	})
-}
-
-func waitUserAllowed(t *testing.T, user string, attr authorizationv1.ResourceAttributes, allowed bool) {
-	t.Helper()
-	testenv.Eventually(t, 30*time.Second, "the authorizer to see the RBAC of "+user, func() bool {
-		r, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(),
-			&authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:authenticated"}, ResourceAttributes: &attr}}, metav1.CreateOptions{})
-		return err == nil && r.Status.Allowed == allowed
-	})
+	return env.Grant(t, ns, user, group, resource, verbs...)
 }
 
 // auditEvents waits until the management API server's audit log holds

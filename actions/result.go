@@ -62,6 +62,9 @@ type Result struct {
 	// Undo reverts the action with Rollback; nil when there is nothing to
 	// undo (a noProxy patch that changed nothing, a rollback).
 	Undo *Undo `json:"undo,omitempty"`
+	// As is the Kubernetes user the management writes were made as
+	// (Executor.As, the approver's identity); empty: the agent's own.
+	As string `json:"as,omitempty"`
 }
 
 // ExposedPort is one published port.

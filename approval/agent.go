@@ -649,7 +649,7 @@ func (a *agent) succeeded(ctx context.Context, p Proposal, res *actions.Result) 
 	r := Result{ID: p.ID, Proposal: p.digest, Change: res, RequestedBy: p.RequestedBy, Approvers: p.Approvers, At: a.now().UTC()}
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if err := a.cfg.Executor.RecordEvent(ectx, p.Change, res, actions.Actors{RequestedBy: p.RequestedBy, Approvers: p.Approvers}); err != nil {
+	if err := a.cfg.Executor.RecordEvent(ectx, p.Change, res, actions.Actors{RequestedBy: p.RequestedBy, Approvers: p.Approvers, As: res.As}); err != nil {
 		a.log.Warn().Err(err).Str("action", p.ID).Msg("execution not recorded as a Kubernetes Event")
 	}
 	if a.cfg.Trail != nil {
@@ -658,6 +658,9 @@ func (a *agent) succeeded(ctx context.Context, p Proposal, res *actions.Result) 
 			Cluster: p.Change.Cluster.String(), Source: p.Source,
 			Summary: res.Summary, Diff: res.Diff, Result: string(res.Outcome),
 			Reason: fmt.Sprintf("requested by %s, approved by %v", p.RequestedBy, p.Approvers),
+		}
+		if res.As != "" {
+			rec.Reason += ", written as Kubernetes user " + res.As
 		}
 		if err := a.cfg.Trail.Append(ectx, rec); err != nil {
 			a.log.Warn().Err(err).Str("action", p.ID).Msg("execution not audited by the agent")

@@ -74,12 +74,13 @@ const ownerInbox = "_INBOX_owner"
 
 // ownerPermissions: what the process that runs the server does in its own
 // name, without a role: create the events stream, which a process without
-// a bot (a standalone agent) needs and the agent's role may not create.
-// Nothing else.
+// a bot (a standalone agent) needs and the agent's role may not create,
+// and bring it to the bot's settings, which the bot's role may not
+// (Local.ApplyStream). Nothing else.
 func ownerPermissions() *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
-			jsStreamAPI("CREATE", EventsStreamName), jsStreamAPI("INFO", EventsStreamName),
+			jsStreamAPI("CREATE", EventsStreamName), jsStreamAPI("INFO", EventsStreamName), jsStreamAPI("UPDATE", EventsStreamName),
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{ownerInbox + ".>"}},
 	}
@@ -327,15 +328,38 @@ const inProcessURL = "nats://in-process"
 // events stream and nothing else, only in-process, with a key that never
 // leaves this process; its connection lasts this call.
 func (l *Local) CreateStream(ctx context.Context, spec StreamSpec, log zerolog.Logger) (jetstream.Stream, error) {
+	return l.asOwner(ctx, "creates", spec, log, func(js jetstream.JetStream) (jetstream.Stream, error) {
+		return CreateStream(ctx, js, spec)
+	})
+}
+
+// ApplyStream brings the events stream to spec in the owner's name,
+// creating it while absent: on its own server the process is trusted with
+// every key, so the bot's settings (max age, duplicate window) apply
+// whichever of agent and bot created the stream, although no role may
+// update a stream. Only the events stream, and only to spec: whatever
+// else a stream holds (sources, a republish) is replaced with it.
+func (l *Local) ApplyStream(ctx context.Context, spec StreamSpec, log zerolog.Logger) (jetstream.Stream, error) {
+	cfg := spec.config()
+	return l.asOwner(ctx, "applies", spec, log, func(js jetstream.JetStream) (jetstream.Stream, error) {
+		return retryEnsure(ctx, "stream", spec.Name, func(ctx context.Context) (jetstream.Stream, error) {
+			return js.CreateOrUpdateStream(ctx, cfg)
+		})
+	})
+}
+
+// asOwner runs do on a connection of the owner's, for the events stream
+// only.
+func (l *Local) asOwner(ctx context.Context, verb string, spec StreamSpec, log zerolog.Logger, do func(jetstream.JetStream) (jetstream.Stream, error)) (jetstream.Stream, error) {
 	if spec.Name != EventsStreamName {
-		return nil, fmt.Errorf("bus: the embedded server's owner creates %s only, not %s", EventsStreamName, spec.Name)
+		return nil, fmt.Errorf("bus: the embedded server's owner %s %s only, not %s", verb, EventsStreamName, spec.Name)
 	}
 	c, err := l.connect(ctx, l.owner, ownerInbox, Config{Name: "hcpbot-owner"}, log)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	return CreateStream(ctx, c.JS, spec)
+	return do(c.JS)
 }
 
 // SeedFile is the file holding role's seed of this start, "" without a

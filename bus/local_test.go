@@ -331,6 +331,14 @@ func TestLocalOwnerCreatesEventsStreamOnly(t *testing.T) {
 	if _, err := l.CreateStream(ctx, AuditStream(0, 0), testLogger(t)); err == nil {
 		t.Error("the owner created the audit stream")
 	}
+	// The bot of this process applies its settings through the owner,
+	// the events stream's only.
+	if s, err := l.ApplyStream(ctx, EventsStream(5*time.Hour, 0), testLogger(t)); err != nil || s.CachedInfo().Config.MaxAge != 5*time.Hour {
+		t.Fatalf("owner's apply of the bot's settings: %v, %v", s, err)
+	}
+	if _, err := l.ApplyStream(ctx, AuditStream(0, 0), testLogger(t)); err == nil {
+		t.Error("the owner applied the audit stream")
+	}
 	// Its user, whatever this package asks: nothing but the events stream.
 	owner, err := l.connect(ctx, l.owner, ownerInbox, Config{}, testLogger(t))
 	if err != nil {
@@ -341,6 +349,9 @@ func TestLocalOwnerCreatesEventsStreamOnly(t *testing.T) {
 	defer cancel()
 	if _, err := owner.JS.CreateStream(cctx, AuditStream(0, 0).config()); err == nil {
 		t.Error("the owner's user created the audit stream")
+	}
+	if _, err := owner.JS.UpdateStream(cctx, ActionsStream().config()); err == nil {
+		t.Error("the owner's user updated the actions stream")
 	}
 }
 

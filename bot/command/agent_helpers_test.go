@@ -62,7 +62,7 @@ func runFlow(t *testing.T, js jetstream.JetStream, signer *approval.Signer, trai
 // approval.Serve trusting signer's key under four-eyes, its refusals and
 // executions on its own audit subject, executing with x; until stop or
 // the test's end.
-func serveAgent(t *testing.T, js jetstream.JetStream, source string, signer *approval.Signer, x approval.Executor) (stop func()) {
+func serveAgent(t *testing.T, js jetstream.JetStream, source string, signer *approval.Signer, x approval.Executor, mod ...func(*approval.AgentConfig)) (stop func()) {
 	t.Helper()
 	trail, err := audit.ForAgent(js, source)
 	if err != nil {
@@ -71,6 +71,9 @@ func serveAgent(t *testing.T, js jetstream.JetStream, source string, signer *app
 	cfg := approval.AgentConfig{
 		Source: source, Trust: approval.Trust{Keys: []string{signer.PublicKey()}, FourEyes: true},
 		Executor: x, Trail: trail, Log: natstest.Logger(t),
+	}
+	for _, m := range mod {
+		m(&cfg)
 	}
 	return runUntil(t, func(ctx context.Context) {
 		if err := approval.Serve(ctx, js, cfg); err != nil {

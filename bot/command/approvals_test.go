@@ -196,9 +196,11 @@ func TestApprovalsProposeApprove(t *testing.T) {
 		t.Errorf("the refused approval's conversation got %d later replies", n)
 	}
 	// The bot records the execution, and so does the agent on its own
-	// subject.
+	// subject. Approvals are audited before they are sealed: the loser of
+	// the race may have its approval on the trail, followed by the refusal
+	// saying it was not recorded.
 	kinds := auditKinds(t, e.log)
-	if kinds[audit.KindProposed] != 1 || kinds[audit.KindApproved] != 1 || kinds[audit.KindExecuted] != 2 || kinds[audit.KindRefused] < 3 {
+	if kinds[audit.KindProposed] != 1 || kinds[audit.KindApproved] < 1 || kinds[audit.KindApproved] > 2 || kinds[audit.KindExecuted] != 2 || kinds[audit.KindRefused] < 3 {
 		t.Errorf("audit kinds: %v", kinds)
 	}
 }

@@ -83,6 +83,9 @@ func Outcome(p approval.Proposal) chatops.Reply {
 		text = fmt.Sprintf("`%s`%s: nothing to change, %s", id, who, esc(p.Result.Summary))
 	case (p.State == approval.StateExecuted || p.State == approval.StateRolledBack) && p.Result != nil:
 		text = fmt.Sprintf("`%s`%s and %s: %s", id, who, esc(string(p.Result.Outcome)), esc(p.Result.Summary))
+		if p.Result.As != "" {
+			text += fmt.Sprintf(" (written as Kubernetes user `%s`)", esc(p.Result.As))
+		}
 		if p.Result.Diff != "" {
 			text += "\n```" + escCode(p.Result.Diff) + "```"
 		}

@@ -20,6 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
@@ -30,6 +33,7 @@ import (
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -219,10 +223,39 @@ type liveEnv struct {
 	seal    nkeys.KeyPair    // the same key, for tests that forge with it
 	botNC   *nats.Conn
 	botJS   jetstream.JetStream
+	// serveAgent (re)starts the agent; agentStop stops the one running.
+	serveAgent func() (stop func())
+	agentStop  func()
 }
 
-func newLiveEnv(t *testing.T) *liveEnv {
+// liveOption changes what newLiveEnv starts.
+type liveOption func(*liveConfig)
+
+type liveConfig struct {
+	identities identity.Map
+	approvers  []string
+}
+
+// withIdentities deploys the agent as shipped, with the impersonation
+// role for m (testenv.Env.DeployAgent): it authenticates as its
+// ServiceAccount and makes each approved change as the approver's
+// identity (actions.Executor.As), and answers the bot's identity checks
+// (approval.ServeChecks); the flow checks each approval with it.
+func withIdentities(m identity.Map) liveOption {
+	return func(c *liveConfig) { c.identities = m }
+}
+
+// withApprovers adds approvers to the flow's policy.
+func withApprovers(ids ...string) liveOption {
+	return func(c *liveConfig) { c.approvers = append(c.approvers, ids...) }
+}
+
+func newLiveEnv(t *testing.T, opts ...liveOption) *liveEnv {
 	t.Helper()
+	var lc liveConfig
+	for _, o := range opts {
+		o(&lc)
+	}
 	env.Need(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
@@ -266,8 +299,30 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flow := runFlow(t, botConn.JS, signer, log, fourEyes())
-	serveAgent(t, agentConn.JS, source, signer, &actions.Executor{Dynamic: env.Dynamic, Kube: env.Kube})
+	pol := fourEyes()
+	pol.Approvers = append(pol.Approvers, lc.approvers...)
+	x := &actions.Executor{Dynamic: env.Dynamic, Kube: env.Kube}
+	var flowMods []func(*approval.Config)
+	var agentMods []func(*approval.AgentConfig)
+	if !lc.identities.Empty() {
+		x = executorFor(t, env.DeployAgent(t, ns, lc.identities))
+		m := lc.identities
+		flowMods = append(flowMods, func(c *approval.Config) { c.Identities = m })
+		agentMods = append(agentMods, func(c *approval.AgentConfig) {
+			c.Identities = m
+			c.As = func(id identity.Identity, extra map[string][]string) (approval.Executor, error) {
+				return x.As(id, extra)
+			}
+		})
+		runUntil(t, func(ctx context.Context) {
+			_ = approval.ServeChecks(ctx, agentConn.NC, approval.CheckConfig{
+				Source: source, Keys: []string{signer.PublicKey()}, Identities: m, Access: x.Access, Log: natstest.Logger(t),
+			})
+		})
+	}
+	flow := runFlow(t, botConn.JS, signer, log, pol, flowMods...)
+	start := func() func() { return serveAgent(t, agentConn.JS, source, signer, x, agentMods...) }
+	stop := start()
 
 	// What the agent's watchers would have reported about the cluster.
 	b := botKnowing(t, hostedCluster{source: source, namespace: ns, name: "kv", state: event.HostedClusterState{
@@ -276,7 +331,22 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	}})
 	cmds := &command.Handler{Bot: b, Audit: log, Changes: &command.Changes{Flow: flow, Audit: log, Log: natstest.Logger(t)}}
 	return &liveEnv{ns: ns, c: c, hosted: hosted, flow: flow, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
-		source: source, signer: signer, seal: kp, botNC: botConn.NC, botJS: botConn.JS}
+		source: source, signer: signer, seal: kp, botNC: botConn.NC, botJS: botConn.JS, serveAgent: start, agentStop: stop}
+}
+
+// executorFor is the agent's executor on cfg: its clients, and cfg as the
+// base of the clients As makes.
+func executorFor(t *testing.T, cfg *rest.Config) *actions.Executor {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &actions.Executor{Dynamic: dyn, Kube: kube, Config: cfg}
 }
 
 // noProxy reads the HostedCluster's noProxy from the API server.

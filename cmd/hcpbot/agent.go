@@ -31,6 +31,7 @@ import (
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
 	"github.com/hcpbot/hcpbot/redact"
@@ -86,6 +87,9 @@ type agentFlags struct {
 	// natsCredsContent is a .creds file's content, from the variable
 	// nats.credsEnv names.
 	natsCredsContent []byte
+	// identities: who the agent acts as on each approval (the file's
+	// identities section, the same the bot reads).
+	identities identity.Map
 }
 
 // agentFlagUsage is the one line of `hcpbot agent --help`.
@@ -381,6 +385,26 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		Log:        log,
 		AckWait:    f.actionAckWait,
 		Registerer: reg,
+		// Each approved change is made as the approver who completed the
+		// decision (actions.Executor.As): the API server's RBAC, admission
+		// and audit log see that person, with the action id, the requester
+		// and the approvers.
+		Identities: f.identities,
+		As: func(id identity.Identity, extra map[string][]string) (approval.Executor, error) {
+			return executor.As(id, extra)
+		},
+	}
+	if !f.identities.Empty() {
+		// Every replica answers the bots' identity checks (any one may):
+		// they read, they write nothing.
+		wg.Go(func() {
+			err := approval.ServeChecks(ctx, conn.NC, approval.CheckConfig{
+				Source: f.source, Keys: f.trustedKeys, Identities: f.identities, Access: executor.Access, Log: log,
+			})
+			if err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Msg("not answering identity checks")
+			}
+		})
 	}
 	run := func(ctx context.Context) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -635,5 +659,6 @@ func agentFlagsFromConfig(cfg *configs.Config, getenv func(string) string) agent
 		lease:       watchers.LeaderConfig{LeaseDuration: a.LeaderElection.LeaseDuration, RenewDeadline: a.LeaderElection.RenewDeadline, RetryPeriod: a.LeaderElection.RetryPeriod},
 		trustedKeys: a.TrustedKeys, requireFourEyes: a.RequireFourEyes, approvers: a.Approvers,
 		requiredApprovals: a.RequiredApprovals, actionAckWait: a.ActionAckWait,
+		identities: cfg.Identities,
 	}
 }

@@ -174,7 +174,16 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 // facts may have aged out: the bot then asks every agent leader to restate
 // its clusters onto the stream, which it replays.
 func botStream(ctx context.Context, cfg *configs.Config, conn *bus.Conn, log zerolog.Logger) error {
-	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(cfg.NATS.EventsMaxAge, cfg.NATS.DuplicateWindow, bus.WithReplicas(cfg.NATS.StreamReplicas))); err != nil {
+	spec := bus.EventsStream(cfg.NATS.EventsMaxAge, cfg.NATS.DuplicateWindow, bus.WithReplicas(cfg.NATS.StreamReplicas))
+	var err error
+	if l := conn.Local(); l != nil {
+		// On its own server the process applies the configured settings
+		// (the agent may have created the stream with the defaults).
+		_, err = l.ApplyStream(ctx, spec, log)
+	} else {
+		_, err = bus.EnsureStream(ctx, conn.JS, spec)
+	}
+	if err != nil {
 		return err
 	}
 	if err := conn.NC.Publish(event.RestateSubject, nil); err != nil {
@@ -321,13 +330,15 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok
 	}
 	b := bot.New(bcfg, conn.JS, notifier, reg, log)
-	commands := &botcmd.Handler{Bot: b, Audit: auditLog, AuditVerifier: verifier, Silences: silences}
+	commands := &botcmd.Handler{Bot: b, Audit: auditLog, AuditVerifier: verifier, Silences: silences, Identities: cfg.Identities}
 	if n, isSlack := notifier.(*notify.Slack); isSlack {
 		commands.Delivery = n // `/hcp status` lists the channels Slack refuses
 	}
+	people := slackPeople(cfg, sec)
+	commands.Groups, commands.Emails = people.groups, people.emails
 	var flow *approval.Flow
 	if cfg.Approvals != nil {
-		if flow, err = newFlow(ctx, cfg, sec, signer, conn, auditLog, notifier, reg, log); err != nil {
+		if flow, err = newFlow(ctx, cfg, people, signer, conn, auditLog, notifier, reg, log); err != nil {
 			return err
 		}
 		commands.Changes = &botcmd.Changes{Flow: flow, Audit: auditLog, Log: log}
@@ -469,11 +480,12 @@ func slackOptions(ctx context.Context, cfg *configs.Config, conn *bus.Conn, reg 
 // decision was asked in, else the incident channel of the cluster.
 // Without approvals, commands that change clusters answer that they are
 // unavailable.
-func newFlow(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, signer *approval.Signer, conn *bus.Conn, log *audit.Log,
+func newFlow(ctx context.Context, cfg *configs.Config, people people, signer *approval.Signer, conn *bus.Conn, log *audit.Log,
 	out notify.Notifier, reg prometheus.Registerer, logger zerolog.Logger) (*approval.Flow, error) {
 	a := cfg.Approvals
 	fc := approval.Config{
 		Signer: signer, TrustedKeys: a.TrustedKeys, Trail: log, Replicas: max(cfg.NATS.StreamReplicas, 1), Log: logger, Registerer: reg,
+		Identities: cfg.Identities, Groups: people.groups, Emails: people.emails,
 		Policy: approval.Policy{Approvers: a.Approvers, ApproverGroups: a.ApproverGroups, FourEyes: a.FourEyes, Approvals: a.Required, TTL: a.ProposalTTL},
 		Outcomes: func(ctx context.Context, p approval.Proposal) {
 			channel := p.Channel
@@ -486,14 +498,27 @@ func newFlow(ctx context.Context, cfg *configs.Config, sec *configs.Secrets, sig
 			}
 		},
 	}
-	if len(a.ApproverGroups) > 0 {
-		// Group membership is read from Slack at each approval.
-		if sec.SlackBotToken == "" || cfg.Slack == nil {
-			return nil, errors.New("approvals.approverGroups need the Slack bot token to read group members")
-		}
-		fc.Groups = botcmd.SlackGroups{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil)}
+	if len(a.ApproverGroups) > 0 && people.groups == nil {
+		return nil, errors.New("approvals.approverGroups need the Slack bot token to read group members")
 	}
 	return approval.NewFlow(ctx, conn.JS, fc)
+}
+
+// people reads who is who in Slack: the members of user groups (approver
+// groups, identities naming a group) and e-mails (identities with an
+// emailPrefix), both read at each approval. Without the bot token there is
+// neither.
+type people struct {
+	groups approval.Groups
+	emails approval.Emails
+}
+
+func slackPeople(cfg *configs.Config, sec *configs.Secrets) people {
+	if sec.SlackBotToken == "" || cfg.Slack == nil {
+		return people{}
+	}
+	client := notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil)
+	return people{groups: botcmd.SlackGroups{Client: client}, emails: &botcmd.SlackProfiles{Client: client}}
 }
 
 // responseURLPrefixes are where the bot may POST delayed replies: Slack's

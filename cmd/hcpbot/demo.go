@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
@@ -178,8 +180,18 @@ slack:%s
 approvals:
   approvers: [%s]
   fourEyes: true
+# Who the agent acts as on each approval: the approver's own Kubernetes
+# identity (the demo grants group %[7]s get and patch of the
+# HostedClusters in %[8]s), so that cluster RBAC decides and the API
+# server's audit log names the person. required: nobody else's rights.
+identities:
+  required: true
+  map:
+    - {slack: %[9]s, user: alice, groups: [%[7]s]}
+    - {slack: %[10]s, user: bob, groups: [%[7]s]}
 log: {level: info, format: json}
-`, filepath.Join(dir, "nats"), demoSource, kubeconfig, channel, apiURL, strings.Join(ids, ", "))
+`, filepath.Join(dir, "nats"), demoSource, kubeconfig, channel, apiURL, strings.Join(ids, ", "), demo.ApproversGroup, demo.Namespace,
+		demoUsers["alice"], demoUsers["bob"])
 	path := filepath.Join(dir, "hcpbot.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		return nil, nil, err
@@ -215,7 +227,8 @@ func (s *demoSession) interactive(ctx context.Context, in io.Reader, timeout tim
 		fmt.Fprintln(s.out, "▶", err)
 	}
 	fmt.Fprintln(s.out, "▶ type /hcp help — try: /hcp incidents, /hcp diagnose clusters/proxied, /hcp fix noproxy clusters/proxied,")
-	fmt.Fprintln(s.out, "  then `as bob` and /hcp approve <id> (four-eyes: alice proposes, bob approves), /hcp audit; quit to leave")
+	fmt.Fprintln(s.out, "  then `as bob` and /hcp approve <id> (four-eyes: alice proposes, bob approves), /hcp audit, /hcp whoami; quit to leave")
+	fmt.Fprintf(s.out, "  the agent writes as the approver's Kubernetes user: kubectl get events -n %s shows it\n", demo.Namespace)
 	err := s.chat(in, "alice", "hcp> ").Run(ctx)
 	if ctx.Err() != nil {
 		return nil // interrupted: the usual way out
@@ -356,6 +369,9 @@ func (s *demoSession) script(ctx context.Context, timeout time.Duration) error {
 		}
 		fmt.Fprintf(s.out, "✔ %s %s\n", id, st.done)
 	}
+	if err := s.showWriter(ctx, timeout, id, "bob"); err != nil {
+		return fmt.Errorf("script: %w", err)
+	}
 	if !waitUntil(ctx, timeout, func() bool {
 		for _, i := range s.bot.Incidents() {
 			if i.Key == inc.Key && !i.Open() {
@@ -387,6 +403,46 @@ func (s *demoSession) script(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	fmt.Fprintf(s.out, "✔ the audit stream lists %s proposed, refused (four-eyes), approved and executed\n", id)
+	return nil
+}
+
+// showWriter shows who the agent wrote id's change as: the API server's
+// audit log (the agent's user impersonating the approver, with the action
+// id) and the Event on the HostedCluster (kubectl get events -n clusters).
+func (s *demoSession) showWriter(ctx context.Context, timeout time.Duration, id, user string) error {
+	var write demo.Write
+	if !waitUntil(ctx, timeout, func() bool {
+		ws, err := s.w.WritesOf(id)
+		if err != nil {
+			return false
+		}
+		for _, w := range ws {
+			if w.Verb == "patch" && w.Code == 200 {
+				write = w
+				return true
+			}
+		}
+		return false
+	}) {
+		return fmt.Errorf("the API server's audit log holds no write of %s", id)
+	}
+	if write.As != user {
+		return fmt.Errorf("the write of %s ran as %q, not as %s", id, write.As, user)
+	}
+	fmt.Fprintf(s.out, "✔ the API server's audit log: %s %s by %s as user %s (groups %s), action %s\n",
+		write.Verb, write.Object, write.By, write.As, strings.Join(write.AsGroups, ", "), id)
+	var msg string
+	if !waitUntil(ctx, timeout, func() bool {
+		evs, err := s.w.Kube.CoreV1().Events(demo.Namespace).List(ctx, metav1.ListOptions{LabelSelector: actions.LabelActionID + "=" + id})
+		if err != nil || len(evs.Items) == 0 {
+			return false
+		}
+		msg = evs.Items[0].Message
+		return true
+	}) {
+		return fmt.Errorf("no Event of %s in %s", id, demo.Namespace)
+	}
+	fmt.Fprintf(s.out, "✔ kubectl get events -n %s: %s\n", demo.Namespace, msg)
 	return nil
 }
 

@@ -14,8 +14,9 @@ import (
 // plane, through the product's path: the proposal is stored in the
 // approval store, the proposer's own approval is refused (four-eyes),
 // a second console user's approval is sent signed to the agent, which
-// executes it, `/hcp audit` lists every step from the audit stream, and
-// the incident resolves. It exits 0 only if all of that happened.
+// executes it as bob's Kubernetes identity (the API server's audit log
+// and the Event say so), `/hcp audit` lists every step from the audit
+// stream, and the incident resolves. It exits 0 only if all of that happened.
 func TestDemoScript(t *testing.T) {
 	env.Need(t)
 	dir := t.TempDir()
@@ -36,6 +37,13 @@ func TestDemoScript(t *testing.T) {
 		"Four-eyes rule: you proposed `" + id + "`",
 		"[bob] hcp> /hcp approve " + id,
 		"(requested by @U0000ALICE) approved by @U00000BOB and applied",
+		// Written as bob (identities): the outcome, the API server's audit
+		// log and the Event on the HostedCluster say so.
+		"written as Kubernetes user",
+		"✔ the API server's audit log: patch hostedclusters clusters/proxied by ",
+		" as user bob (groups platform-ops",
+		"✔ kubectl get events -n clusters: hcpbot action " + id,
+		"written as Kubernetes user bob",
 		"✔ incident", "resolved",
 		"[alice] hcp> /hcp audit",
 		// What /hcp audit read back from the audit stream.

@@ -196,21 +196,18 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"digests[].channel":                  {proof: botDigest},
 		"log.level":                          {proof: botLog},
 		"log.format":                         {proof: botLog},
-		// Their effect is the agent acting as the approver; `/hcp whoami`
-		// (proveWhoami) shows each once runBot gives the command handler
-		// the identities, the group resolver and the e-mail look-up.
-		"identities.required":          {proof: whoami, skip: identitiesSkip},
-		"identities.map[].slack":       {proof: whoami, skip: identitiesSkip},
-		"identities.map[].user":        {proof: whoami, skip: identitiesSkip},
-		"identities.map[].emailPrefix": {proof: whoami, skip: identitiesSkip},
-		"identities.map[].groups":      {proof: whoami, skip: identitiesSkip},
-		"identities.map[].clusters":    {proof: whoami, skip: identitiesSkip},
+		// Their effect is the agent acting as the approver
+		// (bot/command.TestImpersonationThroughSlackLive,
+		// configs/deploy.TestDeployAsShipped, TestDemoScript); here `/hcp
+		// whoami` of `hcpbot bot` shows each field read.
+		"identities.required":          {proof: whoami},
+		"identities.map[].slack":       {proof: whoami},
+		"identities.map[].user":        {proof: whoami},
+		"identities.map[].emailPrefix": {proof: whoami},
+		"identities.map[].groups":      {proof: whoami},
+		"identities.map[].clusters":    {proof: whoami},
 	}
 }
-
-// identitiesSkip: the identities are being wired into the approval flow,
-// the agent and runBot at the same time as this proof was written.
-const identitiesSkip = "wired in the approval flow by the integrator (issue 28)"
 
 // botFixture is one `hcpbot bot` from a config file setting every field
 // its proofs look at to a value other than the default, on a 3-node NATS

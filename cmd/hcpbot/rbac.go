@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/identity"
 )
 
@@ -106,47 +106,15 @@ func writeObject(w io.Writer, o runtime.Object) error {
 }
 
 // identitiesOf is the identities section of the configuration at path and
-// its agent.source.
-//
-// MERGE: until configs.Config has Identities (identity.Map), the section
-// is read here on its own (configs.Load would refuse the unknown key); with
-// it, the body is:
-//
-//	cfg, err := configs.Load(path); if err != nil { return identity.Map{}, "", err }
-//	return cfg.Identities, cfg.Agent.Source, nil  // (Agent may be nil)
+// its agent.source, the file validated as every command validates it.
 func identitiesOf(path string) (identity.Map, string, error) {
-	data, err := os.ReadFile(path)
+	cfg, err := configs.Load(path)
 	if err != nil {
-		return identity.Map{}, "", fmt.Errorf("read %s: %w", path, err)
-	}
-	var f struct {
-		Agent *struct {
-			Source string `json:"source"`
-		} `json:"agent"`
-		Identities *struct {
-			Required bool `json:"required"`
-			Entries  []struct {
-				Slack       string   `json:"slack"`
-				User        string   `json:"user"`
-				EmailPrefix string   `json:"emailPrefix"`
-				Groups      []string `json:"groups"`
-				Clusters    []string `json:"clusters"`
-			} `json:"entries"`
-		} `json:"identities"`
-	}
-	if err := yaml.Unmarshal(data, &f); err != nil {
-		return identity.Map{}, "", fmt.Errorf("%s: %w", path, err)
-	}
-	var m identity.Map
-	if f.Identities != nil {
-		m.Required = f.Identities.Required
-		for _, e := range f.Identities.Entries {
-			m.Entries = append(m.Entries, identity.Entry{Slack: e.Slack, User: e.User, EmailPrefix: e.EmailPrefix, Groups: e.Groups, Clusters: e.Clusters})
-		}
+		return identity.Map{}, "", err
 	}
 	var source string
-	if f.Agent != nil {
-		source = f.Agent.Source
+	if cfg.Agent != nil {
+		source = cfg.Agent.Source
 	}
-	return m, source, nil
+	return cfg.Identities, source, nil
 }

@@ -20,7 +20,7 @@ import (
 // mgmt-2 only.
 const identitiesYAML = `identities:
   required: true
-  entries:
+  map:
   - slack: U0123ALICE
     user: alice
     groups: [ops]
@@ -127,9 +127,9 @@ func TestRBACImpersonationRefused(t *testing.T) {
 		code       int
 		want       string
 	}{
-		{"e-mail prefix", identitiesYAML + "  - slack: S0123OIDC0\n    emailPrefix: 'oidc:'\n", 1, "entry S0123OIDC0 derives its user from the Slack e-mail (emailPrefix \"oidc:\"): the identities cannot be listed in resourceNames"},
+		{"e-mail prefix", "agent:\n  source: mgmt-1\n" + identitiesYAML + "  - slack: S0123OIDC0\n    emailPrefix: 'oidc:'\n", 1, "entry S0123OIDC0 derives its user from the Slack e-mail (emailPrefix \"oidc:\"): the identities cannot be listed in resourceNames"},
 		{"no identities", "agent:\n  source: mgmt-1\n", 1, "maps no identities"},
-		{"none for this cluster", "agent:\n  source: mgmt-3\nidentities:\n  entries:\n  - {slack: U0123BOB00, user: bob, clusters: [mgmt-2]}\n", 1, "no identity mapped for management cluster mgmt-3"},
+		{"none for this cluster", "agent:\n  source: mgmt-3\nidentities:\n  map:\n  - {slack: U0123BOB00, user: bob, clusters: [mgmt-2]}\n", 1, "no identity mapped for management cluster mgmt-3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := run(t, "rbac", "--config", configFile(t, tc.yaml))

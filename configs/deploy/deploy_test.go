@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -231,6 +232,20 @@ func TestAgentManifests(t *testing.T) {
 			t.Errorf("%s: %+v, want the downward API's %s", name, e, field)
 		}
 	}
+	// Its config file (the identities) is the generated ConfigMap,
+	// mounted where --config points.
+	acm := find(t, objs, "ConfigMap", "hcpbot-agent-config")
+	mountedConfig := false
+	for _, m := range c.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == acm.GetName() && slices.Contains(c.Args, "--config="+filepath.Join(m.MountPath, "config.yaml")) {
+				mountedConfig = true
+			}
+		}
+	}
+	if !mountedConfig {
+		t.Errorf("agent args %q: --config does not name config.yaml of ConfigMap %s as mounted", c.Args, acm.GetName())
+	}
 	cm := find(t, objs, "ConfigMap", "hcpbot-agent-settings")
 	for _, name := range []string{"HCPBOT_SOURCE", "HCPBOT_NATS_URL", "HCPBOT_TRUSTED_KEYS"} {
 		e := envs[name]
@@ -344,6 +359,17 @@ func TestBotManifests(t *testing.T) {
 		if _, _, err := cfg.Identities.For("any-cluster", a, nil, ""); err != nil {
 			t.Errorf("approver %s has no identity: %v", a, err)
 		}
+	}
+	// The agent reads the same identities (its config.yaml), or it would
+	// act as itself while the bot says it acts as the approver.
+	agentCM := find(t, render(t, "agent"), "ConfigMap", "hcpbot-agent-config")
+	agentData, _, _ := unstructured.NestedString(agentCM.Object, "data", "config.yaml")
+	agentCfg, err := configs.Parse([]byte(agentData), "config.yaml")
+	if err != nil {
+		t.Fatalf("agent config: %v", err)
+	}
+	if !reflect.DeepEqual(agentCfg.Identities, cfg.Identities) {
+		t.Errorf("the agent's identities %+v differ from the bot's %+v", agentCfg.Identities, cfg.Identities)
 	}
 	var configPath string
 	for _, a := range c.Args {

@@ -27,8 +27,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/internal/controlplane"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -66,6 +68,7 @@ func TestDeployAsShipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	deploy(t)
+	actAsApprovers(t, hcpbotBin)
 	// A Lease left by an earlier test's agent would only delay the election.
 	if err := env.Kube.CoordinationV1().Leases(namespace).Delete(ctx, "hcpbot-agent", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
@@ -263,6 +266,20 @@ func TestDeployAsShipped(t *testing.T) {
 	if !strings.HasPrefix(got, scenario.SeedNoProxy+",") {
 		t.Errorf("noProxy %q does not keep the earlier entries %q", got, scenario.SeedNoProxy)
 	}
+	// Written as the approver who completed the decision (identities
+	// of agent/config.yaml), as the API server's audit log shows.
+	want := map[string]string{"U01234ABCD": "alice", "U05678EFGH": "bob"}[second]
+	testenv.Eventually(t, 10*time.Second, "the fix's patch as "+want+" in the audit log", func() bool {
+		evs, err := controlplane.AuditEvents(env.CP.Management.AuditLogPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(evs, func(e controlplane.AuditEvent) bool {
+			return e.Verb == "patch" && e.User.Username == testenv.AgentUser && e.ImpersonatedUser != nil && e.ImpersonatedUser.Username == want &&
+				e.ObjectRef != nil && e.ObjectRef.Resource == "hostedclusters" && e.ObjectRef.Name == c.Name &&
+				e.ResponseStatus != nil && e.ResponseStatus.Code == 200 && !strings.Contains(e.RequestURI, "dryRun=")
+		})
+	})
 	t.Logf("seed 000 fixed end to end after %v", time.Since(started).Round(time.Millisecond))
 
 	// No secret reached a log; nothing the agent needs was refused.
@@ -287,6 +304,35 @@ func TestDeployAsShipped(t *testing.T) {
 		if strings.Contains(strings.ToLower(logs), "forbidden") {
 			t.Errorf("%s was refused something:\n%s", pod.name, tail(logs, 3000))
 		}
+	}
+}
+
+// actAsApprovers does what README.md asks of an operator whose
+// configuration maps identities: apply the impersonation grant `hcpbot
+// rbac` prints from the agent's config.yaml, and give the mapped people
+// (alice, bob) the right to patch the HostedClusters of clusters, as a
+// cluster administrator would. Without it, the shipped configuration
+// (identities.required) runs nothing.
+func actAsApprovers(t *testing.T, hcpbotBin string) {
+	t.Helper()
+	out, err := exec.Command(hcpbotBin, "rbac", "--config", "agent/config.yaml").Output()
+	if err != nil {
+		t.Fatalf("hcpbot rbac: %v", err)
+	}
+	docs := strings.Split(string(out), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("hcpbot rbac printed:\n%s", out)
+	}
+	for _, doc := range docs {
+		env.ApplyRBAC(t, []byte(doc), "")
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = env.Kube.RbacV1().ClusterRoleBindings().Delete(ctx, actions.ImpersonationRoleName, metav1.DeleteOptions{})
+		_ = env.Kube.RbacV1().ClusterRoles().Delete(ctx, actions.ImpersonationRoleName, metav1.DeleteOptions{})
+	})
+	for _, user := range []string{"alice", "bob"} {
+		t.Cleanup(env.Grant(t, hcNamespace, user, hypershift.HostedClusterGVR.Group, "hostedclusters", "patch"))
 	}
 }
 

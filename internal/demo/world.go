@@ -12,14 +12,19 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hcpbot/hcpbot/hypershift"
+	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/internal/controlplane"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/noproxy"
@@ -53,7 +58,8 @@ type World struct {
 func Start(ctx context.Context, dir string, progress io.Writer, buildLog *os.File) (*World, error) {
 	fmt.Fprintln(progress, "▶ starting a local management cluster (etcd + kube-apiserver from module source;")
 	fmt.Fprintln(progress, "  the first run builds kube-apiserver: about 12–15 minutes on 2 cores, cached afterwards)")
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "controlplane"), Progress: buildLog})
+	// The audit log shows who each write to a HostedCluster was made as.
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "controlplane"), Progress: buildLog, AuditLog: true})
 	if err != nil {
 		return nil, err
 	}
@@ -77,6 +83,9 @@ func (w *World) setup(ctx context.Context, progress io.Writer) error {
 		return err
 	}
 	w.Kube, w.Dynamic = kc, dc
+	if err := w.grantApprovers(ctx); err != nil {
+		return err
+	}
 	fmt.Fprintln(progress, "▶ creating two hosted clusters: clusters/healthy and clusters/proxied (behind http://proxy.corp.example:3128)")
 	if w.Healthy, err = w.hosted(ctx, scenario.Healthy(Namespace, "healthy")); err != nil {
 		return err
@@ -129,6 +138,70 @@ func (w *World) hosted(ctx context.Context, spec scenario.Cluster) (*Cluster, er
 		}
 	}
 	return c, nil
+}
+
+// ApproversGroup is the Kubernetes group the demo's approvers are mapped
+// to (identities); it may patch the HostedClusters of Namespace, and
+// nothing else.
+const ApproversGroup = "platform-ops"
+
+// grantApprovers gives ApproversGroup what a cluster administrator gives
+// the people who approve noProxy fixes: get and patch of the
+// HostedClusters in Namespace.
+func (w *World) grantApprovers(ctx context.Context) error {
+	const name = "hcpbot-demo-approvers"
+	if _, err := w.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{hypershift.HostedClusterGVR.Group}, Resources: []string{"hostedclusters"}, Verbs: []string{"get", "patch"}}},
+	}
+	if _, err := w.Kube.RbacV1().Roles(Namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("demo approvers' Role: %w", err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: ApproversGroup}},
+	}
+	if _, err := w.Kube.RbacV1().RoleBindings(Namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("demo approvers' RoleBinding: %w", err)
+	}
+	return nil
+}
+
+// Write is one write to a HostedCluster as the API server's audit log
+// recorded it.
+type Write struct {
+	Verb, Object string
+	// By is who sent it; As whom it impersonated ("" for nobody), with
+	// As's groups.
+	By, As   string
+	AsGroups []string
+	Code     int32
+}
+
+// WritesOf reads the writes made for hcpbot action id (the
+// action.hcpbot.io extra of an impersonated request) from the management
+// API server's audit log, dry runs left out.
+func (w *World) WritesOf(id string) ([]Write, error) {
+	evs, err := controlplane.AuditEvents(w.CP.Management.AuditLogPath())
+	if err != nil {
+		return nil, err
+	}
+	var out []Write
+	for _, e := range evs {
+		if e.ImpersonatedUser == nil || e.ObjectRef == nil || e.ResponseStatus == nil || strings.Contains(e.RequestURI, "dryRun=") ||
+			!slices.Contains(e.ImpersonatedUser.Extra[identity.ExtraAction], id) {
+			continue
+		}
+		out = append(out, Write{
+			Verb: e.Verb, Object: e.ObjectRef.Resource + " " + e.ObjectRef.Namespace + "/" + e.ObjectRef.Name,
+			By: e.User.Username, As: e.ImpersonatedUser.Username, AsGroups: e.ImpersonatedUser.Groups, Code: e.ResponseStatus.Code,
+		})
+	}
+	return out, nil
 }
 
 // BreakProxied plays seed 000 on clusters/proxied: API traffic tunnelled
