@@ -23,6 +23,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
@@ -333,6 +334,7 @@ func configSummary(cfg *configs.Config) []string {
 		out = append(out, fmt.Sprintf("agent: source %s, kubeconfig %s, listen %s, %s, buffer %d events, probe every %s", a.Source, kc, a.Listen, le, a.BufferEvents, configDur(a.HostedProbeInterval)))
 		out = append(out, "agent actions: "+agentActionsSummary(cfg))
 	}
+	out = append(out, "identities: "+identitiesSummary(cfg.Identities))
 	if b := cfg.Bot; b != nil {
 		out = append(out, fmt.Sprintf("bot: listen %s, ops %s, %d route(s), default channel %s, group wait %s, interval %s, resolve after %s, storm > %d in %s",
 			b.Listen, b.OpsListen, len(b.Routes), b.DefaultChannel, configDur(b.GroupWait), configDur(b.GroupInterval), configDur(b.ResolveTimeout), b.Storm.Threshold, configDur(b.Storm.Window)))
@@ -381,6 +383,17 @@ func agentActionsSummary(cfg *configs.Config) string {
 		keys += fmt.Sprintf(", approved by one of %d listed approver(s)", len(a.Approvers))
 	}
 	return keys
+}
+
+// identitiesSummary says whom the agent acts as on an approval.
+func identitiesSummary(m identity.Map) string {
+	switch {
+	case m.Empty():
+		return "none: the agent makes approved changes with its own rights"
+	case m.Required:
+		return fmt.Sprintf("%d entr(ies), required: changes only as the approver's mapped identity (apply `hcpbot rbac` after each change)", len(m.Entries))
+	}
+	return fmt.Sprintf("%d entr(ies), not required: a mapped approver's change is made as their identity, anyone else's with the agent's rights", len(m.Entries))
 }
 
 // configDur prints 1h instead of 1h0m0s.
