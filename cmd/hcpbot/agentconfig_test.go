@@ -191,9 +191,62 @@ func TestAgentDeploymentArgs(t *testing.T) {
 		}
 		env[e.Name] = v
 	}
-	f, err := agentSettingsFor(t, env, c.Args[1:]...)
+	// Each mounted volume is a local directory: the ConfigMap
+	// hcpbot-agent-config is the shipped agent/config.yaml, the Secret
+	// hcpbot-agent-nats a seed and a CA made for the test. Paths in the
+	// args and variables are read there.
+	shipped, err := filepath.Abs(filepath.Join("..", "..", "configs", "deploy", "agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := t.TempDir()
+	natstest.WriteTLS(t, secret)
+	seed, err := os.ReadFile(natstest.NewUser(t).SeedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secret, "nkey.seed"), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			switch {
+			case v.Name != m.Name:
+			case v.ConfigMap != nil && v.ConfigMap.Name == "hcpbot-agent-config":
+				local[m.MountPath] = shipped
+			case v.Secret != nil && v.Secret.SecretName == "hcpbot-agent-nats":
+				local[m.MountPath] = secret
+			}
+		}
+	}
+	if len(local) != 2 {
+		t.Fatalf("the Deployment mounts %v: want the ConfigMap hcpbot-agent-config and the Secret hcpbot-agent-nats", local)
+	}
+	rewrite := func(v string) string {
+		for mount, dir := range local {
+			if rest, ok := strings.CutPrefix(v, mount+"/"); ok {
+				return filepath.Join(dir, rest)
+			}
+		}
+		return v
+	}
+	for k, v := range env {
+		env[k] = rewrite(v)
+	}
+	args := make([]string, 0, len(c.Args)-1)
+	for _, a := range c.Args[1:] {
+		if name, v, ok := strings.Cut(a, "="); ok {
+			a = name + "=" + rewrite(v)
+		}
+		args = append(args, a)
+	}
+	f, err := agentSettingsFor(t, env, args...)
 	if err != nil {
 		t.Fatalf("the Deployment's args %q: %v", c.Args[1:], err)
+	}
+	if f.identities.Empty() {
+		t.Error("the shipped agent maps no identities: it could not act as the approver")
 	}
 	if f.source != "mgmt-1" || f.natsURLs != "tls://nats.hcpbot.svc:4222" || len(f.trustedKeys) != 1 || f.trustedKeys[0] != key ||
 		f.natsNkeySeed != env["HCPBOT_NATS_NKEY_SEED"] || f.natsCA != env["HCPBOT_NATS_CA"] || f.identity != "hcpbot-agent-0" ||
