@@ -535,10 +535,29 @@ func nodePortsInUse(ctx context.Context, kc kubernetes.Interface, id string) (ma
 // of range or allocated in the management cluster (and, with hosted, in
 // the hosted cluster), then asks the management API server in a dry run
 // whether it would allocate them; ports still 0 are not checked.
+//
+// Acting as the approver (As), the dry run is made whatever the ports:
+// the hosted write that follows uses the agent's own admin kubeconfig,
+// so the approver's right to the management Service is tried first, and
+// an approver who lost it gets nothing written in either cluster.
 func (x *Executor) checkPorts(ctx context.Context, u *portUsage, req Change, hc *hypershift.HostedCluster, cpNS string, svc *corev1.Service, hosted bool) error {
 	want := svc.DeepCopy()
 	want.Spec.Ports = slices.DeleteFunc(want.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.NodePort == 0 })
 	if len(want.Spec.Ports) == 0 {
+		if x.writer == nil || !hosted {
+			return nil
+		}
+		// The ports the hosted API server will allocate are not known
+		// yet: the dry run asks for the app's ports, its node ports
+		// allocated (and released) by the management API server.
+		dry := managementService(req, hc, cpNS, svc)
+		for i := range dry.Spec.Ports {
+			dry.Spec.Ports[i].Port = svc.Spec.Ports[i].Port
+			dry.Spec.Ports[i].TargetPort = intstr.FromInt32(svc.Spec.Ports[i].Port)
+		}
+		if _, err := x.writeKube().CoreV1().Services(cpNS).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
+			return managementCreateError(err, svc, u)
+		}
 		return nil
 	}
 	var problems []PortProblem

@@ -431,30 +431,59 @@ func TestImpersonationLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Constrained impersonation only: no legacy impersonate, nothing on
+	// ServiceAccounts or uids, no wildcard.
 	for _, r := range role.Rules {
-		if !slices.Equal(r.Verbs, []string{"impersonate"}) || slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, "serviceaccounts") || slices.Contains(r.Resources, "uids") {
+		for _, v := range r.Verbs {
+			if v != "impersonate:user-info" && !strings.HasPrefix(v, "impersonate-on:user-info:") {
+				t.Errorf("rule %+v: verb %s", r, v)
+			}
+		}
+		if slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, "serviceaccounts") || slices.Contains(r.Resources, "uids") || slices.Contains(r.Verbs, "*") {
 			t.Errorf("rule %+v", r)
 		}
 	}
 
 	type attr = authorizationv1.ResourceAttributes
+	const (
+		authn    = "authentication.k8s.io"
+		userInfo = "impersonate:user-info"
+		on       = "impersonate-on:user-info:"
+	)
+	hcGroup, cpNS := hypershift.HostedClusterGVR.Group, hypershift.ControlPlaneNamespace(c.Namespace, c.Name)
 	for _, tc := range []struct {
 		attr
 		allowed bool
 	}{
-		{attr{Verb: "impersonate", Resource: "users", Name: "alice"}, true},
-		{attr{Verb: "impersonate", Resource: "groups", Name: "ops"}, true},
-		{attr{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: identity.ExtraAction, Name: "fix-any"}, true},
-		{attr{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: identity.ExtraRequester, Name: "UANY"}, true},
-		{attr{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: identity.ExtraApprovers, Name: "UANY"}, true},
-		{attr{Verb: "impersonate", Resource: "users", Name: "bob"}, false},
-		{attr{Verb: "impersonate", Resource: "users", Name: "system:admin"}, false},
-		{attr{Verb: "impersonate", Resource: "users"}, false},
-		{attr{Verb: "impersonate", Resource: "groups", Name: "system:masters"}, false},
-		{attr{Verb: "impersonate", Resource: "groups", Name: "system:authenticated"}, false},
+		{attr{Verb: userInfo, Group: authn, Resource: "users", Name: "alice"}, true},
+		{attr{Verb: userInfo, Group: authn, Resource: "groups", Name: "ops"}, true},
+		{attr{Verb: userInfo, Group: authn, Resource: "userextras", Subresource: identity.ExtraAction, Name: "fix-any"}, true},
+		{attr{Verb: userInfo, Group: authn, Resource: "userextras", Subresource: identity.ExtraRequester, Name: "UANY"}, true},
+		{attr{Verb: userInfo, Group: authn, Resource: "userextras", Subresource: identity.ExtraApprovers, Name: "UANY"}, true},
+		// hcpbot's writes, and nothing else, as the approver.
+		{attr{Verb: on + "patch", Group: hcGroup, Resource: "hostedclusters", Namespace: c.Namespace, Name: c.Name}, true},
+		{attr{Verb: on + "patch", Group: hypershift.ProxyGVR.Group, Resource: "proxies", Name: hypershift.ProxyName}, true},
+		{attr{Verb: on + "create", Resource: "services", Namespace: cpNS}, true},
+		{attr{Verb: on + "delete", Resource: "services", Namespace: cpNS, Name: "any"}, true},
+		{attr{Verb: on + "delete", Group: hcGroup, Resource: "hostedclusters", Namespace: c.Namespace, Name: c.Name}, false},
+		{attr{Verb: on + "update", Group: hcGroup, Resource: "hostedclusters", Namespace: c.Namespace, Name: c.Name}, false},
+		{attr{Verb: on + "get", Resource: "secrets", Namespace: c.Namespace}, false},
+		{attr{Verb: on + "patch", Resource: "services", Namespace: cpNS}, false},
+		{attr{Verb: on + "create", Group: rbacv1.GroupName, Resource: "rolebindings", Namespace: c.Namespace}, false},
+		{attr{Verb: on + "patch", Group: hypershift.ProxyGVR.Group, Resource: "proxies", Name: "other"}, false},
+		// Nobody else, and no legacy impersonation at all.
+		{attr{Verb: userInfo, Group: authn, Resource: "users", Name: "bob"}, false},
+		{attr{Verb: userInfo, Group: authn, Resource: "users", Name: "system:admin"}, false},
+		{attr{Verb: userInfo, Group: authn, Resource: "users"}, false},
+		{attr{Verb: userInfo, Group: authn, Resource: "groups", Name: "system:masters"}, false},
+		{attr{Verb: userInfo, Group: authn, Resource: "groups", Name: "system:authenticated"}, false},
+		{attr{Verb: userInfo, Group: authn, Resource: "uids", Name: "any"}, false},
+		{attr{Verb: userInfo, Group: authn, Resource: "userextras", Subresource: "scopes.authorization.openshift.io", Name: "user:full"}, false},
+		{attr{Verb: "impersonate", Resource: "users", Name: "alice"}, false},
+		{attr{Verb: "impersonate", Resource: "groups", Name: "ops"}, false},
 		{attr{Verb: "impersonate", Resource: "serviceaccounts", Namespace: "kube-system", Name: "default"}, false},
-		{attr{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "uids", Name: "any"}, false},
-		{attr{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: "scopes.authorization.openshift.io", Name: "user:full"}, false},
+		{attr{Verb: "impersonate:serviceaccount", Resource: "serviceaccounts", Namespace: "kube-system", Name: "default"}, false},
+		{attr{Verb: "impersonate", Group: authn, Resource: "userextras", Subresource: identity.ExtraAction, Name: "fix-any"}, false},
 	} {
 		r, err := agent.Kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
 			&authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &tc.attr}}, metav1.CreateOptions{})
@@ -475,7 +504,7 @@ func TestImpersonationLeastPrivilege(t *testing.T) {
 		}
 		_, err = x.Execute(ctx, req)
 		if !errors.Is(err, actions.ErrRejected) || !apierrors.IsForbidden(err) ||
-			!strings.Contains(err.Error(), `User "`+agentUser+`" cannot impersonate resource`) {
+			!strings.Contains(err.Error(), `User "`+agentUser+`" cannot impersonate:user-info resource`) {
 			t.Errorf("as %s: %v, want the API server refusing the impersonation", id, err)
 		}
 	}
@@ -528,7 +557,7 @@ func TestImpersonationRoleRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := identity.Map{Entries: []identity.Entry{{Slack: "UALICE0001", User: "alice"}, tc.entry}}
-			if _, err := actions.ImpersonationRole(m, ""); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := actions.ImpersonationRole(m, "", ""); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("ImpersonationRole: %v, want %q", err, tc.want)
 			}
 		})
@@ -538,21 +567,40 @@ func TestImpersonationRoleRefuses(t *testing.T) {
 		{Slack: "SOPS000001", User: "ops-bot", Groups: []string{"ops"}},
 		{Slack: "UBOB000001", User: "bob", Clusters: []string{"mgmt-2"}},
 	}}
-	role, err := actions.ImpersonationRole(m, "mgmt-1")
-	if err != nil {
-		t.Fatal(err)
+	extras := []string{"userextras/hcpbot.io/action", "userextras/hcpbot.io/requested-by", "userextras/hcpbot.io/approved-by"}
+	for mode, want := range map[actions.ImpersonationMode][]rbacv1.PolicyRule{
+		actions.ImpersonationConstrained: {
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"users"}, ResourceNames: []string{"alice", "ops-bot"}, Verbs: []string{"impersonate:user-info"}},
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"groups"}, ResourceNames: []string{"ops", "sre"}, Verbs: []string{"impersonate:user-info"}},
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: extras, Verbs: []string{"impersonate:user-info"}},
+			{APIGroups: []string{"hypershift.openshift.io"}, Resources: []string{"hostedclusters"}, Verbs: []string{"impersonate-on:user-info:patch"}},
+			{APIGroups: []string{"config.openshift.io"}, Resources: []string{"proxies"}, ResourceNames: []string{"cluster"}, Verbs: []string{"impersonate-on:user-info:patch"}},
+			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"impersonate-on:user-info:create", "impersonate-on:user-info:delete"}},
+		},
+		actions.ImpersonationLegacy: {
+			{APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"alice", "ops-bot"}, Verbs: []string{"impersonate"}},
+			{APIGroups: []string{""}, Resources: []string{"groups"}, ResourceNames: []string{"ops", "sre"}, Verbs: []string{"impersonate"}},
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: extras, Verbs: []string{"impersonate"}},
+		},
+	} {
+		role, err := actions.ImpersonationRole(m, "mgmt-1", mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if role.Name != actions.ImpersonationRoleName || !slices.EqualFunc(role.Rules, want, func(a, b rbacv1.PolicyRule) bool {
+			return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) && slices.Equal(a.ResourceNames, b.ResourceNames) && slices.Equal(a.Verbs, b.Verbs)
+		}) {
+			t.Errorf("%s role for mgmt-1: %+v", mode, role.Rules)
+		}
 	}
-	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"alice", "ops-bot"}, Verbs: []string{"impersonate"}},
-		{APIGroups: []string{""}, Resources: []string{"groups"}, ResourceNames: []string{"ops", "sre"}, Verbs: []string{"impersonate"}},
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/action.hcpbot.io", "userextras/requested-by.hcpbot.io", "userextras/approved-by.hcpbot.io"}, Verbs: []string{"impersonate"}},
+	if _, err := actions.ImpersonationRole(m, "mgmt-1", "sudo"); err == nil || !strings.Contains(err.Error(), `impersonation mode "sudo"`) {
+		t.Errorf("unknown mode: %v", err)
 	}
-	if role.Name != actions.ImpersonationRoleName || !slices.EqualFunc(role.Rules, want, func(a, b rbacv1.PolicyRule) bool {
-		return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) && slices.Equal(a.ResourceNames, b.ResourceNames) && slices.Equal(a.Verbs, b.Verbs)
-	}) {
-		t.Errorf("role for mgmt-1: %+v", role)
+	// alice has ops and sre, ops-bot only ops: ops-bot could be given sre.
+	if users, groups := actions.Mixes(m, "mgmt-1"); !slices.Equal(users, []string{"ops-bot"}) || !slices.Equal(groups, []string{"ops", "sre"}) {
+		t.Errorf("Mixes = %q, %q", users, groups)
 	}
-	if _, err := actions.ImpersonationRole(identity.Map{Entries: m.Entries[2:]}, "mgmt-1"); err == nil || !strings.Contains(err.Error(), "no identity mapped for management cluster mgmt-1") {
+	if _, err := actions.ImpersonationRole(identity.Map{Entries: m.Entries[2:]}, "mgmt-1", ""); err == nil || !strings.Contains(err.Error(), "no identity mapped for management cluster mgmt-1") {
 		t.Errorf("nothing for mgmt-1: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package approval_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -142,12 +143,22 @@ func TestServePastDeadlineReportsTheCluster(t *testing.T) {
 // The approval store cannot be read by the agent for a few seconds (its
 // permission withdrawn on the running server): the request is handed back
 // and runs once the store answers.
+//
+// A reload of a running server's options races inside nats-server
+// (2.15.2: setOpts against a direct get or a stream's creation reading the
+// options): each reload here happens while nothing reads directly — the
+// first before the bot's loop runs, the second with the bot's loop
+// paused and the agent denied its direct reads.
 func TestServeWaitsOutAnUnavailableStore(t *testing.T) {
 	e := newEnv(t)
-	f := e.flow(fourEyes())
 	cut := agentPermissions(t)
-	cut.Publish.Deny = append(cut.Publish.Deny, "$JS.API.DIRECT.GET.KV_"+bus.ProposalsBucket+".>", "$JS.API.STREAM.MSG.GET.KV_"+bus.ProposalsBucket)
+	for _, b := range []string{bus.ProposalsBucket, bus.ActionResultsBucket} {
+		cut.Publish.Deny = append(cut.Publish.Deny, "$JS.API.DIRECT.GET.KV_"+b+".>", "$JS.API.DIRECT.GET.KV_"+b, "$JS.API.STREAM.MSG.GET.KV_"+b)
+	}
 	e.setAgentPermissions(cut)
+	f := e.newFlow(fourEyes())
+	loop := func() (stop func()) { return e.run(func(ctx context.Context) { _ = f.Run(ctx) }) }
+	stop := loop()
 	reg := prometheus.NewRegistry()
 	e.serve(func(c *approval.AgentConfig) { c.Registerer = reg })
 	var got outcome
@@ -158,7 +169,9 @@ func TestServeWaitsOutAnUnavailableStore(t *testing.T) {
 	if e.x.runs(p.ID) != 0 || len(got.got()) != 0 {
 		t.Fatal("ran without reading the store")
 	}
+	stop()
 	e.setAgentPermissions(agentPermissions(t))
+	loop()
 	waitFor(t, 60*time.Second, "the outcome", func() bool { return len(got.got()) == 1 })
 	if o := got.got()[0]; o.State != approval.StateExecuted || e.x.runs(p.ID) != 1 {
 		t.Fatalf("outcome %+v after %d runs", o, e.x.runs(p.ID))
@@ -166,7 +179,8 @@ func TestServeWaitsOutAnUnavailableStore(t *testing.T) {
 }
 
 // setAgentPermissions reloads the server with the agent user's
-// permissions.
+// permissions; only while nothing reads directly (see
+// TestServeWaitsOutAnUnavailableStore).
 func (e *env) setAgentPermissions(p *server.Permissions) {
 	e.t.Helper()
 	opts := e.opts.Clone()

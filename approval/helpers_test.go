@@ -27,6 +27,9 @@ const (
 	approver2 = "UAPP0002"
 	stranger  = "USTR0001"
 	source    = "mgmt-1"
+	// otherSource is a second management cluster, its agent user made by
+	// newEnv.
+	otherSource = "mgmt-2"
 )
 
 var cluster = actions.ClusterRef{Namespace: "clusters", Name: "c1"}
@@ -62,12 +65,23 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, users: map[string]natstest.User{"bot": natstest.NewUser(t), "agent": natstest.NewUser(t)}, x: &fakeExecutor{}}
+	e := &env{t: t, users: map[string]natstest.User{
+		"bot": natstest.NewUser(t), "agent": natstest.NewUser(t), "admin": natstest.NewUser(t), otherSource: natstest.NewUser(t),
+	}, x: &fakeExecutor{}}
+	other, err := bus.AgentPermissions(otherSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every user a test may need exists from the start: adding one later
+	// (ReloadOptions) while clients run races inside nats-server (its
+	// setOpts against a direct get reading the options, v2.15.2).
 	e.opts = &server.Options{
 		ServerName: "approval-test", Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
 		Nkeys: []*server.NkeyUser{
 			{Nkey: e.users["bot"].Public, Permissions: bus.BotPermissions()},
 			{Nkey: e.users["agent"].Public, Permissions: agentPermissions(t)},
+			{Nkey: e.users["admin"].Public},
+			{Nkey: e.users[otherSource].Public, Permissions: other},
 		},
 	}
 	e.srv = natstest.StartOptions(t, e.opts)
@@ -118,6 +132,14 @@ func (e *env) connect(role string) *bus.Conn {
 // test ends.
 func (e *env) flow(pol approval.Policy, mod ...func(*approval.Config)) *approval.Flow {
 	e.t.Helper()
+	f := e.newFlow(pol, mod...)
+	e.run(func(ctx context.Context) { _ = f.Run(ctx) })
+	return f
+}
+
+// newFlow is flow without its loop running.
+func (e *env) newFlow(pol approval.Policy, mod ...func(*approval.Config)) *approval.Flow {
+	e.t.Helper()
 	cfg := approval.Config{Signer: e.signer, Trail: e.trail, Policy: pol, Log: natstest.Logger(e.t), Registerer: prometheus.NewRegistry(), SweepInterval: time.Second}
 	for _, m := range mod {
 		m(&cfg)
@@ -126,7 +148,6 @@ func (e *env) flow(pol approval.Policy, mod ...func(*approval.Config)) *approval
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.run(func(ctx context.Context) { _ = f.Run(ctx) })
 	return f
 }
 

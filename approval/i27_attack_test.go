@@ -30,7 +30,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -223,7 +222,7 @@ func TestI27BotSeedCannotChooseWhatARollbackRestores(t *testing.T) {
 // could have captured on the wire.
 func (e *env) admin(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	return e.addUser(t, "admin", nil, "")
+	return e.addUser(t, "admin", "")
 }
 
 // Attacker 1: replaying an old order. The stream's de-duplication and the
@@ -608,33 +607,25 @@ func TestI27BotSeedRedirectsAnApproval(t *testing.T) {
 	}
 }
 
-// addAgent adds a NATS user for the agent of src with the shipped
+// addAgent connects as the agent of src (otherSource) with the shipped
 // permissions, and returns its connection's JetStream.
 func (e *env) addAgent(t *testing.T, src string) jetstream.JetStream {
 	t.Helper()
-	perms, err := bus.AgentPermissions(src)
-	if err != nil {
-		t.Fatal(err)
-	}
 	inbox, err := bus.AgentRole(src).InboxPrefix()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e.addUser(t, src, perms, inbox)
+	return e.addUser(t, src, inbox)
 }
 
-// addUser adds a NATS user with perms (nil: no limits) to the running
-// server and connects as it, with inbox as its reply prefix ("" for the
-// default).
-func (e *env) addUser(t *testing.T, name string, perms *server.Permissions, inbox string) jetstream.JetStream {
+// addUser connects as user name, one newEnv made ("admin", otherSource),
+// with inbox as its reply prefix ("" for the default).
+func (e *env) addUser(t *testing.T, name string, inbox string) jetstream.JetStream {
 	t.Helper()
-	u := natstest.NewUser(t)
-	opts := e.opts.Clone()
-	opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.Public, Permissions: perms})
-	if err := e.srv.ReloadOptions(opts); err != nil {
-		t.Fatal(err)
+	u, ok := e.users[name]
+	if !ok {
+		t.Fatalf("no NATS user %q: newEnv makes every user a test needs", name)
 	}
-	e.opts = opts
 	c, err := bus.Connect(testContext(t), bus.Config{
 		URLs: []string{"nats://" + e.srv.Addr().String()}, Name: t.Name() + "-" + name, NkeySeedFile: u.SeedFile, InboxPrefix: inbox,
 	}, natstest.Logger(t))
@@ -659,7 +650,7 @@ func TestI27AgentSeedMarksAnotherClustersChangeRolledBack(t *testing.T) {
 	e.serve()
 	ctx := testContext(t)
 	other := &fakeExecutor{}
-	js2 := e.addAgent(t, "mgmt-2")
+	js2 := e.addAgent(t, otherSource)
 	e.run(func(ctx context.Context) {
 		_ = approval.Serve(ctx, js2, approval.AgentConfig{
 			Source: "mgmt-2", Trust: approval.Trust{Keys: []string{e.signer.PublicKey()}, FourEyes: true},

@@ -107,11 +107,12 @@ func (m Map) For(source, user string, groups []string, email string) (Identity, 
 
 // The Impersonate-Extra keys the agent sends with every write, so the API
 // server's audit log records which action, who asked and who approved.
-// Dots, no slash: each is an RBAC resource name (userextras/<key>).
+// Domain-prefixed paths, lowercase: constrained impersonation refuses any
+// other key; each is granted as userextras/<key>.
 const (
-	ExtraAction    = "action.hcpbot.io"
-	ExtraRequester = "requested-by.hcpbot.io"
-	ExtraApprovers = "approved-by.hcpbot.io"
+	ExtraAction    = "hcpbot.io/action"
+	ExtraRequester = "hcpbot.io/requested-by"
+	ExtraApprovers = "hcpbot.io/approved-by"
 )
 
 // Extra is the Impersonate-Extra of a write for action id.

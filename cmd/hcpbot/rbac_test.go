@@ -66,13 +66,42 @@ func TestRBACImpersonationRole(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	role, binding := rbacOutput(t, out)
+	extras := []string{"userextras/" + identity.ExtraAction, "userextras/" + identity.ExtraRequester, "userextras/" + identity.ExtraApprovers}
+	// Constrained impersonation by default: the mapped people, for
+	// hcpbot's writes only.
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"alice", "sre-oncall"}, Verbs: []string{"impersonate"}},
-		{APIGroups: []string{""}, Resources: []string{"groups"}, ResourceNames: []string{"ops", "sre"}, Verbs: []string{"impersonate"}},
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/" + identity.ExtraAction, "userextras/" + identity.ExtraRequester, "userextras/" + identity.ExtraApprovers}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"users"}, ResourceNames: []string{"alice", "sre-oncall"}, Verbs: []string{"impersonate:user-info"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"groups"}, ResourceNames: []string{"ops", "sre"}, Verbs: []string{"impersonate:user-info"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: extras, Verbs: []string{"impersonate:user-info"}},
+		{APIGroups: []string{"hypershift.openshift.io"}, Resources: []string{"hostedclusters"}, Verbs: []string{"impersonate-on:user-info:patch"}},
+		{APIGroups: []string{"config.openshift.io"}, Resources: []string{"proxies"}, ResourceNames: []string{"cluster"}, Verbs: []string{"impersonate-on:user-info:patch"}},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"impersonate-on:user-info:create", "impersonate-on:user-info:delete"}},
 	}
 	if role.Kind != "ClusterRole" || role.Name != "hcpbot-agent-impersonate" || !rulesEqual(role.Rules, want) {
 		t.Errorf("ClusterRole:\n%s", out)
+	}
+	// alice's entry gives ops, sre-oncall's ops and sre: RBAC cannot
+	// tie groups to users, and the operator is told.
+	if w := "users alice may be impersonated with groups ops, sre"; !strings.Contains(errOut, w) || !strings.Contains(out, "# WARNING: "+w) {
+		t.Errorf("no warning about mixing %q:\nstderr %s\nstdout %s", w, errOut, out)
+	}
+
+	// --impersonation=legacy, for API servers before 1.36: said in the
+	// header.
+	code, legacyOut, errOut := run(t, "rbac", "--config", path, "--impersonation=legacy")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	legacy, _ := rbacOutput(t, legacyOut)
+	if !rulesEqual(legacy.Rules, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"alice", "sre-oncall"}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{""}, Resources: []string{"groups"}, ResourceNames: []string{"ops", "sre"}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: extras, Verbs: []string{"impersonate"}},
+	}) || !strings.Contains(legacyOut, "for ANYTHING") {
+		t.Errorf("legacy:\n%s", legacyOut)
+	}
+	if code, _, errOut := run(t, "rbac", "--config", path, "--impersonation=sudo"); code != 2 || !strings.Contains(errOut, `--impersonation "sudo"`) {
+		t.Errorf("unknown mode: exit %d, %s", code, errOut)
 	}
 	if role.Labels["app.kubernetes.io/component"] != "agent" {
 		t.Errorf("labels %v", role.Labels)

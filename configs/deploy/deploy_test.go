@@ -180,7 +180,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 				}
 			}
 			for _, v := range r.Verbs {
-				if v == "escalate" || v == "bind" || v == "impersonate" || v == "deletecollection" {
+				if v == "escalate" || v == "bind" || strings.HasPrefix(v, "impersonate") || v == "deletecollection" {
 					t.Errorf("%s %s: verb %s", o.GetKind(), o.GetName(), v)
 				}
 				// patch only for the noProxy fix (actions: a merge patch
@@ -1032,7 +1032,9 @@ func checkAccess(t *testing.T, kc kubernetes.Interface, cpNS string) {
 		// the mapped identities only (actions.TestImpersonationLeastPrivilege).
 		{attr{Verb: "impersonate", Resource: "users", Name: "alice"}, false},
 		{attr{Verb: "impersonate", Resource: "groups", Name: "system:masters"}, false},
-		{attr{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: "action.hcpbot.io"}, false},
+		{attr{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: "hcpbot.io/action"}, false},
+		{attr{Verb: "impersonate:user-info", Group: "authentication.k8s.io", Resource: "users", Name: "alice"}, false},
+		{attr{Verb: "impersonate-on:user-info:patch", Group: "hypershift.openshift.io", Resource: "hostedclusters", Namespace: hcNamespace, Name: "any"}, false},
 		{attr{Verb: "get", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, false},
 		{attr{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}, false},
 		{attr{Verb: "get", Resource: "events", Namespace: hcNamespace, Name: "any"}, false},
@@ -1095,7 +1097,7 @@ func checkAdmission(t *testing.T, kc kubernetes.Interface, cpNS string) {
 		}
 		return kc
 	}
-	forAction := asApprover(map[string][]string{"action.hcpbot.io": {"expo-deploy02"}})
+	forAction := asApprover(map[string][]string{"hcpbot.io/action": {"expo-deploy02"}})
 	testenv.Eventually(t, 30*time.Second, "the admission policy refusing an approver's Service outside control-plane namespaces for an hcpbot action", func() bool {
 		_, err := forAction.CoreV1().Services("kube-system").Create(ctx, svc("kube-system", owned), dry)
 		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)

@@ -183,7 +183,7 @@ type Write struct {
 }
 
 // WritesOf reads the writes made for hcpbot action id (the
-// action.hcpbot.io extra of an impersonated request) from the management
+// hcpbot.io/action extra of an impersonated request) from the management
 // API server's audit log, dry runs left out.
 func (w *World) WritesOf(id string) ([]Write, error) {
 	evs, err := controlplane.AuditEvents(w.CP.Management.AuditLogPath())

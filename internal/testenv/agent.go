@@ -68,7 +68,7 @@ func (e *Env) DeployAgent(t testing.TB, ns string, m identity.Map) *rest.Config 
 		e.ApplyRBAC(t, []byte(doc), "")
 	}
 	e.ApplyRBAC(t, binding, ns)
-	role, err := actions.ImpersonationRole(m, "")
+	role, err := actions.ImpersonationRole(m, "", actions.ImpersonationConstrained)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func (e *Env) DeployAgent(t testing.TB, ns string, m identity.Map) *rest.Config 
 	// agent holds what was just bound.
 	WaitAllowed(t, kc, authorizationv1.ResourceAttributes{Verb: "get", Group: hypershift.HostedClusterGVR.Group, Resource: "hostedclusters", Namespace: ns}, true)
 	if len(m.Entries) > 0 && m.Entries[0].User != "" {
-		WaitAllowed(t, kc, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: m.Entries[0].User}, true)
+		WaitAllowed(t, kc, authorizationv1.ResourceAttributes{Verb: "impersonate:user-info", Group: "authentication.k8s.io", Resource: "users", Name: m.Entries[0].User}, true)
 	}
 	return cfg
 }
