@@ -470,18 +470,23 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 // identity of the approver whose sealed approval completed the decision
 // (the agent's own map, the bot's sealed hints), with the action, the
 // requester and every approver in the API server's audit log; as the
-// agent itself when no identity is configured. With identities required,
-// an approver without one gets nothing done.
+// agent itself when no identity is configured. With identities required
+// — by the agent's configuration or by the bot's, sealed with the
+// approval (Decision.AsApprover): the stricter applies — an approver
+// without one gets nothing done.
 func (a *agent) actor(p Proposal) (Executor, string, error) {
 	m := a.cfg.Identities
-	if m.Empty() {
+	d, _ := completingDecision(p)
+	required := m.Required || d.AsApprover
+	if m.Empty() && !required {
 		return a.cfg.Executor, "", nil
 	}
-	d, _ := completingDecision(p)
 	id, err := actingIdentity(m, a.cfg.Source, p.DecidedBy, d.Via, d.Email)
 	switch {
-	case errors.Is(err, ErrNoIdentity) && !m.Required:
+	case errors.Is(err, ErrNoIdentity) && !required:
 		return a.cfg.Executor, "", nil
+	case errors.Is(err, ErrNoIdentity) && !m.Required:
+		return nil, "", fmt.Errorf("%w: the bot requires acting as the approver (identities.required) and this agent maps no identity for %s; it does not make changes with its own rights", err, p.DecidedBy)
 	case err != nil:
 		return nil, "", fmt.Errorf("%w; identities.required: the agent does not make changes with its own rights", err)
 	case a.cfg.As == nil:

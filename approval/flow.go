@@ -447,7 +447,7 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 		if o.channel != "" && rec.Channel == "" {
 			rec.Channel = o.channel
 		}
-		return true, f.decide(rec, cur, Decision{By: userID, Verdict: VerdictApprove, At: now.UTC(), Via: via, Email: email}, nil)
+		return true, f.decide(rec, cur, Decision{By: userID, Verdict: VerdictApprove, At: now.UTC(), Via: via, Email: email, AsApprover: f.identities.Required}, nil)
 	})
 	if err != nil {
 		// Decided otherwise since the approval was audited (a race with

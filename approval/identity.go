@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,6 +58,9 @@ const identityContext = "hcpbot-identity-check-v1\n"
 
 // Check is the bot's question to the agent of Source: may Approver's
 // identity (found through Via, a Slack group, or Email) make Change?
+// Required: the bot requires identities (identities.required), and the
+// agent answers as if its own configuration did. Nonce is fresh for each
+// check; the answer echoes it.
 type Check struct {
 	Source   string         `json:"source"`
 	Change   actions.Change `json:"change"`
@@ -64,10 +68,20 @@ type Check struct {
 	Via      string         `json:"via,omitempty"`
 	Email    string         `json:"email,omitempty"`
 	IssuedAt time.Time      `json:"issuedAt"`
+	Required bool           `json:"required,omitempty"`
+	Nonce    string         `json:"nonce"`
 }
 
-// CheckAnswer is the agent's answer.
+// CheckAnswer is the agent's answer. It is not signed (the agent has no
+// key): Check, the check's nonce, only tells the bot that a reply was
+// written as an answer to its check, so that anything else arriving on
+// the reply subject — a JetStream publish acknowledgement of a stream
+// that captures the checks, an answer to another check — does not count.
+// Whatever the answer says, the change is still written as the
+// approver's identity and Kubernetes RBAC decides then.
 type CheckAnswer struct {
+	// Check is the nonce of the check answered.
+	Check    string             `json:"check"`
 	Identity *identity.Identity `json:"identity,omitempty"`
 	// Missing names each permission the identity lacks; empty: allowed.
 	Missing []string `json:"missing,omitempty"`
@@ -123,12 +137,26 @@ func (f *Flow) approverIdentity(ctx context.Context, source, userID string) (via
 // may make p's change. permitted is false with ErrNotPermitted (the
 // missing permissions named) or ErrNoIdentity; an agent that does not
 // answer leaves the question open (nil error, note says so).
+//
+// The reply is not authenticated (core NATS; the agent has no key), and
+// more than the agent can reply: whoever holds the bot's NATS user may
+// create a stream whose subjects take in the checks, and the server then
+// acknowledges each one on the reply subject before the agent has asked
+// the API server; an acknowledgement decoded loosely reads as an answer
+// with nothing missing. So only a CheckAnswer, decoded strictly, that
+// echoes this check's fresh nonce counts; anything else is skipped while
+// the bot waits for the agent, and if no answer it can trust comes in
+// time the approval counts as with an agent that did not answer: with a
+// note, RBAC deciding at the write. It decides there in any case (the
+// agent writes as the approver), so an answer forged by someone who also
+// read the nonce gains the attacker only the note's absence.
 func (f *Flow) checkIdentity(ctx context.Context, p Proposal, userID, via, email string) (note string, err error) {
 	subject, err := event.IdentityCheckSubject(p.Source)
 	if err != nil {
 		return "", err
 	}
-	s, err := f.signer.seal(identityContext, Check{Source: p.Source, Change: p.Change, Approver: userID, Via: via, Email: email, IssuedAt: f.now().UTC()})
+	nonce := newNonce()
+	s, err := f.signer.seal(identityContext, Check{Source: p.Source, Change: p.Change, Approver: userID, Via: via, Email: email, IssuedAt: f.now().UTC(), Required: f.identities.Required, Nonce: nonce})
 	if err != nil {
 		return "", err
 	}
@@ -136,18 +164,22 @@ func (f *Flow) checkIdentity(ctx context.Context, p Proposal, userID, via, email
 	if err != nil {
 		return "", err
 	}
-	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
-	defer cancel()
-	msg, err := f.nc.RequestWithContext(cctx, subject, data)
-	if err != nil {
-		f.log.Warn().Err(err).Str("action", p.ID).Msg("the agent did not answer the identity check; RBAC decides when the change runs")
-		return fmt.Sprintf("the agent of %s did not answer whether your Kubernetes identity may make it (%s); the change runs as that identity and Kubernetes RBAC decides then", p.Source, shortErr(err)), nil
-	}
-	var a CheckAnswer
-	if err := json.Unmarshal(msg.Data, &a); err != nil {
-		return "", fmt.Errorf("the agent's answer to the identity check: %w", err)
+	a, ignored, err := f.askCheck(ctx, subject, data, nonce)
+	if ignored > 0 {
+		f.log.Warn().Int("ignored", ignored).Str("action", p.ID).Str("source", p.Source).
+			Msg("replies to the identity check that were no answer to it ignored (a stream capturing the checks, or a forged reply)")
 	}
 	switch {
+	case err != nil && ignored > 0:
+		f.log.Warn().Err(err).Str("action", p.ID).Msg("no answer to the identity check the bot could trust; RBAC decides when the change runs")
+		replies := "replies"
+		if ignored == 1 {
+			replies = "reply"
+		}
+		return fmt.Sprintf("the agent of %s gave no answer the bot could trust whether your Kubernetes identity may make it (%d other %s ignored, %s); the change runs as that identity and Kubernetes RBAC decides then", p.Source, ignored, replies, shortErr(err)), nil
+	case err != nil:
+		f.log.Warn().Err(err).Str("action", p.ID).Msg("the agent did not answer the identity check; RBAC decides when the change runs")
+		return fmt.Sprintf("the agent of %s did not answer whether your Kubernetes identity may make it (%s); the change runs as that identity and Kubernetes RBAC decides then", p.Source, shortErr(err)), nil
 	case a.NoIdentity:
 		return "", fmt.Errorf("%w: %s on %s (the agent's identities)", ErrNoIdentity, userID, p.Source)
 	case a.Error != "":
@@ -160,6 +192,68 @@ func (f *Flow) checkIdentity(ctx context.Context, p Proposal, userID, via, email
 		return "", fmt.Errorf("%w: your identity%s lacks %s", ErrNotPermitted, who, strings.Join(a.Missing, "; "))
 	}
 	return "", nil
+}
+
+// askCheck sends the sealed check data on subject and waits, until
+// checkTimeout, for the first reply that answers it: a CheckAnswer with
+// no field it does not know, echoing nonce. ignored counts the replies
+// that did not; err is the wait's end without an answer (nats.ErrNoResponders
+// at once when nobody listens on subject).
+func (f *Flow) askCheck(ctx context.Context, subject string, data []byte, nonce string) (a CheckAnswer, ignored int, err error) {
+	// A reply subject of its own (the bot's inbox prefix), not the
+	// connection's request mux: every reply is seen, not just the first.
+	inbox := f.nc.NewInbox()
+	sub, err := f.nc.SubscribeSync(inbox)
+	if err != nil {
+		return a, 0, fmt.Errorf("the identity check's reply subject: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := f.nc.PublishRequest(subject, inbox, data); err != nil {
+		return a, 0, fmt.Errorf("the identity check: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	for {
+		msg, err := sub.NextMsgWithContext(cctx)
+		switch {
+		case errors.Is(err, nats.ErrSlowConsumer):
+			// Replies were dropped (a flood): the wait goes on.
+			ignored++
+			continue
+		case err != nil:
+			return a, ignored, err
+		case len(msg.Data) == 0 && msg.Header.Get("Status") == noRespondersStatus:
+			return a, ignored, nats.ErrNoResponders
+		}
+		if a, err := decodeAnswer(msg.Data, nonce); err == nil {
+			return a, ignored, nil
+		}
+		ignored++
+	}
+}
+
+// noRespondersStatus is the status the server replies with when nobody
+// subscribes to a request's subject (nats.go's own requests turn it into
+// nats.ErrNoResponders).
+const noRespondersStatus = "503"
+
+// decodeAnswer reads data as the answer to the check of nonce.
+func decodeAnswer(data []byte, nonce string) (CheckAnswer, error) {
+	var a CheckAnswer
+	if err := decodeStrict(data, &a); err != nil {
+		return CheckAnswer{}, fmt.Errorf("not an answer to an identity check: %w", err)
+	}
+	if a.Check != nonce {
+		return CheckAnswer{}, errors.New("an answer to another identity check")
+	}
+	return a, nil
+}
+
+// newNonce is a check's nonce: 128 random bits.
+func newNonce() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return idEncoding.EncodeToString(b)
 }
 
 func shortErr(err error) string {
@@ -217,20 +311,35 @@ func ServeChecks(ctx context.Context, nc *nats.Conn, cfg CheckConfig) error {
 
 func answerCheck(ctx context.Context, cfg CheckConfig, now time.Time, data []byte) CheckAnswer {
 	var s Seal
-	var c Check
-	switch err := decodeStrict(data, &s); {
-	case err != nil:
+	if err := decodeStrict(data, &s); err != nil {
 		return CheckAnswer{Error: "not a sealed check"}
 	}
+	var c Check
 	if err := s.open(identityContext, cfg.Keys, &c); err != nil {
-		return CheckAnswer{Error: "the check does not verify: " + err.Error()}
+		// The nonce echoed all the same, so that the bot shows why (a key
+		// it has rotated, a newer bot's field) rather than "no answer it
+		// could trust": an error grants nothing.
+		var n struct {
+			Nonce string `json:"nonce"`
+		}
+		_ = json.Unmarshal(s.Body, &n)
+		return CheckAnswer{Check: n.Nonce, Error: "the check does not verify: " + err.Error()}
 	}
+	a := judgeCheck(ctx, cfg, now, c)
+	a.Check = c.Nonce
+	return a
+}
+
+// judgeCheck answers the verified check c.
+func judgeCheck(ctx context.Context, cfg CheckConfig, now time.Time, c Check) CheckAnswer {
 	if c.Source != cfg.Source || now.Sub(c.IssuedAt) > time.Minute || c.IssuedAt.After(now.Add(time.Minute)) {
 		return CheckAnswer{Error: "a check for another agent, or stale"}
 	}
 	id, err := actingIdentity(cfg.Identities, cfg.Source, c.Approver, c.Via, c.Email)
 	switch {
-	case errors.Is(err, ErrNoIdentity) && cfg.Identities.Required:
+	case errors.Is(err, ErrNoIdentity) && (cfg.Identities.Required || c.Required):
+		// The stricter of the bot's word and the agent's own: as at
+		// execution (agent.actor).
 		return CheckAnswer{NoIdentity: true}
 	case err != nil:
 		// Not required: the agent acts as itself, nothing to check.

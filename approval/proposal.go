@@ -136,8 +136,9 @@ type Proposal struct {
 	// can post the outcome there.
 	Channel string `json:"-"`
 	// IdentityNote, after Approve, says that the approver's Kubernetes
-	// identity could not be checked (the agent did not answer): the change
-	// runs as that identity, and RBAC decides then.
+	// identity could not be checked (the agent did not answer, or gave no
+	// answer the bot could trust): the change runs as that identity, and
+	// RBAC decides then.
 	IdentityNote string `json:"-"`
 
 	// digest names the sealed terms; decisions chain on it.
@@ -184,6 +185,14 @@ type Decision struct {
 	// Slack).
 	Via   string `json:"via,omitempty"`
 	Email string `json:"email,omitempty"`
+	// AsApprover: the bot requires that the change be made as this
+	// approver's Kubernetes identity (identities.required in the bot's
+	// configuration). Sealed so that an agent whose own copy of the
+	// section lacks it (not yet updated, or dropped) still never makes
+	// the change with its own rights: it applies the stricter of the seal
+	// and its configuration. Absent from decisions sealed before it
+	// existed, which read as false.
+	AsApprover bool `json:"asApprover,omitempty"`
 }
 
 // Expired reports whether a pending proposal can no longer be approved at
