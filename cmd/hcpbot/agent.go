@@ -394,18 +394,18 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 			return executor.As(id, extra)
 		},
 	}
-	if !f.identities.Empty() {
-		// Every replica answers the bots' identity checks (any one may):
-		// they read, they write nothing.
-		wg.Go(func() {
-			err := approval.ServeChecks(ctx, conn.NC, approval.CheckConfig{
-				Source: f.source, Keys: f.trustedKeys, Identities: f.identities, Access: executor.Access, Log: log,
-			})
-			if err != nil && ctx.Err() == nil {
-				log.Error().Err(err).Msg("not answering identity checks")
-			}
+	// Every replica answers the bots' identity checks (any one may): they
+	// read, they write nothing. An agent without identities answers too,
+	// so that a bot requiring them hears at approval, not at execution,
+	// that this agent acts as nobody.
+	wg.Go(func() {
+		err := approval.ServeChecks(ctx, conn.NC, approval.CheckConfig{
+			Source: f.source, Keys: f.trustedKeys, Identities: f.identities, Access: executor.Access, Log: log,
 		})
-	}
+		if err != nil && ctx.Err() == nil {
+			log.Error().Err(err).Msg("not answering identity checks")
+		}
+	})
 	run := func(ctx context.Context) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
