@@ -8,6 +8,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/identity"
@@ -23,7 +24,12 @@ import (
 //     (config.openshift.io) cluster;
 //   - exposure: create services in the control-plane namespace;
 //   - an exposure's rollback: delete services there, by the name the
-//     exposure gave its management Service.
+//     exposure gave its management Service;
+//
+// and, where id is acted as in the hosted cluster too (id.Hosted), asks
+// that cluster's API server (through its admin kubeconfig) about the
+// writes there: create services in the app's namespace, or, for the
+// rollback, delete them.
 //
 // missing lists each denied write as a sentence ("patch
 // hostedclusters.hypershift.openshift.io in namespace clusters (name
@@ -46,19 +52,46 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 	if id.User == "" {
 		return nil, fmt.Errorf("%w: an identity to check needs a user name", identity.ErrNoIdentity)
 	}
+	missing, err = review(ctx, x.Kube, id, writesOf(c.req), "")
+	if err != nil {
+		return nil, err
+	}
+	// The hosted cluster's writes, where id is acted as there too.
+	hw, ref := hostedWritesOf(c.req)
+	if len(hw) == 0 || !id.InHosted(ref.String()) {
+		return missing, nil
+	}
+	hc, err := x.getHostedCluster(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	hosted, err := x.hostedClient(ctx, hc)
+	if err != nil {
+		return nil, err
+	}
+	more, err := review(ctx, hosted, id, hw, " in hosted cluster "+ref.String())
+	if err != nil {
+		return nil, err
+	}
+	return append(missing, more...), nil
+}
+
+// review asks kc's API server whether id may make each write: the denied
+// ones as sentences, where ending each.
+func review(ctx context.Context, kc kubernetes.Interface, id identity.Identity, writes []authorizationv1.ResourceAttributes, where string) (missing []string, err error) {
 	groups := impersonatedGroups(id)
-	for _, w := range writesOf(c.req) {
+	for _, w := range writes {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: id.User, Groups: groups, ResourceAttributes: &w,
 		}}
-		got, err := x.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		got, err := kc.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("access review of %s for %s: %w", describeWrite(w), id.User, err)
+			return nil, fmt.Errorf("access review of %s%s for %s: %w", describeWrite(w), where, id.User, err)
 		}
 		if got.Status.Allowed && !got.Status.Denied {
 			continue
 		}
-		s := describeWrite(w)
+		s := describeWrite(w) + where
 		if r := strings.TrimSpace(got.Status.Reason); r != "" {
 			s += ": " + r
 		}
@@ -68,6 +101,22 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 		missing = append(missing, s)
 	}
 	return missing, nil
+}
+
+// hostedWritesOf lists the writes a validated change makes in its hosted
+// cluster (an exposure's NodePort copy, its rollback's delete), and that
+// cluster.
+func hostedWritesOf(ch Change) ([]authorizationv1.ResourceAttributes, ClusterRef) {
+	switch {
+	case ch.Type == TypeExposeNodePort:
+		// The app's own NodePort Service is forwarded without a hosted
+		// write; which it is is known only at execution: asked always.
+		return []authorizationv1.ResourceAttributes{{Verb: "create", Version: "v1", Resource: "services", Namespace: ch.Expose.Namespace}}, ch.Cluster
+	case ch.Type == TypeRollback && ch.Rollback.Undo.Type == TypeExposeNodePort && ch.Rollback.Undo.Expose != nil:
+		u := ch.Rollback.Undo
+		return []authorizationv1.ResourceAttributes{{Verb: "delete", Version: "v1", Resource: "services", Namespace: u.Expose.HostedNamespace}}, u.Cluster
+	}
+	return nil, ClusterRef{}
 }
 
 // writesOf lists the management writes a validated change makes, as the

@@ -190,7 +190,11 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 			if err := x.checkPorts(ctx, usage, req, hc, cpNS, planned, true); err != nil {
 				return nil, err
 			}
-			if hostedSvc, err = x.createHostedService(ctx, hosted, req, app, ports, usage); err != nil {
+			hostedW, err := x.hostedWriter(ctx, hc, hosted)
+			if err != nil {
+				return nil, err
+			}
+			if hostedSvc, err = x.createHostedService(ctx, hostedW, req, app, ports, usage); err != nil {
 				return nil, err
 			}
 			ownHosted, wrote = true, true
@@ -328,6 +332,11 @@ func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.In
 		if pc := nodePortRefusal(err, svc, usage, ClusterHosted); pc != nil {
 			return nil, pc
 		}
+		return nil, fmt.Errorf("%w: hosted cluster: %w", ErrRejected, err)
+	case apierrors.IsForbidden(err):
+		// The approver's identity in the hosted cluster (As,
+		// identity.Entry.Hosted) may not create it, or an admission
+		// policy refused it: nothing written.
 		return nil, fmt.Errorf("%w: hosted cluster: %w", ErrRejected, err)
 	}
 	return nil, fmt.Errorf("create hosted Service %s/%s: %w", p.Namespace, svc.Name, err)
@@ -704,7 +713,11 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) 
 	if err != nil {
 		return res, err
 	}
-	if err := deleteOwned(ctx, hosted, hosted, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res, observe); err != nil {
+	hostedW, err := x.hostedWriter(ctx, hc, hosted)
+	if err != nil {
+		return res, err
+	}
+	if err := deleteOwned(ctx, hosted, hostedW, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res, observe); err != nil {
 		return res, err
 	}
 	if observe && len(res.Deleted) > 0 {

@@ -1,6 +1,7 @@
 package actions
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/identity"
 )
 
@@ -20,9 +22,10 @@ var ErrNoImpersonation = errors.New("cannot act as the approver")
 // writer is the management cluster's clients for the writes of an
 // Executor made by As, and whom they act as.
 type writer struct {
-	id   identity.Identity
-	dyn  dynamic.Interface
-	kube kubernetes.Interface
+	id    identity.Identity
+	extra map[string][]string
+	dyn   dynamic.Interface
+	kube  kubernetes.Interface
 }
 
 // As returns a copy of x whose writes in the management cluster are made
@@ -41,7 +44,12 @@ type writer struct {
 // Nodes, the Services listed for node-port collisions and by action id),
 // as do the Events RecordEvent records: the approver need not be able to
 // read what the agent watches, only to make the change. Writes in a hosted
-// cluster keep using its admin kubeconfig (package doc).
+// cluster (an exposure's NodePort Service, its rollback's delete) are made
+// as id too where id.Hosted names that cluster (identity.Entry.Hosted),
+// through its admin kubeconfig impersonating; elsewhere with the admin
+// kubeconfig's own identity. The cleanup of a hosted Service this
+// execution created and could not pair is always the admin's: nothing the
+// approver's rights could stop may leave a node port open.
 //
 // A write the approver's identity may not make fails with the API
 // server's Forbidden, reported as ErrRejected naming the missing
@@ -72,7 +80,7 @@ func (x *Executor) As(id identity.Identity, extra map[string][]string) (*Executo
 		return nil, fmt.Errorf("%w: client as %s: %w", ErrNoImpersonation, id.User, err)
 	}
 	y := *x
-	y.writer = &writer{id: identity.Identity{User: id.User, Groups: slices.Clone(id.Groups)}, dyn: dc, kube: kc}
+	y.writer = &writer{id: identity.Identity{User: id.User, Groups: slices.Clone(id.Groups), Hosted: slices.Clone(id.Hosted)}, extra: cloneExtra(extra), dyn: dc, kube: kc}
 	return &y, nil
 }
 
@@ -82,7 +90,35 @@ func (x *Executor) ActingAs() (identity.Identity, bool) {
 	if x.writer == nil {
 		return identity.Identity{}, false
 	}
-	return identity.Identity{User: x.writer.id.User, Groups: slices.Clone(x.writer.id.Groups)}, true
+	return identity.Identity{User: x.writer.id.User, Groups: slices.Clone(x.writer.id.Groups), Hosted: slices.Clone(x.writer.id.Hosted)}, true
+}
+
+// actsInHosted reports whether x's writes in hc's hosted cluster are
+// made as the approver.
+func (x *Executor) actsInHosted(hc *hypershift.HostedCluster) bool {
+	return x.writer != nil && x.writer.id.InHosted(hc.Namespace+"/"+hc.Name)
+}
+
+// hostedWriter is the client of the writes in hc's hosted cluster: read
+// (the admin kubeconfig's) unless x acts as the approver there, then a
+// client of the same kubeconfig impersonating them, with the action's
+// extras.
+func (x *Executor) hostedWriter(ctx context.Context, hc *hypershift.HostedCluster, read kubernetes.Interface) (kubernetes.Interface, error) {
+	if !x.actsInHosted(hc) {
+		return read, nil
+	}
+	cfg, err := HostedRESTConfig(ctx, x.Kube, hc)
+	if err != nil {
+		return nil, err
+	}
+	// kubeconfig.RESTConfig refuses a kubeconfig that impersonates:
+	// nothing to chain.
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: x.writer.id.User, Groups: slices.Clone(x.writer.id.Groups), Extra: cloneExtra(x.writer.extra)}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: hosted client as %s: %w", ErrNoImpersonation, x.writer.id.User, err)
+	}
+	return kc, nil
 }
 
 // writeDynamic makes the noProxy writes.

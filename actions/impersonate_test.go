@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/hcpbot/hcpbot/actions"
@@ -602,5 +603,104 @@ func TestImpersonationRoleRefuses(t *testing.T) {
 	}
 	if _, err := actions.ImpersonationRole(identity.Map{Entries: m.Entries[2:]}, "mgmt-1", ""); err == nil || !strings.Contains(err.Error(), "no identity mapped for management cluster mgmt-1") {
 		t.Errorf("nothing for mgmt-1: %v", err)
+	}
+}
+
+// Where the map names the hosted cluster (identity.Entry.Hosted), the
+// exposure's hosted NodePort Service and its rollback's delete are made
+// as the approver too, through the hosted admin kubeconfig impersonating
+// them, so the hosted cluster's RBAC decides: an approver who may create
+// the management Service but not the hosted one is named the hosted
+// permission at approval (Access) and gets nothing written in either
+// cluster; granted it, the exposure and its rollback run as them. The
+// admin kubeconfig alone would have written both (it is system:masters
+// on the hosted API server).
+func TestImpersonationHostedWrites(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	c, hosted := kubevirtApp(t, "kvhost")
+	ref := c.Namespace + "/" + c.Name
+	cpNS := hypershift.ControlPlaneNamespace(c.Namespace, c.Name)
+	m := identity.Map{Required: true, Entries: []identity.Entry{{Slack: "UALICE0001", User: "alice", Groups: []string{"ops"}, Hosted: []string{ref}}}}
+	agent, _ := asDeployedAgent(t, c.Namespace, m)
+	grant(t, cpNS, "alice", "", "services", "create", "delete")
+	alice, _, err := m.For("mgmt-1", "UALICE0001", nil, "")
+	if err != nil || !alice.InHosted(ref) {
+		t.Fatalf("alice = %+v, %v: want acted as in %s", alice, err, ref)
+	}
+
+	req := exposeReq("expo-imp0h01", c)
+	missing, err := agent.Access(ctx, alice, req)
+	want := "create services in namespace " + appNS + " in hosted cluster " + ref
+	if err != nil || len(missing) != 1 || !strings.HasPrefix(missing[0], want) {
+		t.Fatalf("Access(alice, expose) = %q, %v; want %q named", missing, err, want)
+	}
+	x, err := agent.As(alice, identity.Extra(req.ID, "UREQUESTER1", []string{"UALICE0001"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Execute(ctx, req); !errors.Is(err, actions.ErrRejected) || !strings.Contains(err.Error(), `hosted cluster: services is forbidden: User "alice" cannot create resource "services"`) {
+		t.Fatalf("expose as alice without the hosted right: %v, want ErrRejected naming the hosted create", err)
+	}
+	if got := serviceNames(t, env.Kube, cpNS); len(got) != 0 {
+		t.Errorf("management Services after the hosted refusal: %q", got)
+	}
+	if got := serviceNames(t, hosted.Kube, appNS); !slices.Equal(got, []string{"petclinic"}) {
+		t.Errorf("hosted Services after the hosted refusal: %q, want only the app's", got)
+	}
+
+	// The hosted cluster's own RBAC grants alice (as its identity
+	// provider would know her) what the exposure writes there.
+	hostedGrant(t, hosted.Kube, appNS, "alice", "create", "delete")
+	testenv.Eventually(t, 30*time.Second, "the hosted authorizer to see alice's grant", func() bool {
+		missing, err := agent.Access(ctx, alice, req)
+		return err == nil && len(missing) == 0
+	})
+	res, err := x.Execute(ctx, req)
+	if err != nil || res.Outcome != actions.OutcomeApplied || res.Undo == nil || res.As != "alice" {
+		t.Fatalf("expose as alice: %+v, %v", res, err)
+	}
+	copyName := actions.HostedServiceName("petclinic")
+	svc, err := hosted.Kube.CoreV1().Services(appNS).Get(ctx, copyName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("hosted NodePort copy: %v", err)
+	}
+	t.Logf("hosted %s/%s created as alice, node ports %v", appNS, svc.Name, res.Ports)
+
+	undo := actions.Change{ID: "undo-imp0h01", Type: actions.TypeRollback, Cluster: req.Cluster, RequestedBy: "UREQUESTER1",
+		Rollback: &actions.RollbackParams{Undo: *res.Undo}}
+	if missing, err := agent.Access(ctx, alice, undo); err != nil || len(missing) > 0 {
+		t.Fatalf("Access(alice, rollback) = %q, %v", missing, err)
+	}
+	x, err = agent.As(alice, identity.Extra(undo.ID, "UREQUESTER1", []string{"UALICE0001"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := x.Execute(ctx, undo)
+	if err != nil || rb.Outcome != actions.OutcomeRolledBack {
+		t.Fatalf("rollback as alice: %+v, %v", rb, err)
+	}
+	if got := serviceNames(t, hosted.Kube, appNS); !slices.Equal(got, []string{"petclinic"}) {
+		t.Errorf("hosted Services after the rollback: %q, want only the app's", got)
+	}
+}
+
+// hostedGrant lets user make verbs on services in ns of a hosted cluster.
+func hostedGrant(t *testing.T, kc kubernetes.Interface, ns, user string, verbs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	name := "test-" + user + "-services"
+	if _, err := kc.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: verbs}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -136,6 +136,15 @@ func (d *decoder) identityEntry(n *yaml.Node, path string, e *identity.Entry) bo
 				d.problem(v, p, "is empty: remove it to apply the entry to every management cluster, or name the clusters")
 			}
 		}},
+		{"hostedClusters", func(v *yaml.Node, p string) {
+			d.uniqueStrings(v, p, &e.Hosted, hostedClusterProblem)
+			if s := resolve(v); s.Kind == yaml.SequenceNode && len(s.Content) == 0 {
+				d.problem(v, p, "is empty: remove it to keep hosted writes the admin kubeconfig's own, or name the hosted clusters (namespace/name, or \"*\")")
+			}
+			if len(e.Hosted) > 1 && slices.Contains(e.Hosted, identity.AllHosted) {
+				d.problem(v, p, "\"*\" names every hosted cluster: the others listed with it say nothing; keep one or the other")
+			}
+		}},
 	}, nil)
 	if !ok {
 		return false
@@ -151,6 +160,19 @@ func (d *decoder) identityEntry(n *yaml.Node, path string, e *identity.Entry) bo
 		d.problem(n, path+".user", "user or emailPrefix is required: the Kubernetes user name (htpasswd: the user's name; OIDC: the name OpenShift gives, often prefix:claim), or emailPrefix to make it of the prefix and the person's Slack e-mail")
 	}
 	return len(d.problems) == before
+}
+
+// hostedClusterProblem says what is wrong with an entry of
+// identities.map[].hostedClusters; "" when nothing is.
+func hostedClusterProblem(s string) string {
+	if s == identity.AllHosted {
+		return ""
+	}
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Label(name)) > 0 {
+		return fmt.Sprintf("%q is not a hosted cluster: write its HostedCluster's namespace/name (e.g. clusters/prod-eu), or \"*\" for every hosted cluster of the entry's management clusters", s)
+	}
+	return ""
 }
 
 // kubeName checks a Kubernetes user or group name the agent would act as.

@@ -28,16 +28,18 @@ func TestIdentitiesAccepted(t *testing.T) {
     - slack: U0ALICE123
       user: alice
       clusters: [mgmt-3]
+      hostedClusters: [clusters/prod-eu, clusters/prod-us]
     - slack: W0BOBBY123
       emailPrefix: "oidc:"
+      hostedClusters: ["*"]
     - slack: S0OPSTEAM1
       emailPrefix: "https://login.corp.example#"
       groups: [ops]
 `
 	want := identity.Map{Required: true, Entries: []identity.Entry{
 		{Slack: "U0ALICE123", User: "alice@corp.example", Groups: []string{"platform-ops", "oidc:sre"}, Clusters: []string{"mgmt-1", "mgmt-2"}},
-		{Slack: "U0ALICE123", User: "alice", Clusters: []string{"mgmt-3"}},
-		{Slack: "W0BOBBY123", EmailPrefix: "oidc:"},
+		{Slack: "U0ALICE123", User: "alice", Clusters: []string{"mgmt-3"}, Hosted: []string{"clusters/prod-eu", "clusters/prod-us"}},
+		{Slack: "W0BOBBY123", EmailPrefix: "oidc:", Hosted: []string{"*"}},
 		{Slack: "S0OPSTEAM1", EmailPrefix: "https://login.corp.example#", Groups: []string{"ops"}},
 	}}
 	for name, base := range map[string]string{"agent": agentBase, "bot": botBase, "all": agentBase + botBase} {
@@ -79,6 +81,21 @@ func TestIdentitiesAccepted(t *testing.T) {
 		id, _, err := c.Identities.For(tc.source, tc.user, tc.groups, tc.email)
 		if err != nil || id.String() != tc.want {
 			t.Errorf("For(%s, %s) = %s, %v; want %s", tc.source, tc.user, id, err, tc.want)
+		}
+	}
+	// The hosted clusters where the identity is acted as too.
+	for _, tc := range []struct {
+		source, user, email, hosted string
+		want                        bool
+	}{
+		{"mgmt-3", "U0ALICE123", "", "clusters/prod-eu", true},
+		{"mgmt-3", "U0ALICE123", "", "clusters/dev", false},
+		{"mgmt-1", "U0ALICE123", "", "clusters/prod-eu", false},
+		{"mgmt-9", "W0BOBBY123", "bob@corp.example", "any/where", true},
+	} {
+		id, _, err := c.Identities.For(tc.source, tc.user, nil, tc.email)
+		if err != nil || id.InHosted(tc.hosted) != tc.want {
+			t.Errorf("For(%s, %s).InHosted(%s) = %v (%+v, %v); want %v", tc.source, tc.user, tc.hosted, id.InHosted(tc.hosted), id, err, tc.want)
 		}
 	}
 	if _, _, err := c.Identities.For("mgmt-9", "U0NOBODY12", nil, ""); !errors.Is(err, identity.ErrNoIdentity) {
@@ -130,8 +147,13 @@ func TestIdentitiesRejected(t *testing.T) {
 		{"cluster not a label", entry("slack: U0ALICE123", "user: alice", "clusters: [Mgmt_1]"), 7, "identities.map[0].clusters[0]", "is not a management cluster name"},
 		{"cluster twice", entry("slack: U0ALICE123", "user: alice", "clusters: [mgmt-1, mgmt-1]"), 7, "identities.map[0].clusters[1]", "listed twice"},
 		{"clusters empty", entry("slack: U0ALICE123", "user: alice", "clusters: []"), 7, "identities.map[0].clusters", "is empty"},
+		{"hosted cluster without a namespace", entry("slack: U0ALICE123", "user: alice", "hostedClusters: [prod-eu]"), 7, "identities.map[0].hostedClusters[0]", `"prod-eu" is not a hosted cluster: write its HostedCluster's namespace/name`},
+		{"hosted cluster not a label", entry("slack: U0ALICE123", "user: alice", "hostedClusters: [clusters/Prod_EU]"), 7, "identities.map[0].hostedClusters[0]", "is not a hosted cluster"},
+		{"hosted cluster twice", entry("slack: U0ALICE123", "user: alice", "hostedClusters: [clusters/a, clusters/a]"), 7, "identities.map[0].hostedClusters[1]", "listed twice"},
+		{"hosted clusters empty", entry("slack: U0ALICE123", "user: alice", "hostedClusters: []"), 7, "identities.map[0].hostedClusters", "is empty"},
+		{"hosted clusters all and one", entry("slack: U0ALICE123", "user: alice", "hostedClusters: ['*', clusters/a]"), 7, "identities.map[0].hostedClusters", `"*" names every hosted cluster`},
 		{"entry not a mapping", agentBase + "identities:\n  map:\n    - U0ALICE123\n", 5, "identities.map[0]", "must be a mapping"},
-		{"entry unknown key", entry("slack: U0ALICE123", "user: alice", "cluster: mgmt-1"), 7, "identities.map[0].cluster", "unknown key (known: slack, user, emailPrefix, groups, clusters)"},
+		{"entry unknown key", entry("slack: U0ALICE123", "user: alice", "cluster: mgmt-1"), 7, "identities.map[0].cluster", "unknown key (known: slack, user, emailPrefix, groups, clusters, hostedClusters)"},
 		{"a person twice everywhere", agentBase + "identities:\n  map:\n    - {slack: U0ALICE123, user: alice}\n    - {slack: U0ALICE123, user: alice2}\n", 6,
 			"identities.map[1].slack", `"U0ALICE123" is already mapped on every management cluster by identities.map[0] (line 5)`},
 		{"a person twice on one cluster", agentBase + "identities:\n  map:\n    - {slack: U0ALICE123, user: alice, clusters: [mgmt-1, mgmt-2]}\n    - {slack: U0ALICE123, user: alice2, clusters: [mgmt-3, mgmt-2]}\n", 6,

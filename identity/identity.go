@@ -27,7 +27,20 @@ var ErrNoIdentity = errors.New("no Kubernetes identity mapped")
 type Identity struct {
 	User   string   `json:"user"`
 	Groups []string `json:"groups,omitempty"`
+	// Hosted are the HostedClusters ("namespace/name", or "*" for every
+	// one) in which the agent acts as this identity too (Entry.Hosted).
+	Hosted []string `json:"hosted,omitempty"`
 }
+
+// InHosted reports whether the agent acts as i in hosted cluster
+// ("namespace/name" of its HostedCluster).
+func (i Identity) InHosted(cluster string) bool {
+	return slices.ContainsFunc(i.Hosted, func(h string) bool { return h == AllHosted || h == cluster })
+}
+
+// AllHosted in Entry.Hosted names every hosted cluster of the entry's
+// management clusters.
+const AllHosted = "*"
 
 func (i Identity) String() string {
 	if len(i.Groups) == 0 {
@@ -50,6 +63,13 @@ type Entry struct {
 	// Clusters are the management clusters (agent sources) it applies to;
 	// empty: all.
 	Clusters []string
+	// Hosted are the hosted clusters (their HostedCluster's
+	// "namespace/name", or AllHosted) whose API servers also see this
+	// identity: the agent's writes there (an exposure's NodePort Service,
+	// its deletion) impersonate it through the hosted cluster's admin
+	// kubeconfig, for a hosted cluster whose RBAC knows the same person.
+	// Empty: hosted writes are the admin kubeconfig's own.
+	Hosted []string
 }
 
 // Group reports whether the entry names a Slack user group.
@@ -95,7 +115,7 @@ func (m Map) For(source, user string, groups []string, email string) (Identity, 
 	if match == nil {
 		return Identity{}, Entry{}, fmt.Errorf("%w for %s on %s", ErrNoIdentity, user, source)
 	}
-	id := Identity{User: match.User, Groups: slices.Clone(match.Groups)}
+	id := Identity{User: match.User, Groups: slices.Clone(match.Groups), Hosted: slices.Clone(match.Hosted)}
 	if match.EmailPrefix != "" {
 		if email == "" {
 			return Identity{}, *match, fmt.Errorf("%w for %s on %s: its entry (%s) derives the user from the Slack e-mail, which is not known", ErrNoIdentity, user, source, match.Slack)

@@ -181,5 +181,15 @@ func describeIdentity(id identity.Identity, e identity.Entry, entry string) stri
 	if e.EmailPrefix != "" {
 		s += ", the prefix `" + chatops.EscapeCode(e.EmailPrefix) + "` and your Slack e-mail"
 	}
+	switch {
+	case slices.Contains(id.Hosted, identity.AllHosted):
+		s += "; in every hosted cluster too"
+	case len(id.Hosted) > 0:
+		hs := make([]string, len(id.Hosted))
+		for i, h := range id.Hosted {
+			hs[i] = "`" + chatops.EscapeCode(h) + "`"
+		}
+		s += "; in hosted clusters " + strings.Join(hs, ", ") + " too"
+	}
 	return s
 }

@@ -200,12 +200,13 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		// (bot/command.TestImpersonationThroughSlackLive,
 		// configs/deploy.TestDeployAsShipped, TestDemoScript); here `/hcp
 		// whoami` of `hcpbot bot` shows each field read.
-		"identities.required":          {proof: whoami},
-		"identities.map[].slack":       {proof: whoami},
-		"identities.map[].user":        {proof: whoami},
-		"identities.map[].emailPrefix": {proof: whoami},
-		"identities.map[].groups":      {proof: whoami},
-		"identities.map[].clusters":    {proof: whoami},
+		"identities.required":             {proof: whoami},
+		"identities.map[].slack":          {proof: whoami},
+		"identities.map[].user":           {proof: whoami},
+		"identities.map[].emailPrefix":    {proof: whoami},
+		"identities.map[].groups":         {proof: whoami},
+		"identities.map[].clusters":       {proof: whoami},
+		"identities.map[].hostedClusters": {proof: whoami},
 	}
 }
 
@@ -935,7 +936,7 @@ slack:
 }
 
 // proveWhoami: identities.required, identities.map[].slack, user,
-// emailPrefix, groups and clusters — `hcpbot bot` with an identities
+// emailPrefix, groups, clusters and hostedClusters — `hcpbot bot` with an identities
 // section answers `/hcp whoami` per management cluster it has events from:
 // a person's own entry on the cluster it names, a Slack user group's
 // entry making the user of the prefix and the member's Slack e-mail (from
@@ -966,6 +967,7 @@ identities:
       user: alice
       groups: [platform-ops]
       clusters: [mgmt-who-a]
+      hostedClusters: [clusters/who-1]
     - slack: S0WHOOPSTM
       emailPrefix: "oidc:"
       groups: [ops]
@@ -994,7 +996,7 @@ identities:
 	})
 	t.Logf("alice:\n%s", alice)
 	for _, want := range []string{
-		"• `mgmt-who-a`: user `alice`, groups `platform-ops` — identities.map[0] (your user ID)",
+		"• `mgmt-who-a`: user `alice`, groups `platform-ops` — identities.map[0] (your user ID); in hosted clusters `clusters/who-1` too",
 		"• `mgmt-who-b`: user `oidc:alice@corp.example`, groups `ops` — identities.map[1] (the Slack user group `S0WHOOPSTM`)",
 		"identities.required is on",
 	} {
