@@ -100,3 +100,52 @@ func TestI28BObservedOutcomeForgetsTheApprover(t *testing.T) {
 		t.Errorf("the agent's audit record of the execution: %+v; want it to name alice as the Kubernetes user written as", agentRecord)
 	}
 }
+
+// Whoever edits the agent's configuration (attacker 5), or no one — the
+// agent's copy of the identities section (configs/deploy/agent/config.yaml,
+// kept equal to the bot's by hand) lags behind — with identities.required
+// off, the default. The bot maps alice, so it asks the agent whether her
+// identity may make the change; the agent, which does not map her,
+// answers with nothing missing (judgeCheck: "not required: the agent
+// acts as itself, nothing to check"), the bot counts her approval without
+// a note, and the agent makes the change with its own ServiceAccount.
+// README: "mapped approvers are impersonated either way", and "a person
+// who may not patch a HostedCluster cannot have the agent do it for
+// them" — alice may not (the agent's Access would say so, were it asked
+// as her). The fix of the first review binds the agent only under
+// required (Decision.AsApprover). What should hold: an approval the bot
+// resolved to an identity is sealed as such, and the agent that cannot
+// resolve the same approver refuses it (and says so at the check) rather
+// than act as itself.
+func TestI28BMappedApproverActedForWithTheAgentsRights(t *testing.T) {
+	e := newEnv(t)
+	f := e.flow(fourEyes(), func(c *approval.Config) { c.Identities = identities(false) })
+	var imp impersonation
+	e.serve(func(c *approval.AgentConfig) {
+		// The agent's copy lacks the section.
+		c.As = imp.acting(e.x)
+	})
+	asked := make(chan identity.Identity, 10)
+	e.serveChecks(identity.Map{}, func(_ context.Context, id identity.Identity, _ actions.Change) ([]string, error) {
+		asked <- id
+		return []string{"patch hostedclusters.hypershift.openshift.io in namespace clusters (name c1)"}, nil
+	})
+	ctx := testContext(t)
+	p, err := f.Propose(ctx, noProxyChange(), requester, approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got outcome
+	p, err = f.Approve(ctx, p.ID, approver, approval.OnOutcome(got.fn))
+	if err != nil {
+		// Refused at the check: what should hold.
+		t.Logf("alice's approval refused: %v", err)
+		return
+	}
+	waitFor(t, 30*time.Second, "the outcome", func() bool { return len(got.got()) == 1 })
+	as, _ := imp.last()
+	if o := got.got()[0]; o.State == approval.StateExecuted && as.User == "" {
+		t.Errorf("alice, whom the bot maps (and told nothing: note %q), had the change executed by the agent with its own rights (outcome %s, runs %d, access reviewed as her: %d)",
+			p.IdentityNote, o.State, e.x.runs(p.ID), len(asked))
+	}
+}
