@@ -149,3 +149,60 @@ func TestI28BMappedApproverActedForWithTheAgentsRights(t *testing.T) {
 			p.IdentityNote, o.State, e.x.runs(p.ID), len(asked))
 	}
 }
+
+// An approver without the Kubernetes rights (attacker 4), under
+// approvals.required: 2. alice (mapped, may not patch) approves while the
+// agent does not answer the identity check — restarting, or kept busy by
+// checks replayed from a stream the bot's NATS user made (attacker 1):
+// her approval counts, with the note that "RBAC decides at the write".
+// bob (may patch) completes the decision, and the change is written as
+// bob: RBAC at the write never judges alice. README: "a refusal names
+// the missing permission before anything is sealed or written; the
+// approval does not count", and an unanswered check "leaves the decision
+// to RBAC at the write" — which holds only for the approver who
+// completes. What should hold: an approval that counts was either
+// allowed by the agent's check or is judged by RBAC at execution (the
+// agent reviewing every counted approver's identity before the write, or
+// the bot asking again, before it seals the completing approval, for the
+// approvals whose check went unanswered).
+func TestI28BUncheckedApprovalNeverJudgedByRBAC(t *testing.T) {
+	e := newEnv(t)
+	m := identities(true)
+	pol := fourEyes()
+	pol.Approvals = 2
+	f := e.flow(pol, func(c *approval.Config) {
+		c.Identities, c.Groups = m, approval.StaticGroups{"S0OPS00001": {approver2}}
+	})
+	var imp impersonation
+	e.serve(func(c *approval.AgentConfig) {
+		c.Identities = m
+		c.As = imp.acting(e.x)
+	})
+	ctx := testContext(t)
+	p, err := f.Propose(ctx, noProxyChange(), requester, approval.ForSource(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody answers checks yet.
+	p, err = f.Approve(ctx, p.ID, approver)
+	if err != nil || p.IdentityNote == "" {
+		t.Fatalf("alice's approval without an answering agent: note %q, err %v", p.IdentityNote, err)
+	}
+	t.Logf("alice was told: %s", p.IdentityNote)
+	// The agent answers from now on: alice may not patch, bob may.
+	e.serveChecks(m, func(_ context.Context, id identity.Identity, _ actions.Change) ([]string, error) {
+		if id.User == "alice" {
+			return []string{"patch hostedclusters.hypershift.openshift.io in namespace clusters (name c1)"}, nil
+		}
+		return nil, nil
+	})
+	var got outcome
+	if _, err := f.Approve(ctx, p.ID, approver2, approval.OnOutcome(got.fn)); err != nil {
+		t.Fatalf("bob's approval: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the outcome", func() bool { return len(got.got()) == 1 })
+	as, _ := imp.last()
+	if o := got.got()[0]; o.State == approval.StateExecuted {
+		t.Errorf("executed as %q with approvers %v: alice's approval counted, though her identity may not make the change and no RBAC decision was ever made as her", as.User, o.Approvers)
+	}
+}
