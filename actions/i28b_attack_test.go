@@ -4,16 +4,26 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/noproxy"
 )
 
@@ -134,4 +144,129 @@ func TestI28BChangeFoundInPlaceIsCreditedToTheApprover(t *testing.T) {
 		t.Errorf("carol, who may not patch the HostedCluster, is reported to have applied %s (written as %q, Undo %v); the executor's calls: %q — nothing was asked of RBAC as carol",
 			req.ID, res.As, res.Undo != nil, calls)
 	}
+}
+
+// The agent's ServiceAccount token (attacker 2), with the shipped RBAC,
+// the shipped admission policy (configs/deploy/agent/admission.yaml) and
+// the constrained role `hcpbot rbac` generates. RBAC grants the agent
+// Service writes cluster-wide; the policy narrows them to hcpbot's own
+// Services in control-plane namespaces, for the agent's own user and for
+// its writes as an approver — which it recognises by the hcpbot.io/action
+// extra. That extra is the impersonator's to send or not: the token
+// impersonates alice without it, and deletes a Service that is not
+// hcpbot's, outside any control-plane namespace, wherever alice may
+// (here a namespace where she administers Services). The policy's own
+// comment: "so that an approver's broader rights never let an hcpbot
+// action touch another Service". What should hold: a Service write the
+// agent's token makes as a mapped person is held to the policy whatever
+// extras it sends — e.g. the policy matching the mapped users of the
+// generated role (which `hcpbot rbac` could print beside it), or the
+// Service writes left out of the constrained role (the exposure writing
+// its management Service with the agent's own, narrowed, rights after a
+// dry run as the approver).
+func TestI28BAgentTokenAsApproverEscapesTheServicePolicy(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	agentCfg := env.DeployAgent(t, ns, idMap)
+	victim, err := env.Kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant(t, ns, "alice", "", "services", "get", "delete")
+	shippedServicePolicy(t, ns)
+
+	as := func(extra map[string][]string) kubernetes.Interface {
+		cfg := rest.CopyConfig(agentCfg)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"ops"}, Extra: extra}
+		kc, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kc
+	}
+	dry := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	// The policy is in force: the token as alice for an hcpbot action is
+	// refused, and so is the token as itself.
+	forAction := as(identity.Extra("expo-tok00001", "UREQUESTER1", []string{"UALICE0001"}))
+	testenv.Eventually(t, 30*time.Second, "the policy refusing the agent as alice for an action", func() bool {
+		err := forAction.CoreV1().Services(ns).Delete(ctx, victim.Name, dry)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "hosted control-plane namespaces")
+	})
+	own, err := kubernetes.NewForConfig(agentCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := own.CoreV1().Services(ns).Delete(ctx, victim.Name, dry); !apierrors.IsForbidden(err) {
+		t.Fatalf("the agent's token as itself deleting %s/%s: %v, want refused by the policy", ns, victim.Name, err)
+	}
+	// Without the extra.
+	if err := as(nil).CoreV1().Services(ns).Delete(ctx, victim.Name, dry); err == nil {
+		t.Errorf("the agent's token, impersonating alice without hcpbot's extra, may delete Service %s/%s (not hcpbot's, no control-plane namespace): the shipped policy does not see it as the agent's", ns, victim.Name)
+	} else if !apierrors.IsForbidden(err) {
+		t.Errorf("delete as alice without the extra: %v", err)
+	}
+}
+
+// shippedServicePolicy applies the Service policy of
+// configs/deploy/agent/admission.yaml as shipped, under names of the
+// test's, bound to namespace ns only (the tests of this package share one
+// API server).
+func shippedServicePolicy(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	data, err := os.ReadFile("../configs/deploy/agent/admission.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy *admissionv1.ValidatingAdmissionPolicy
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var p admissionv1.ValidatingAdmissionPolicy
+		if err := yaml.Unmarshal([]byte(doc), &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Kind == "ValidatingAdmissionPolicy" && p.Name == "hcpbot-agent-services" {
+			policy = &p
+		}
+	}
+	if policy == nil {
+		t.Fatal("no ValidatingAdmissionPolicy hcpbot-agent-services in admission.yaml")
+	}
+	name := "i28b-" + ns
+	policy.Name = name
+	const label = "hcpbot.test/i28b"
+	nsObj, err := env.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nsObj.Labels == nil {
+		nsObj.Labels = map[string]string{}
+	}
+	nsObj.Labels[label] = ns
+	if _, err := env.Kube.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	adm := env.Kube.AdmissionregistrationV1()
+	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = adm.ValidatingAdmissionPolicies().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: ns}}},
+		},
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = adm.ValidatingAdmissionPolicyBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
