@@ -233,6 +233,21 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 		if !portsMatch(hostedSvc, mgmtSvc) {
 			return nil, fmt.Errorf("%w: Services of action %s no longer agree on node ports; roll it back", ErrConflict, req.ID)
 		}
+		if x.writer != nil {
+			// Found in place (an earlier attempt, or anyone who can write
+			// Services there and knows the action id): the approver's only
+			// if RBAC would let them create it. A dry-run create is
+			// authorised before the name is found taken; its node ports
+			// are left to allocate, as the found Service holds them.
+			dry := managementService(req, hc, cpNS, hostedSvc)
+			for i := range dry.Spec.Ports {
+				dry.Spec.Ports[i].NodePort = 0
+			}
+			_, err := x.writeKube().CoreV1().Services(cpNS).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return nil, managementCreateError(err, hostedSvc, usageOrEmpty(usage))
+			}
+		}
 	} else {
 		if usage == nil {
 			if usage, err = x.portUsage(ctx, hosted, req.ID); err != nil {
@@ -270,6 +285,15 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 	}
 	res.Summary = exposeSummary(req, hostedSvc, mgmtSvc, res, len(ips), forward, !wrote)
 	return res, nil
+}
+
+// usageOrEmpty is u, or no ports in use when none were listed: for
+// reading a refusal that names no node port.
+func usageOrEmpty(u *portUsage) *portUsage {
+	if u == nil {
+		return &portUsage{}
+	}
+	return u
 }
 
 // appService reads the hosted Service to expose.
@@ -706,6 +730,21 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) 
 	// Management first: that closes the port reachable from outside, and
 	// it still happens when the hosted cluster cannot be reached.
 	cpNS := hypershift.ControlPlaneNamespace(hc.Namespace, hc.Name)
+	if x.writer != nil && !observe {
+		// As the approver, their right to the management delete is tried
+		// first, whether or not the Service is still there: the hosted
+		// delete that follows may be the admin kubeconfig's, and must
+		// not be made for someone who may not roll the exposure back.
+		name := ManagementServiceName(undo.ActionID)
+		err := x.writeKube().CoreV1().Services(cpNS).Delete(ctx, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsForbidden(err):
+			return nil, fmt.Errorf("%w: management cluster: %w", ErrRejected, err)
+		default:
+			return nil, fmt.Errorf("dry run of the delete of management Service %s/%s: %w", cpNS, name, err)
+		}
+	}
 	if err := deleteOwned(ctx, x.Kube, x.writeKube(), ClusterManagement, cpNS, undo.ActionID, res, observe); err != nil {
 		return res, err
 	}

@@ -59,9 +59,22 @@ type ImpersonatedWrite struct {
 // approver, dry runs included (a dry run is authorised as its verb): the
 // noProxy patch and its rollback, the exposure's management Service and
 // its rollback's delete. Access asks about the same (writesOf).
-var ImpersonatedWrites = []ImpersonatedWrite{
+var ImpersonatedWrites = slices.Concat(NoProxyWrites, ExposureWrites)
+
+// NoProxyWrites are the writes of the noProxy fix and its rollback.
+var NoProxyWrites = []ImpersonatedWrite{
 	{Group: hypershift.HostedClusterGVR.Group, Resource: hypershift.HostedClusterGVR.Resource, Verbs: []string{"patch"}},
 	{Group: hypershift.ProxyGVR.Group, Resource: hypershift.ProxyGVR.Resource, Names: []string{hypershift.ProxyName}, Verbs: []string{"patch"}},
+}
+
+// ExposureWrites are the management writes of a NodePort exposure and its
+// rollback. RBAC cannot narrow them to control-plane namespaces or to
+// hcpbot's Services, and the shipped admission policy recognises an
+// impersonated write as hcpbot's by an extra its sender chooses: with
+// them granted, the agent's token may create and delete Services wherever
+// a mapped approver may. Leave them out (`hcpbot rbac --exposure=false`)
+// where exposures are not used.
+var ExposureWrites = []ImpersonatedWrite{
 	{Group: "", Resource: "services", Verbs: []string{"create", "delete"}},
 }
 
@@ -72,7 +85,7 @@ var ImpersonatedWrites = []ImpersonatedWrite{
 // action ids and Slack user ids are not known in advance). Nothing else:
 // not other users or groups, not ServiceAccounts, not uids. In
 // ImpersonationConstrained mode (the default, mode "") only for the
-// writes of ImpersonatedWrites.
+// writes given (ImpersonatedWrites when none).
 //
 // The API server authorises each impersonated user and group on its own:
 // when the entries give different groups, the role lets the agent combine
@@ -87,7 +100,10 @@ var ImpersonatedWrites = []ImpersonatedWrite{
 // group system:masters, which the API server lets past every authorizer:
 // the agent could then do anything. A map with no entry for source has
 // nothing to grant, and is refused too.
-func ImpersonationRole(m identity.Map, source string, mode ImpersonationMode) (*rbacv1.ClusterRole, error) {
+func ImpersonationRole(m identity.Map, source string, mode ImpersonationMode, writes ...ImpersonatedWrite) (*rbacv1.ClusterRole, error) {
+	if len(writes) == 0 {
+		writes = ImpersonatedWrites
+	}
 	if mode == "" {
 		mode = ImpersonationConstrained
 	}
@@ -106,6 +122,9 @@ func ImpersonationRole(m identity.Map, source string, mode ImpersonationMode) (*
 		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
 		ObjectMeta: metav1.ObjectMeta{Name: ImpersonationRoleName},
 	}
+	if mode == ImpersonationLegacy && len(writes) != len(ImpersonatedWrites) {
+		return nil, fmt.Errorf("legacy impersonation cannot be limited to some writes: the verb impersonate lets the agent act as the mapped people for anything")
+	}
 	if mode == ImpersonationLegacy {
 		// Legacy impersonation authorises users and groups in the core
 		// group, extras in authentication.k8s.io.
@@ -122,7 +141,7 @@ func ImpersonationRole(m identity.Map, source string, mode ImpersonationMode) (*
 		role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"groups"}, ResourceNames: groups, Verbs: []string{userInfo}})
 	}
 	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: extras, Verbs: []string{userInfo}})
-	for _, w := range ImpersonatedWrites {
+	for _, w := range writes {
 		verbs := make([]string, 0, len(w.Verbs))
 		for _, v := range w.Verbs {
 			verbs = append(verbs, "impersonate-on:user-info:"+v)

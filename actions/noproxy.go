@@ -29,26 +29,30 @@ type noProxyObject struct {
 	desc string
 	// ref names the object in an Event (RecordEvent reads its UID).
 	ref corev1.ObjectReference
+	// acting: wri is the approver's identity (As), not the agent's.
+	acting bool
 }
 
 func (x *Executor) noProxyObject(target Target, ref ClusterRef) noProxyObject {
 	if target.orDefault() == TargetProxy {
 		return noProxyObject{
-			ri:   x.Dynamic.Resource(hypershift.ProxyGVR),
-			wri:  x.writeDynamic().Resource(hypershift.ProxyGVR),
-			name: hypershift.ProxyName,
-			path: []string{"spec", "noProxy"},
-			desc: "Proxy " + hypershift.ProxyName + " spec.noProxy",
-			ref:  corev1.ObjectReference{APIVersion: hypershift.ProxyGVR.GroupVersion().String(), Kind: "Proxy", Name: hypershift.ProxyName},
+			ri:     x.Dynamic.Resource(hypershift.ProxyGVR),
+			wri:    x.writeDynamic().Resource(hypershift.ProxyGVR),
+			name:   hypershift.ProxyName,
+			path:   []string{"spec", "noProxy"},
+			desc:   "Proxy " + hypershift.ProxyName + " spec.noProxy",
+			ref:    corev1.ObjectReference{APIVersion: hypershift.ProxyGVR.GroupVersion().String(), Kind: "Proxy", Name: hypershift.ProxyName},
+			acting: x.writer != nil,
 		}
 	}
 	return noProxyObject{
-		ri:   x.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(ref.Namespace),
-		wri:  x.writeDynamic().Resource(hypershift.HostedClusterGVR).Namespace(ref.Namespace),
-		name: ref.Name,
-		path: []string{"spec", "configuration", "proxy", "noProxy"},
-		desc: "HostedCluster " + ref.String() + " spec.configuration.proxy.noProxy",
-		ref:  hostedClusterRef(ref),
+		ri:     x.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(ref.Namespace),
+		wri:    x.writeDynamic().Resource(hypershift.HostedClusterGVR).Namespace(ref.Namespace),
+		name:   ref.Name,
+		path:   []string{"spec", "configuration", "proxy", "noProxy"},
+		desc:   "HostedCluster " + ref.String() + " spec.configuration.proxy.noProxy",
+		ref:    hostedClusterRef(ref),
+		acting: x.writer != nil,
 	}
 }
 
@@ -84,14 +88,37 @@ func (o noProxyObject) write(ctx context.Context, u *unstructured.Unstructured, 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := o.wri.Patch(ctx, o.name, types.MergePatchType, body, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
-		return nil, o.classify("dry run", err)
+	if err := o.dryRun(ctx, body); err != nil {
+		return nil, err
 	}
 	out, err := o.wri.Patch(ctx, o.name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager})
 	if err != nil {
 		return nil, o.classify("patch", err)
 	}
 	return out, nil
+}
+
+func (o noProxyObject) dryRun(ctx context.Context, body []byte) error {
+	if _, err := o.wri.Patch(ctx, o.name, types.MergePatchType, body, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
+		return o.classify("dry run", err)
+	}
+	return nil
+}
+
+// permitsFound asks, acting as the approver, whether they may make the
+// write an earlier attempt made (found in place with the action's mark):
+// a dry run of it as them. The mark is written by whoever can patch the
+// object, and a change is reported as the approver's only if RBAC would
+// have let them make it. The agent's own writes need no such proof.
+func (o noProxyObject) permitsFound(ctx context.Context, u *unstructured.Unstructured, value, mark string) error {
+	if !o.acting {
+		return nil
+	}
+	body, err := o.patch(u.GetResourceVersion(), value, mark)
+	if err != nil {
+		return err
+	}
+	return o.dryRun(ctx, body)
 }
 
 // patch is the merge patch of write: the resourceVersion precondition,
@@ -188,6 +215,9 @@ func (x *Executor) patchNoProxyOnce(ctx context.Context, req Change, obj noProxy
 			// An earlier attempt of this very action wrote it and its
 			// result was never recorded (the agent died after the write,
 			// or the response was lost): report what that attempt did.
+			if err := obj.permitsFound(ctx, u, after, req.ID); err != nil {
+				return nil, err
+			}
 			res := noProxyApplied(req, obj, p.Expected, after, u.GetResourceVersion())
 			res.Summary = fmt.Sprintf("Already in place from an earlier attempt of action %s (nothing written now): added %s to %s.",
 				req.ID, strings.Join(res.Added, ", "), obj.desc)
@@ -274,6 +304,9 @@ func (x *Executor) rollbackNoProxy(ctx context.Context, mark string, undo Undo, 
 		if current == n.Previous && u.GetAnnotations()[AnnotationAction] == mark {
 			// An earlier attempt of this rollback restored it; its result
 			// was not recorded.
+			if err := obj.permitsFound(ctx, u, n.Previous, mark); err != nil {
+				return nil, err
+			}
 			res.Outcome, res.Before, res.After = OutcomeRolledBack, n.Written, n.Previous
 			res.Diff = valueDiff(obj.desc, n.Written, n.Previous)
 			res.Summary = fmt.Sprintf("Already in place from an earlier attempt of this rollback (nothing written now): restored %s to its value from before action %s.", obj.desc, undo.ActionID)

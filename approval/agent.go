@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +52,12 @@ type AgentConfig struct {
 	// (*actions.Executor's As). Empty: the agent acts as itself.
 	Identities identity.Map
 	As         func(id identity.Identity, extra map[string][]string) (Executor, error)
+	// Access reviews whether id may make ch (*actions.Executor's Access):
+	// before a write, the identity of every counted approver but the one
+	// the write acts as, which the write's own RBAC judges. An approval
+	// counts only if its identity may make the change: one whose check
+	// went unanswered at approval is judged here. Nil: not reviewed.
+	Access func(ctx context.Context, id identity.Identity, ch actions.Change) (missing []string, err error)
 	// Trail is the agent's own audit subject (audit.ForAgent): its
 	// refusals and executions. Nil only logs them.
 	Trail audit.Appender
@@ -428,7 +436,10 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 	switch {
 	case errors.Is(err, ErrTooLate) && running != nil:
 		// Begun before the deadline: say what the cluster holds.
-		return key, a.observe(ctx, p, fmt.Errorf("%w: the earlier attempt was cut off", ErrInternal)), nil
+		// The earlier attempt wrote, if at all, as the actor: the same
+		// approver's identity by the same map.
+		_, as, _ := a.actor(p)
+		return key, a.observe(ctx, p, as, fmt.Errorf("%w: the earlier attempt was cut off", ErrInternal)), nil
 	case errors.Is(err, ErrTooLate):
 		return refuse(req, p, err)
 	case errors.Is(err, ErrNotApproved) && a.premature(rec):
@@ -455,6 +466,16 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 	x, as, err := a.actor(p)
 	if err != nil {
 		return refuse(req, p, err)
+	}
+	if running == nil {
+		// Reviewed before the first attempt only: a re-run finds what
+		// that attempt was let to write.
+		switch err := a.approversMay(ctx, p); {
+		case errors.Is(err, errHandBack) && stale == nil:
+			return "", Result{}, err
+		case err != nil:
+			return refuse(req, p, err)
+		}
 	}
 	if running == nil {
 		mark, _ := json.Marshal(Result{ID: p.ID, Proposal: p.digest, Running: true, At: now.UTC()})
@@ -486,7 +507,7 @@ func (a *agent) actor(p Proposal) (Executor, string, error) {
 	case errors.Is(err, ErrNoIdentity) && !required:
 		return a.cfg.Executor, "", nil
 	case errors.Is(err, ErrNoIdentity) && !m.Required:
-		return nil, "", fmt.Errorf("%w: the bot requires acting as the approver (identities.required) and this agent maps no identity for %s; it does not make changes with its own rights", err, p.DecidedBy)
+		return nil, "", fmt.Errorf("%w: the bot maps %s and requires acting as them, and this agent maps no identity for them (its identities section differs from the bot's); it does not make changes with its own rights", err, p.DecidedBy)
 	case err != nil:
 		return nil, "", fmt.Errorf("%w; identities.required: the agent does not make changes with its own rights", err)
 	case a.cfg.As == nil:
@@ -497,6 +518,42 @@ func (a *agent) actor(p Proposal) (Executor, string, error) {
 		return nil, "", fmt.Errorf("act as %s: %w", id, err)
 	}
 	return x, id.User, nil
+}
+
+// approversMay asks the API server, for every approver counted on p but
+// the one the change is made as, whether their identity may make it: an
+// approval whose check went unanswered counted with a note that RBAC
+// decides, and only the completing approver's is judged by the write
+// itself. An approver without an identity the agent acts as
+// (identities not required for them) is not reviewed; one the map cannot
+// resolve though required is refused, as actor does.
+func (a *agent) approversMay(ctx context.Context, p Proposal) error {
+	m := a.cfg.Identities
+	if a.cfg.Access == nil {
+		return nil
+	}
+	for _, d := range p.Decisions {
+		if d.Verdict != VerdictApprove || d.By == p.DecidedBy || !slices.Contains(p.Approvers, d.By) {
+			continue
+		}
+		id, err := actingIdentity(m, a.cfg.Source, d.By, d.Via, d.Email)
+		switch {
+		case errors.Is(err, ErrNoIdentity) && !m.Required && !d.AsApprover:
+			continue
+		case err != nil:
+			return fmt.Errorf("the approval of %s: %w; it does not count", d.By, err)
+		}
+		actx, cancel := context.WithTimeout(ctx, checkTimeout)
+		missing, err := a.cfg.Access(actx, id, p.Change)
+		cancel()
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: review the access of %s (%s): %w", errHandBack, d.By, id, err)
+		case len(missing) > 0:
+			return fmt.Errorf("%w: the approval of %s does not count: their Kubernetes identity %s lacks %s", ErrNotPermitted, d.By, id, strings.Join(missing, "; "))
+		}
+	}
+	return nil
 }
 
 // premature reports whether rec is still undecided by its own terms (the
@@ -591,13 +648,13 @@ func (a *agent) execute(ctx context.Context, p Proposal, x Executor, as string) 
 		log.Warn().Err(err).Msg("transient failure: handed back")
 		return Result{}, fmt.Errorf("%w: %w", errHandBack, err)
 	case a.transient(err) || errors.Is(err, context.DeadlineExceeded):
-		return a.observe(ctx, p, err), nil
+		return a.observe(ctx, p, as, err), nil
 	case !nothingWritten(err):
 		// An error that does not say the write was refused (a cut
 		// answer, an unknown failure) may follow a write that landed:
 		// what the cluster holds is the answer.
 		log.Warn().Err(err).Msg("execution ended in an error that does not say whether it wrote: observing the cluster")
-		return a.observe(ctx, p, err), nil
+		return a.observe(ctx, p, as, err), nil
 	default:
 		r := failure(p.ID, err)
 		r.Proposal, r.At = p.digest, a.now().UTC()
@@ -627,8 +684,10 @@ func nothingWritten(err error) bool {
 
 // observe answers, after the deadline, what the cluster holds: the change
 // in place (applied by an earlier attempt), or not applied, or unknown
-// when even reading fails.
-func (a *agent) observe(ctx context.Context, p Proposal, cause error) Result {
+// when even reading fails. as is the identity the attempts wrote as ("":
+// the agent's own): the agent reads with its own executor, and a change
+// found in place was written by them.
+func (a *agent) observe(ctx context.Context, p Proposal, as string, cause error) Result {
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	res, inPlace, err := a.cfg.Executor.Observe(octx, p.Change)
@@ -637,6 +696,9 @@ func (a *agent) observe(ctx context.Context, p Proposal, cause error) Result {
 	case err != nil:
 		r = failure(p.ID, fmt.Errorf("%w: %w; reading the cluster afterwards failed too: %w", ErrUnknown, cause, err))
 	case inPlace:
+		if res.As == "" {
+			res.As = as
+		}
 		return a.succeeded(ctx, p, res)
 	case a.now().Before(p.Deadline()):
 		r = failure(p.ID, fmt.Errorf("not applied: %w", cause))

@@ -402,6 +402,7 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 	// Who the agent will act as, and whether that identity may make the
 	// change: an approval it may not make does not count.
 	var via, email, note string
+	asApprover := f.identities.Required
 	if !f.identities.Empty() {
 		v, e, _, err := f.approverIdentity(ctx, p.Source, userID)
 		switch {
@@ -410,7 +411,9 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 		case err != nil:
 			return p, err
 		default:
-			via, email = v, e
+			// The bot tells this approver the change runs as their
+			// identity: the agent must find it too, required or not.
+			via, email, asApprover = v, e, true
 			if note, err = f.checkIdentity(ctx, p, userID, via, email); err != nil {
 				return p, err
 			}
@@ -447,7 +450,7 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 		if o.channel != "" && rec.Channel == "" {
 			rec.Channel = o.channel
 		}
-		return true, f.decide(rec, cur, Decision{By: userID, Verdict: VerdictApprove, At: now.UTC(), Via: via, Email: email, AsApprover: f.identities.Required}, nil)
+		return true, f.decide(rec, cur, Decision{By: userID, Verdict: VerdictApprove, At: now.UTC(), Via: via, Email: email, AsApprover: asApprover}, nil)
 	})
 	if err != nil {
 		// Decided otherwise since the approval was audited (a race with

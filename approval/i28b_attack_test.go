@@ -55,6 +55,9 @@ func (w writtenAs) Execute(ctx context.Context, ch actions.Change) (*actions.Res
 // What should hold: an outcome observed after an impersonated attempt
 // names the identity that attempt wrote as (the approver's: actor(p)
 // again), or says it is unknown — never the agent's own by omission.
+//
+// Resolved: agent.observe takes the identity the attempts wrote as
+// (actor(p)) and reports a change found in place as written by it.
 func TestI28BObservedOutcomeForgetsTheApprover(t *testing.T) {
 	e := newEnv(t)
 	m := identities(true)
@@ -117,6 +120,10 @@ func TestI28BObservedOutcomeForgetsTheApprover(t *testing.T) {
 // resolved to an identity is sealed as such, and the agent that cannot
 // resolve the same approver refuses it (and says so at the check) rather
 // than act as itself.
+//
+// Resolved: the bot seals AsApprover whenever its map gives the approver
+// an identity, and asks its checks as Required: the agent without the
+// mapping answers NoIdentity, and refuses at the write.
 func TestI28BMappedApproverActedForWithTheAgentsRights(t *testing.T) {
 	e := newEnv(t)
 	f := e.flow(fourEyes(), func(c *approval.Config) { c.Identities = identities(false) })
@@ -165,6 +172,9 @@ func TestI28BMappedApproverActedForWithTheAgentsRights(t *testing.T) {
 // agent reviewing every counted approver's identity before the write, or
 // the bot asking again, before it seals the completing approval, for the
 // approvals whose check went unanswered).
+//
+// Resolved: the agent reviews every counted approver but the completing
+// one before the write (AgentConfig.Access, agent.approversMay).
 func TestI28BUncheckedApprovalNeverJudgedByRBAC(t *testing.T) {
 	e := newEnv(t)
 	m := identities(true)
@@ -173,10 +183,19 @@ func TestI28BUncheckedApprovalNeverJudgedByRBAC(t *testing.T) {
 	f := e.flow(pol, func(c *approval.Config) {
 		c.Identities, c.Groups = m, approval.StaticGroups{"S0OPS00001": {approver2}}
 	})
+	// alice may not patch, bob may: what the agent's Access (its
+	// SubjectAccessReviews) says, at a check and before a write.
+	access := func(_ context.Context, id identity.Identity, _ actions.Change) ([]string, error) {
+		if id.User == "alice" {
+			return []string{"patch hostedclusters.hypershift.openshift.io in namespace clusters (name c1)"}, nil
+		}
+		return nil, nil
+	}
 	var imp impersonation
 	e.serve(func(c *approval.AgentConfig) {
 		c.Identities = m
 		c.As = imp.acting(e.x)
+		c.Access = access // as cmd/hcpbot wires it: the executor's Access
 	})
 	ctx := testContext(t)
 	p, err := f.Propose(ctx, noProxyChange(), requester, approval.ForSource(source))
@@ -189,20 +208,22 @@ func TestI28BUncheckedApprovalNeverJudgedByRBAC(t *testing.T) {
 		t.Fatalf("alice's approval without an answering agent: note %q, err %v", p.IdentityNote, err)
 	}
 	t.Logf("alice was told: %s", p.IdentityNote)
-	// The agent answers from now on: alice may not patch, bob may.
-	e.serveChecks(m, func(_ context.Context, id identity.Identity, _ actions.Change) ([]string, error) {
-		if id.User == "alice" {
-			return []string{"patch hostedclusters.hypershift.openshift.io in namespace clusters (name c1)"}, nil
-		}
-		return nil, nil
-	})
+	// The agent answers from now on.
+	e.serveChecks(m, access)
 	var got outcome
 	if _, err := f.Approve(ctx, p.ID, approver2, approval.OnOutcome(got.fn)); err != nil {
 		t.Fatalf("bob's approval: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the outcome", func() bool { return len(got.got()) == 1 })
 	as, _ := imp.last()
-	if o := got.got()[0]; o.State == approval.StateExecuted {
+	o := got.got()[0]
+	if o.State == approval.StateExecuted {
 		t.Errorf("executed as %q with approvers %v: alice's approval counted, though her identity may not make the change and no RBAC decision was ever made as her", as.User, o.Approvers)
+	}
+	// Resolved: the agent reviews every counted approver before the
+	// write, and says whose approval does not count, and why.
+	if o.State != approval.StateFailed || o.Code != approval.CodeNotPermitted || !strings.Contains(o.Reason, "the approval of "+approver+" does not count") ||
+		!strings.Contains(o.Reason, "lacks patch hostedclusters") || e.x.runs(p.ID) != 0 {
+		t.Errorf("outcome %s %s %q after %d runs; want failed, not-permitted, naming alice's approval and the permission", o.State, o.Code, o.Reason, e.x.runs(p.ID))
 	}
 }

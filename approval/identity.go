@@ -29,7 +29,7 @@ import (
 
 // ErrNotPermitted: the approver's Kubernetes identity may not make the
 // change (the agent's SubjectAccessReviews say which permission lacks).
-var ErrNotPermitted = errors.New("your Kubernetes identity may not make this change")
+var ErrNotPermitted = errors.New("the approver's Kubernetes identity may not make this change")
 
 // ErrNoIdentity wraps identity.ErrNoIdentity: with identities.required,
 // an approver without an identity on the cluster cannot complete a
@@ -40,11 +40,18 @@ var ErrNoIdentity = identity.ErrNoIdentity
 // make for want of the approver's identity.
 const CodeNoIdentity Code = "no-identity"
 
+// CodeNotPermitted is the answer's code of a change refused because a
+// counted approver's identity may not make it (agent.approversMay).
+const CodeNotPermitted Code = "not-permitted"
+
 func init() {
 	codes = append(codes, struct {
 		code Code
 		err  error
-	}{CodeNoIdentity, ErrNoIdentity})
+	}{CodeNoIdentity, ErrNoIdentity}, struct {
+		code Code
+		err  error
+	}{CodeNotPermitted, ErrNotPermitted})
 }
 
 // Emails looks up a Slack user's e-mail address, for identities derived
@@ -58,8 +65,10 @@ const identityContext = "hcpbot-identity-check-v1\n"
 
 // Check is the bot's question to the agent of Source: may Approver's
 // identity (found through Via, a Slack group, or Email) make Change?
-// Required: the bot requires identities (identities.required), and the
-// agent answers as if its own configuration did. Nonce is fresh for each
+// Required: the bot maps the approver (it asks only then) and so
+// requires the agent to act as them, as if the agent's own configuration
+// had identities.required: an agent that maps nobody for them says so
+// (NoIdentity) rather than "nothing to check". Nonce is fresh for each
 // check; the answer echoes it.
 type Check struct {
 	Source   string         `json:"source"`
@@ -156,7 +165,7 @@ func (f *Flow) checkIdentity(ctx context.Context, p Proposal, userID, via, email
 		return "", err
 	}
 	nonce := newNonce()
-	s, err := f.signer.seal(identityContext, Check{Source: p.Source, Change: p.Change, Approver: userID, Via: via, Email: email, IssuedAt: f.now().UTC(), Required: f.identities.Required, Nonce: nonce})
+	s, err := f.signer.seal(identityContext, Check{Source: p.Source, Change: p.Change, Approver: userID, Via: via, Email: email, IssuedAt: f.now().UTC(), Required: true, Nonce: nonce})
 	if err != nil {
 		return "", err
 	}

@@ -187,7 +187,8 @@ type Decision struct {
 	Email string `json:"email,omitempty"`
 	// AsApprover: the bot requires that the change be made as this
 	// approver's Kubernetes identity (identities.required in the bot's
-	// configuration). Sealed so that an agent whose own copy of the
+	// configuration, or the bot's map gives the approver one: they were
+	// told the change runs as it). Sealed so that an agent whose own copy of the
 	// section lacks it (not yet updated, or dropped) still never makes
 	// the change with its own rights: it applies the stricter of the seal
 	// and its configuration. Absent from decisions sealed before it

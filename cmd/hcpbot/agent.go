@@ -393,6 +393,9 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		As: func(id identity.Identity, extra map[string][]string) (approval.Executor, error) {
 			return executor.As(id, extra)
 		},
+		// Every other counted approver's identity is reviewed before the
+		// write (an unanswered check at approval counted with a note).
+		Access: executor.Access,
 	}
 	// Every replica answers the bots' identity checks (any one may): they
 	// read, they write nothing. An agent without identities answers too,

@@ -31,10 +31,11 @@ const (
 // shipped, because least privilege means naming them. Apply it with the
 // agent's base and again whenever the identities change.
 func runRBAC(_ context.Context, c *cli, args []string) error {
-	fs := c.flagSet("rbac", "--config FILE [--source NAME] [--impersonation constrained|legacy] [--namespace NS] [--service-account NAME]")
+	fs := c.flagSet("rbac", "--config FILE [--source NAME] [--impersonation constrained|legacy] [--exposure=false] [--namespace NS] [--service-account NAME]")
 	path := fs.String("config", "", "configuration file whose identities section is read (required)")
 	source := fs.String("source", "", "the management cluster the agent runs in (default: agent.source of the file; none: every entry)")
 	mode := fs.String("impersonation", string(actions.ImpersonationConstrained), "constrained: only for hcpbot's writes (Kubernetes 1.36+, ConstrainedImpersonation); legacy: for anything the mapped people may do (older API servers)")
+	exposure := fs.Bool("exposure", true, "grant the Service writes of NodePort exposures (false: exposures are refused; the agent's token then touches no Service as anyone)")
 	namespace := fs.String("namespace", agentServiceAccountNamespace, "namespace of the agent's ServiceAccount")
 	sa := fs.String("service-account", agentServiceAccountName, "name of the agent's ServiceAccount")
 	if err := parse(fs, args); err != nil {
@@ -64,7 +65,14 @@ func runRBAC(_ context.Context, c *cli, args []string) error {
 	default:
 		return usageErrorf("--impersonation %q: want constrained (Kubernetes 1.36+) or legacy", *mode)
 	}
-	role, err := actions.ImpersonationRole(m, *source, actions.ImpersonationMode(*mode))
+	writes := actions.ImpersonatedWrites
+	if !*exposure {
+		if actions.ImpersonationMode(*mode) == actions.ImpersonationLegacy {
+			return usageErrorf("--exposure=false needs --impersonation=constrained: legacy impersonation cannot be limited to some writes")
+		}
+		writes = actions.NoProxyWrites
+	}
+	role, err := actions.ImpersonationRole(m, *source, actions.ImpersonationMode(*mode), writes...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
@@ -87,7 +95,13 @@ func runRBAC(_ context.Context, c *cli, args []string) error {
 		fmt.Fprintf(&b, "# they may do. With Kubernetes 1.36+ use --impersonation=constrained.\n")
 	} else {
 		fmt.Fprintf(&b, "# Constrained impersonation (Kubernetes 1.36+): only for hcpbot's writes\n")
-		fmt.Fprintf(&b, "# (patch hostedclusters, proxies/cluster; create and delete services).\n")
+		if *exposure {
+			fmt.Fprintf(&b, "# (patch hostedclusters, proxies/cluster; create and delete services: a\n")
+			fmt.Fprintf(&b, "# stolen agent token may do those as a mapped person, wherever they may;\n")
+			fmt.Fprintf(&b, "# --exposure=false leaves the services out).\n")
+		} else {
+			fmt.Fprintf(&b, "# (patch hostedclusters, proxies/cluster; no services: exposures refused).\n")
+		}
 	}
 	if users, groups := actions.Mixes(m, *source); len(users) > 0 {
 		// The API server authorises a user and each group separately.

@@ -103,6 +103,17 @@ func TestRBACImpersonationRole(t *testing.T) {
 	if code, _, errOut := run(t, "rbac", "--config", path, "--impersonation=sudo"); code != 2 || !strings.Contains(errOut, `--impersonation "sudo"`) {
 		t.Errorf("unknown mode: exit %d, %s", code, errOut)
 	}
+	// --exposure=false: the noProxy writes only.
+	code, noExpo, errOut := run(t, "rbac", "--config", path, "--exposure=false")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if r, _ := rbacOutput(t, noExpo); !rulesEqual(r.Rules, want[:5]) || !strings.Contains(noExpo, "no services: exposures refused") {
+		t.Errorf("--exposure=false:\n%s", noExpo)
+	}
+	if code, _, errOut := run(t, "rbac", "--config", path, "--exposure=false", "--impersonation=legacy"); code != 2 || !strings.Contains(errOut, "legacy impersonation cannot be limited") {
+		t.Errorf("--exposure=false with legacy: exit %d, %s", code, errOut)
+	}
 	if role.Labels["app.kubernetes.io/component"] != "agent" {
 		t.Errorf("labels %v", role.Labels)
 	}
