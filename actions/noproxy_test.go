@@ -207,15 +207,7 @@ func TestPatchNoProxyStatusWriteRetried(t *testing.T) {
 			return
 		}
 		wrote = true
-		u, err := ri.Get(ctx, c.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		_ = unstructured.SetNestedField(u.Object, int64(6444), "status", "controlPlaneEndpoint", "port")
-		if _, err := ri.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
-			t.Error(err)
-		}
+		hyperShiftStatusWrite(t, c)
 	}
 	res, err := x.Execute(ctx, patchRequest("fix-0007abcd", c, scenario.SeedNoProxy))
 	if err != nil {
@@ -239,6 +231,24 @@ func TestPatchNoProxyStatusWriteRetried(t *testing.T) {
 	}
 	if port, _, _ := unstructured.NestedInt64(u.Object, "status", "controlPlaneEndpoint", "port"); port != 6444 {
 		t.Errorf("status port = %d, the status write was lost", port)
+	}
+}
+
+// hyperShiftStatusWrite writes the HostedCluster's status as HyperShift
+// does all the time (status.controlPlaneEndpoint.port 6444): a new
+// resourceVersion, spec untouched.
+func hyperShiftStatusWrite(t *testing.T, c scenario.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	ri := env.Dynamic.Resource(hypershift.HostedClusterGVR).Namespace(c.Namespace)
+	u, err := ri.Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	_ = unstructured.SetNestedField(u.Object, int64(6444), "status", "controlPlaneEndpoint", "port")
+	if _, err := ri.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Error(err)
 	}
 }
 
