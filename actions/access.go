@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -69,6 +70,17 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 	if err != nil {
 		return nil, err
 	}
+	if c.req.Type == TypeExposeNodePort {
+		// An app Service of type NodePort is forwarded as it is: nothing
+		// is written in the hosted cluster, nothing to ask.
+		app, err := appService(ctx, hosted, c.req.Expose)
+		if err != nil {
+			return nil, err
+		}
+		if app.Spec.Type == corev1.ServiceTypeNodePort {
+			return missing, nil
+		}
+	}
 	more, err := review(ctx, hosted, id, hw, " in hosted cluster "+ref.String())
 	if err != nil {
 		return nil, err
@@ -109,8 +121,8 @@ func review(ctx context.Context, kc kubernetes.Interface, id identity.Identity, 
 func hostedWritesOf(ch Change) ([]authorizationv1.ResourceAttributes, ClusterRef) {
 	switch {
 	case ch.Type == TypeExposeNodePort:
-		// The app's own NodePort Service is forwarded without a hosted
-		// write; which it is is known only at execution: asked always.
+		// (Access skips it when the app's Service is of type NodePort:
+		// forwarded without a hosted write.)
 		return []authorizationv1.ResourceAttributes{{Verb: "create", Version: "v1", Resource: "services", Namespace: ch.Expose.Namespace}}, ch.Cluster
 	case ch.Type == TypeRollback && ch.Rollback.Undo.Type == TypeExposeNodePort && ch.Rollback.Undo.Expose != nil:
 		u := ch.Rollback.Undo

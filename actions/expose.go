@@ -159,6 +159,9 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 	if len(hostedSvcs.Items) == 1 {
 		// An earlier run of this action got at least this far.
 		hostedSvc, ownHosted = &hostedSvcs.Items[0], true
+		if err := x.permitsHostedFound(ctx, hc, hosted, hostedSvc); err != nil {
+			return nil, err
+		}
 	} else {
 		app, err := appService(ctx, hosted, p)
 		if err != nil {
@@ -285,6 +288,66 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 	}
 	res.Summary = exposeSummary(req, hostedSvc, mgmtSvc, res, len(ips), forward, !wrote)
 	return res, nil
+}
+
+// permitsHostedFound: acting as the approver in hc's hosted cluster, the
+// action's hosted Service found there (an earlier attempt's, or one
+// anyone who may write Services there made with the action's labels) is
+// forwarded and reported as theirs only if they may create it: a dry-run
+// create as them, its node ports left to allocate (the found Service
+// holds them), authorised before the name is found taken.
+func (x *Executor) permitsHostedFound(ctx context.Context, hc *hypershift.HostedCluster, hosted kubernetes.Interface, found *corev1.Service) error {
+	if !x.actsInHosted(hc) {
+		return nil
+	}
+	w, err := x.hostedWriter(ctx, hc, hosted)
+	if err != nil {
+		return err
+	}
+	dry := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: found.Namespace, Name: found.Name, Labels: found.Labels, Annotations: found.Annotations},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: found.Spec.Selector},
+	}
+	for _, sp := range found.Spec.Ports {
+		sp.NodePort = 0
+		dry.Spec.Ports = append(dry.Spec.Ports, sp)
+	}
+	_, err = w.CoreV1().Services(found.Namespace).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager})
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return nil
+	case apierrors.IsForbidden(err), apierrors.IsInvalid(err):
+		return fmt.Errorf("%w: hosted cluster: %w", ErrRejected, err)
+	}
+	return fmt.Errorf("dry run of hosted Service %s/%s: %w", found.Namespace, found.Name, err)
+}
+
+// permitsHostedDelete dry-runs, as the approver, the delete of each
+// hosted Service of undo's exposure.
+func (x *Executor) permitsHostedDelete(ctx context.Context, hc *hypershift.HostedCluster, undo Undo) error {
+	hosted, err := x.hostedClient(ctx, hc)
+	if err != nil {
+		return nil
+	}
+	list, err := hosted.CoreV1().Services(undo.Expose.HostedNamespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(undo.ActionID)})
+	if err != nil {
+		return nil
+	}
+	w, err := x.hostedWriter(ctx, hc, hosted)
+	if err != nil {
+		return err
+	}
+	for _, svc := range list.Items {
+		err := w.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsForbidden(err):
+			return fmt.Errorf("%w: hosted cluster: %w", ErrRejected, err)
+		default:
+			return fmt.Errorf("dry run of the delete of hosted Service %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
+	}
+	return nil
 }
 
 // usageOrEmpty is u, or no ports in use when none were listed: for
@@ -745,6 +808,14 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) 
 			return nil, fmt.Errorf("dry run of the delete of management Service %s/%s: %w", cpNS, name, err)
 		}
 	}
+	if x.actsInHosted(hc) && !observe {
+		// So too the approver's right to the hosted delete, made as
+		// them: refused, nothing is deleted in either cluster. A hosted
+		// cluster that cannot be asked leaves it to the delete itself.
+		if err := x.permitsHostedDelete(ctx, hc, undo); err != nil {
+			return nil, err
+		}
+	}
 	if err := deleteOwned(ctx, x.Kube, x.writeKube(), ClusterManagement, cpNS, undo.ActionID, res, observe); err != nil {
 		return res, err
 	}
@@ -757,6 +828,11 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) 
 		return res, err
 	}
 	if err := deleteOwned(ctx, hosted, hostedW, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res, observe); err != nil {
+		if len(res.Deleted) > 0 && errors.Is(err, ErrRejected) {
+			// Not "nothing written": the management Service is gone.
+			// The agent reads the cluster for what holds.
+			return res, fmt.Errorf("management Service deleted, then the hosted delete failed: %s", err.Error())
+		}
 		return res, err
 	}
 	if observe && len(res.Deleted) > 0 {

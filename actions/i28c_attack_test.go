@@ -74,6 +74,11 @@ func asAliceOnceAllowed(t *testing.T, agent *actions.Executor, alice identity.Id
 // the management delete) before deleting anything, so a refusal leaves
 // both Services in place; or a refusal after a write is not reported as
 // nothing written.
+//
+// Resolved: acting as the approver in the hosted cluster, the rollback
+// dry-runs the hosted deletes as them before any delete
+// (permitsHostedDelete); a refusal after the management delete is no
+// longer "nothing written".
 func TestI28CHostedRollbackRefusalAfterManagementDelete(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -122,6 +127,9 @@ func TestI28CHostedRollbackRefusalAfterManagementDelete(t *testing.T) {
 // should hold: acting as the approver in the hosted cluster, a hosted
 // Service found in place is theirs only after a dry-run create as them
 // there; else ErrRejected and nothing written.
+//
+// Resolved: a hosted Service found in place is dry-run created as the
+// approver first (permitsHostedFound).
 func TestI28CHostedServiceFoundInPlaceCreditedToTheApprover(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -168,6 +176,9 @@ func TestI28CHostedServiceFoundInPlaceCreditedToTheApprover(t *testing.T) {
 // change). What should hold: Access asks about the writes the change
 // makes; whether the app's Service is a NodePort one is readable with the
 // agent's own client when Access runs.
+//
+// Resolved: Access reads the app Service and asks nothing of the hosted
+// cluster when it is forwarded as it is.
 func TestI28CAccessAsksHostedCreateForAForwardedService(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -215,6 +226,9 @@ func TestI28CAccessAsksHostedCreateForAForwardedService(t *testing.T) {
 // probe of a change found in place carries no resourceVersion
 // precondition (or is retried on conflict), and the re-run reports the
 // rollback done.
+//
+// Resolved: permitsFound dry-runs without a resourceVersion
+// precondition: it asks about permission only.
 func TestI28CFoundRollbackRefusedOnStatusWrite(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()

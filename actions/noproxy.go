@@ -114,7 +114,9 @@ func (o noProxyObject) permitsFound(ctx context.Context, u *unstructured.Unstruc
 	if !o.acting {
 		return nil
 	}
-	body, err := o.patch(u.GetResourceVersion(), value, mark)
+	// No resourceVersion precondition: it asks about permission, and a
+	// status write of HyperShift's in between must not refuse it.
+	body, err := o.patch("", value, mark)
 	if err != nil {
 		return err
 	}
@@ -128,10 +130,11 @@ func (o noProxyObject) patch(resourceVersion, value, mark string) ([]byte, error
 	if value != "" {
 		v = value
 	}
-	p := map[string]any{"metadata": map[string]any{
-		"resourceVersion": resourceVersion,
-		"annotations":     map[string]any{AnnotationAction: mark},
-	}}
+	md := map[string]any{"annotations": map[string]any{AnnotationAction: mark}}
+	if resourceVersion != "" {
+		md["resourceVersion"] = resourceVersion
+	}
+	p := map[string]any{"metadata": md}
 	if err := unstructured.SetNestedField(p, v, o.path...); err != nil {
 		return nil, fmt.Errorf("patch of %s: %w", o.desc, err)
 	}

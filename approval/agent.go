@@ -438,8 +438,8 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 		// Begun before the deadline: say what the cluster holds.
 		// The earlier attempt wrote, if at all, as the actor: the same
 		// approver's identity by the same map.
-		_, as, _ := a.actor(p)
-		return key, a.observe(ctx, p, as, fmt.Errorf("%w: the earlier attempt was cut off", ErrInternal)), nil
+		x, as, _ := a.actor(p)
+		return key, a.observe(ctx, p, x, as, fmt.Errorf("%w: the earlier attempt was cut off", ErrInternal)), nil
 	case errors.Is(err, ErrTooLate):
 		return refuse(req, p, err)
 	case errors.Is(err, ErrNotApproved) && a.premature(rec):
@@ -547,6 +547,12 @@ func (a *agent) approversMay(ctx context.Context, p Proposal) error {
 		missing, err := a.cfg.Access(actx, id, p.Change)
 		cancel()
 		switch {
+		case err != nil && p.Change.Type == actions.TypeRollback:
+			// A rollback closes what a change opened (an exposure's
+			// port): a review that cannot be made (the hosted cluster
+			// unreachable) does not hold it up; the completing
+			// approver's writes are still made as them.
+			a.log.Warn().Err(err).Str("action", p.ID).Str("approver", d.By).Msg("access of a co-approver of a rollback not reviewed")
 		case err != nil:
 			return fmt.Errorf("%w: review the access of %s (%s): %w", errHandBack, d.By, id, err)
 		case len(missing) > 0:
@@ -648,13 +654,13 @@ func (a *agent) execute(ctx context.Context, p Proposal, x Executor, as string) 
 		log.Warn().Err(err).Msg("transient failure: handed back")
 		return Result{}, fmt.Errorf("%w: %w", errHandBack, err)
 	case a.transient(err) || errors.Is(err, context.DeadlineExceeded):
-		return a.observe(ctx, p, as, err), nil
+		return a.observe(ctx, p, x, as, err), nil
 	case !nothingWritten(err):
 		// An error that does not say the write was refused (a cut
 		// answer, an unknown failure) may follow a write that landed:
 		// what the cluster holds is the answer.
 		log.Warn().Err(err).Msg("execution ended in an error that does not say whether it wrote: observing the cluster")
-		return a.observe(ctx, p, as, err), nil
+		return a.observe(ctx, p, x, as, err), nil
 	default:
 		r := failure(p.ID, err)
 		r.Proposal, r.At = p.digest, a.now().UTC()
@@ -684,15 +690,21 @@ func nothingWritten(err error) bool {
 
 // observe answers, after the deadline, what the cluster holds: the change
 // in place (applied by an earlier attempt), or not applied, or unknown
-// when even reading fails. as is the identity the attempts wrote as ("":
-// the agent's own): the agent reads with its own executor, and a change
-// found in place was written by them.
-func (a *agent) observe(ctx context.Context, p Proposal, as string, cause error) Result {
+// when even reading fails. x is the executor the attempts wrote with and
+// as the identity ("": the agent's own): a change found in place is
+// reported as theirs only if x, acting as them, finds it theirs to make
+// (actions.Executor.Observe dry-runs it as them).
+func (a *agent) observe(ctx context.Context, p Proposal, x Executor, as string, cause error) Result {
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	res, inPlace, err := a.cfg.Executor.Observe(octx, p.Change)
+	if x == nil {
+		x = a.cfg.Executor
+	}
+	res, inPlace, err := x.Observe(octx, p.Change)
 	var r Result
 	switch {
+	case err != nil && as != "" && nothingWritten(err):
+		r = failure(p.ID, fmt.Errorf("what the cluster holds is not %s's change to report: %w; %w", as, err, cause))
 	case err != nil:
 		r = failure(p.ID, fmt.Errorf("%w: %w; reading the cluster afterwards failed too: %w", ErrUnknown, cause, err))
 	case inPlace:
