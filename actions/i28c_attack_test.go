@@ -181,30 +181,10 @@ func TestI28CHostedServiceFoundInPlaceCreditedToTheApprover(t *testing.T) {
 // cluster when it is forwarded as it is.
 func TestI28CAccessAsksHostedCreateForAForwardedService(t *testing.T) {
 	env.Need(t)
-	ctx := context.Background()
 	c, hosted, agent, alice := hostedApprover(t, "kvfwd")
-	// The app's own NodePort Service, as the runbook has it.
-	shop := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: "shop"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "shop"},
-			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080, TargetPort: intstr.FromInt32(8080)}}},
-	}
-	if _, err := hosted.Kube.CoreV1().Services(appNS).Create(ctx, shop, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	req := actions.Change{ID: "expo-fwd00001", Type: actions.TypeExposeNodePort, RequestedBy: "UREQUESTER1",
-		Cluster: actions.ClusterRef{Namespace: c.Namespace, Name: c.Name},
-		Expose:  &actions.ExposeParams{Namespace: appNS, Service: "shop"}}
+	req := forwardShop(t, c, hosted, "expo-fwd00001")
 
-	missing, err := agent.Access(ctx, alice, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := agent.As(alice, identity.Extra(req.ID, "UREQUESTER1", []string{"UALICE0001"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := x.Execute(ctx, req)
+	missing, res, err := accessThenAsAlice(t, agent, alice, req)
 	if err != nil || res.Outcome != actions.OutcomeApplied {
 		t.Fatalf("expose of a NodePort Service as alice: %+v, %v", res, err)
 	}
