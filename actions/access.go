@@ -70,7 +70,8 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 	if err != nil {
 		return nil, err
 	}
-	if c.req.Type == TypeExposeNodePort {
+	switch c.req.Type {
+	case TypeExposeNodePort:
 		// An app Service of type NodePort is forwarded as it is: nothing
 		// is written in the hosted cluster, nothing to ask.
 		app, err := appService(ctx, hosted, c.req.Expose)
@@ -78,6 +79,17 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 			return nil, err
 		}
 		if app.Spec.Type == corev1.ServiceTypeNodePort {
+			return missing, nil
+		}
+	case TypeRollback:
+		// Nor for the rollback of such a forward: the action owns no
+		// hosted Service to delete.
+		u := c.req.Rollback.Undo
+		list, err := hosted.CoreV1().Services(u.Expose.HostedNamespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(u.ActionID)})
+		if err != nil {
+			return nil, fmt.Errorf("list hosted Services of action %s: %w", u.ActionID, err)
+		}
+		if len(list.Items) == 0 {
 			return missing, nil
 		}
 	}

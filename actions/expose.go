@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -239,16 +240,11 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 		if x.writer != nil {
 			// Found in place (an earlier attempt, or anyone who can write
 			// Services there and knows the action id): the approver's only
-			// if RBAC would let them create it. A dry-run create is
-			// authorised before the name is found taken; its node ports
-			// are left to allocate, as the found Service holds them.
-			dry := managementService(req, hc, cpNS, hostedSvc)
-			for i := range dry.Spec.Ports {
-				dry.Spec.Ports[i].NodePort = 0
-			}
-			_, err := x.writeKube().CoreV1().Services(cpNS).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return nil, managementCreateError(err, hostedSvc, usageOrEmpty(usage))
+			// if RBAC lets them create it. Asked as a permission (a
+			// SubjectAccessReview), not as a dry-run create, which a
+			// quota the found Service itself uses up would refuse.
+			if err := x.permitsCreate(ctx, x.Kube, cpNS, ""); err != nil {
+				return nil, err
 			}
 		}
 	} else {
@@ -293,33 +289,27 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 // permitsHostedFound: acting as the approver in hc's hosted cluster, the
 // action's hosted Service found there (an earlier attempt's, or one
 // anyone who may write Services there made with the action's labels) is
-// forwarded and reported as theirs only if they may create it: a dry-run
-// create as them, its node ports left to allocate (the found Service
-// holds them), authorised before the name is found taken.
+// forwarded and reported as theirs only if RBAC lets them create it there
+// (a SubjectAccessReview on the hosted API server: a dry-run create would
+// meet the quota the found Service itself uses).
 func (x *Executor) permitsHostedFound(ctx context.Context, hc *hypershift.HostedCluster, hosted kubernetes.Interface, found *corev1.Service) error {
 	if !x.actsInHosted(hc) {
 		return nil
 	}
-	w, err := x.hostedWriter(ctx, hc, hosted)
-	if err != nil {
-		return err
-	}
-	dry := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: found.Namespace, Name: found.Name, Labels: found.Labels, Annotations: found.Annotations},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: found.Spec.Selector},
-	}
-	for _, sp := range found.Spec.Ports {
-		sp.NodePort = 0
-		dry.Spec.Ports = append(dry.Spec.Ports, sp)
-	}
-	_, err = w.CoreV1().Services(found.Namespace).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager})
+	return x.permitsCreate(ctx, hosted, found.Namespace, " in hosted cluster "+hc.Namespace+"/"+hc.Name)
+}
+
+// permitsCreate asks kc's API server whether the approver x acts as may
+// create Services in namespace: ErrRejected naming the permission if not.
+func (x *Executor) permitsCreate(ctx context.Context, kc kubernetes.Interface, namespace, where string) error {
+	missing, err := review(ctx, kc, x.writer.id, []authorizationv1.ResourceAttributes{{Verb: "create", Version: "v1", Resource: "services", Namespace: namespace}}, where)
 	switch {
-	case err == nil, apierrors.IsAlreadyExists(err):
-		return nil
-	case apierrors.IsForbidden(err), apierrors.IsInvalid(err):
-		return fmt.Errorf("%w: hosted cluster: %w", ErrRejected, err)
+	case err != nil:
+		return err
+	case len(missing) > 0:
+		return fmt.Errorf("%w: found in place, but %s may not make it: lacks %s", ErrRejected, x.writer.id.User, strings.Join(missing, "; "))
 	}
-	return fmt.Errorf("dry run of hosted Service %s/%s: %w", found.Namespace, found.Name, err)
+	return nil
 }
 
 // permitsHostedDelete dry-runs, as the approver, the delete of each
@@ -831,6 +821,8 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) 
 		if len(res.Deleted) > 0 && errors.Is(err, ErrRejected) {
 			// Not "nothing written": the management Service is gone.
 			// The agent reads the cluster for what holds.
+			// %s, not %w: the refusal's class (ErrRejected, "nothing
+			// written") is not this result's.
 			return res, fmt.Errorf("management Service deleted, then the hosted delete failed: %s", err.Error())
 		}
 		return res, err

@@ -110,6 +110,10 @@ func accessThenAsAlice(t *testing.T, agent *actions.Executor, alice identity.Ide
 // the exposure in place. Fix: permitsHostedFound (and the management
 // found-in-place check) review access, or treat a quota refusal as
 // permission granted.
+//
+// Resolved: a Service found in place (hosted or management) is asked
+// about as a permission (SubjectAccessReview as the approver), not by a
+// dry-run create.
 func TestI28DHostedQuotaRefusesTheApproversOwnExposure(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -162,6 +166,9 @@ func TestI28DHostedQuotaRefusesTheApproversOwnExposure(t *testing.T) {
 // there nothing is asked of the hosted cluster. Fix: in Access, for a
 // rollback of an exposure, list the hosted Services of undo.ActionID and
 // skip the hosted review when there are none.
+//
+// Resolved: Access asks nothing of the hosted cluster for the rollback
+// of an action that owns no hosted Service.
 func TestI28DRollbackOfForwardAsksHostedDelete(t *testing.T) {
 	env.Need(t)
 	c, hosted, agent, alice := hostedApprover(t, "kvfwdrb")

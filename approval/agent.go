@@ -547,9 +547,9 @@ func (a *agent) approversMay(ctx context.Context, p Proposal) error {
 		missing, err := a.cfg.Access(actx, id, p.Change)
 		cancel()
 		switch {
-		case err != nil && p.Change.Type == actions.TypeRollback:
-			// A rollback closes what a change opened (an exposure's
-			// port): a review that cannot be made (the hosted cluster
+		case err != nil && p.Change.Type == actions.TypeRollback && p.Change.Rollback.Undo.Type == actions.TypeExposeNodePort:
+			// An exposure's rollback closes a port: a review that cannot
+			// be made (the hosted cluster
 			// unreachable) does not hold it up; the completing
 			// approver's writes are still made as them.
 			a.log.Warn().Err(err).Str("action", p.ID).Str("approver", d.By).Msg("access of a co-approver of a rollback not reviewed")
@@ -703,7 +703,8 @@ func (a *agent) observe(ctx context.Context, p Proposal, x Executor, as string, 
 	res, inPlace, err := x.Observe(octx, p.Change)
 	var r Result
 	switch {
-	case err != nil && as != "" && nothingWritten(err):
+	case err != nil && as != "" && errors.Is(err, actions.ErrRejected):
+		// Refused as them (a dry run of what was found): not theirs.
 		r = failure(p.ID, fmt.Errorf("what the cluster holds is not %s's change to report: %w; %w", as, err, cause))
 	case err != nil:
 		r = failure(p.ID, fmt.Errorf("%w: %w; reading the cluster afterwards failed too: %w", ErrUnknown, cause, err))

@@ -43,6 +43,9 @@ func (u unreadableAfterWrite) Observe(context.Context, actions.Change) (*actions
 // a refusal of the dry run as the approver (ErrRejected) is "not theirs
 // to report"; a read that failed is unknown. Fix: in agent.observe, test
 // errors.Is(err, actions.ErrRejected) instead of nothingWritten(err).
+//
+// Resolved: only a refusal (actions.ErrRejected) of what was found is
+// reported as not the approver's; other errors stay unknown.
 func TestI28DObserveReadFailureReportedAsNotTheApprovers(t *testing.T) {
 	e := newEnv(t)
 	m := identities(true)
