@@ -171,15 +171,7 @@ func TestI28DHostedQuotaRefusesTheApproversOwnExposure(t *testing.T) {
 // of an action that owns no hosted Service.
 func TestI28DRollbackOfForwardAsksHostedDelete(t *testing.T) {
 	env.Need(t)
-	c, hosted, agent, alice := hostedApprover(t, "kvfwdrb")
-	req := forwardShop(t, c, hosted, "expo-fwdrb001")
-	res, err := asAliceOnceAllowed(t, agent, alice, req)
-	if err != nil || res.Outcome != actions.OutcomeApplied || res.Undo == nil {
-		t.Fatalf("forward of shop as alice: %+v, %v", res, err)
-	}
-
-	undo := actions.Change{ID: "undo-fwdrb001", Type: actions.TypeRollback, Cluster: req.Cluster, RequestedBy: "UREQUESTER1",
-		Rollback: &actions.RollbackParams{Undo: *res.Undo}}
+	_, agent, alice, undo := forwardedByAlice(t, "kvfwdrb", "fwdrb001")
 	missing, rb, err := accessThenAsAlice(t, agent, alice, undo)
 	if err != nil || rb.Outcome != actions.OutcomeRolledBack {
 		t.Fatalf("rollback of the forward as alice: %+v, %v", rb, err)
