@@ -44,7 +44,9 @@ import (
 //
 // err is only for a review that could not be made (ch invalid, no user,
 // the API server unreachable or refusing the agent the review): the
-// caller then decides.
+// caller then decides — but missing still holds every denial the reviews
+// made before it found (the management cluster's, when the hosted one
+// cannot be asked): a definite no is never dropped for an error.
 func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) (missing []string, err error) {
 	c, err := check(ch)
 	if err != nil {
@@ -55,7 +57,7 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 	}
 	missing, err = review(ctx, x.Kube, id, writesOf(c.req), "")
 	if err != nil {
-		return nil, err
+		return missing, err
 	}
 	// The hosted cluster's writes, where id is acted as there too.
 	hw, ref := hostedWritesOf(c.req)
@@ -64,11 +66,11 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 	}
 	hc, err := x.getHostedCluster(ctx, ref)
 	if err != nil {
-		return nil, err
+		return missing, err
 	}
 	hosted, err := x.hostedClient(ctx, hc)
 	if err != nil {
-		return nil, err
+		return missing, err
 	}
 	switch c.req.Type {
 	case TypeExposeNodePort:
@@ -76,7 +78,7 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 		// is written in the hosted cluster, nothing to ask.
 		app, err := appService(ctx, hosted, c.req.Expose)
 		if err != nil {
-			return nil, err
+			return missing, err
 		}
 		if app.Spec.Type == corev1.ServiceTypeNodePort {
 			return missing, nil
@@ -87,15 +89,15 @@ func (x *Executor) Access(ctx context.Context, id identity.Identity, ch Change) 
 		u := c.req.Rollback.Undo
 		list, err := hosted.CoreV1().Services(u.Expose.HostedNamespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(u.ActionID)})
 		if err != nil {
-			return nil, fmt.Errorf("list hosted Services of action %s: %w", u.ActionID, err)
+			return missing, fmt.Errorf("list hosted Services of action %s: %w", u.ActionID, err)
 		}
-		if len(list.Items) == 0 {
+		if !slices.ContainsFunc(list.Items, func(svc corev1.Service) bool { return ownName(ClusterHosted, svc.Name, u.ActionID) }) {
 			return missing, nil
 		}
 	}
 	more, err := review(ctx, hosted, id, hw, " in hosted cluster "+ref.String())
 	if err != nil {
-		return nil, err
+		return append(missing, more...), err
 	}
 	return append(missing, more...), nil
 }
@@ -110,7 +112,7 @@ func review(ctx context.Context, kc kubernetes.Interface, id identity.Identity, 
 		}}
 		got, err := kc.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("access review of %s%s for %s: %w", describeWrite(w), where, id.User, err)
+			return missing, fmt.Errorf("access review of %s%s for %s: %w", describeWrite(w), where, id.User, err)
 		}
 		if got.Status.Allowed && !got.Status.Denied {
 			continue

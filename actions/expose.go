@@ -51,12 +51,24 @@ const cleanupTimeout = 30 * time.Second
 
 // HostedServiceName is the name of the NodePort Service Expose creates in
 // the hosted cluster for the Service svc.
-func HostedServiceName(svc string) string { return trimName(svc, "-hcpbot-np") }
+func HostedServiceName(svc string) string { return trimName(svc, hostedSuffix) }
+
+// hostedSuffix ends the name of every hosted Service an exposure creates.
+const hostedSuffix = "-hcpbot-np"
 
 // ManagementServiceName is the name of the NodePort Service Expose creates
 // in the control-plane namespace: one per action, since several hosted
 // Services of one cluster share that namespace.
 func ManagementServiceName(actionID string) string { return "hcpbot-np-" + actionID }
+
+// ownName reports whether name is one an exposure of action id gives its
+// Service in cluster.
+func ownName(cluster, name, id string) bool {
+	if cluster == ClusterManagement {
+		return name == ManagementServiceName(id)
+	}
+	return strings.HasSuffix(name, hostedSuffix)
+}
 
 func trimName(base, suffix string) string {
 	if len(base)+len(suffix) > 63 {
@@ -328,6 +340,9 @@ func (x *Executor) permitsHostedDelete(ctx context.Context, hc *hypershift.Hoste
 		return err
 	}
 	for _, svc := range list.Items {
+		if !ownName(ClusterHosted, svc.Name, undo.ActionID) {
+			continue
+		}
 		err := w.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
@@ -853,6 +868,12 @@ func deleteOwned(ctx context.Context, reader, writer kubernetes.Interface, clust
 	}
 	for i := range list.Items {
 		svc := &list.Items[i]
+		if !ownName(cluster, svc.Name, id) {
+			// Labels are anyone's who may patch Services there: one
+			// named otherwise (the app's own Service, labelled with the
+			// action id) was not made by this action and is not deleted.
+			continue
+		}
 		if !observe {
 			if err := deleteService(ctx, writer, svc); err != nil {
 				if apierrors.IsForbidden(err) {

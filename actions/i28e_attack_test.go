@@ -52,6 +52,10 @@ func forwardedByAlice(t *testing.T, name, id string) (scenario.Cluster, *actions
 // the hosted error (or reviews the management writes in a call of their
 // own), and approversMay refuses on len(missing) > 0 before it looks at
 // err.
+//
+// Resolved: Access returns every denial it found with the error of what
+// it could not ask, and approversMay (and the check's answer) take a
+// denial first.
 func TestI28EHostedFailureDropsTheManagementDenial(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -71,5 +75,49 @@ func TestI28EHostedFailureDropsTheManagementDenial(t *testing.T) {
 	if !strings.Contains(strings.Join(missing, "; "), "delete services in namespace "+cpNS) {
 		t.Errorf("Access(bob, rollback) with the kubeconfig Secret gone = %q, %v: the management API server refused bob the delete, but the hosted failure drops that answer, and approversMay counts an exposure rollback's co-approver whose review errs",
 			missing, err)
+	}
+}
+
+// Whoever may patch Services in the hosted namespace (attacker: a tenant
+// of the hosted cluster) gives the app's own Service, forwarded by an
+// exposure, the action's labels. The rollback deletes what the exposure
+// made (its management Service), never the app's Service: a labelled
+// Service not named as hcpbot names its copies is not the action's
+// (ownName), whoever the rollback acts as.
+func TestI28ERollbackSparesALabelledAppService(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	c, hosted, agent, alice := hostedApprover(t, "kvlabel")
+	req := forwardShop(t, c, hosted, "expo-lbl00001")
+	res, err := asAliceOnceAllowed(t, agent, alice, req)
+	if err != nil || res.Outcome != actions.OutcomeApplied || res.Undo == nil {
+		t.Fatalf("forward of shop as alice: %+v, %v", res, err)
+	}
+	shop, err := hosted.Kube.CoreV1().Services(appNS).Get(ctx, "shop", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shop.Labels == nil {
+		shop.Labels = map[string]string{}
+	}
+	shop.Labels[actions.LabelManagedBy], shop.Labels[actions.LabelActionID] = actions.ManagedBy, req.ID
+	if _, err := hosted.Kube.CoreV1().Services(appNS).Update(ctx, shop, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	undo := actions.Change{ID: "undo-lbl00001", Type: actions.TypeRollback, Cluster: req.Cluster, RequestedBy: "UREQUESTER1",
+		Rollback: &actions.RollbackParams{Undo: *res.Undo}}
+	// alice may not delete Services in the hosted cluster: none of the
+	// action's is there to delete, so nothing is asked of it.
+	rb, err := asAliceOnceAllowed(t, agent, alice, undo)
+	if err != nil || rb.Outcome != actions.OutcomeRolledBack {
+		t.Fatalf("rollback as alice: %+v, %v", rb, err)
+	}
+	for _, d := range rb.Deleted {
+		if d.Cluster == actions.ClusterHosted {
+			t.Errorf("the rollback deleted hosted %s", d)
+		}
+	}
+	if _, err := hosted.Kube.CoreV1().Services(appNS).Get(ctx, "shop", metav1.GetOptions{}); err != nil {
+		t.Errorf("the app's own Service after the rollback: %v", err)
 	}
 }

@@ -547,16 +547,16 @@ func (a *agent) approversMay(ctx context.Context, p Proposal) error {
 		missing, err := a.cfg.Access(actx, id, p.Change)
 		cancel()
 		switch {
+		case len(missing) > 0:
+			// A definite no, whatever could not be asked besides.
+			return fmt.Errorf("%w: the approval of %s does not count: their Kubernetes identity %s lacks %s", ErrNotPermitted, d.By, id, strings.Join(missing, "; "))
 		case err != nil && p.Change.Type == actions.TypeRollback && p.Change.Rollback.Undo.Type == actions.TypeExposeNodePort:
 			// An exposure's rollback closes a port: a review that cannot
-			// be made (the hosted cluster
-			// unreachable) does not hold it up; the completing
-			// approver's writes are still made as them.
+			// be made (the hosted cluster unreachable) does not hold it
+			// up; the completing approver's writes are still made as them.
 			a.log.Warn().Err(err).Str("action", p.ID).Str("approver", d.By).Msg("access of a co-approver of a rollback not reviewed")
 		case err != nil:
 			return fmt.Errorf("%w: review the access of %s (%s): %w", errHandBack, d.By, id, err)
-		case len(missing) > 0:
-			return fmt.Errorf("%w: the approval of %s does not count: their Kubernetes identity %s lacks %s", ErrNotPermitted, d.By, id, strings.Join(missing, "; "))
 		}
 	}
 	return nil
