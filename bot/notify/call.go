@@ -116,21 +116,42 @@ func (q *chanQueue) call(ctx context.Context, method string, fn func(context.Con
 // takes that much.
 const fallbackText = 4000
 
-// options renders a message for chat.postMessage or chat.update; textOnly
-// renders the fallback: the text alone, at most fallbackText long.
-func options(text string, blocks []slack.Block, textOnly, update bool, threadTS string, extra ...slack.MsgOption) []slack.MsgOption {
+// shortText is how long the last fallback's text may be, before its note.
+const shortText = 500
+
+// shortNote ends the last fallback: what the reader misses, and where
+// the details are.
+const shortNote = "\n… _(shortened: Slack refused the whole message as too long; the evidence is in this incident's thread and in `/hcp status`)_"
+
+// form is how much of a message is sent. Each refusal of a message for
+// its size or blocks gets the next, shorter form; the last is short
+// enough for any of Slack's limits, so a message is never dropped for
+// its size.
+type form uint8
+
+const (
+	formFull  form = iota // the text and the blocks
+	formText              // the text alone, cut to fallbackText
+	formShort             // the text's start, cut to shortText, and shortNote
+)
+
+// options renders a message for chat.postMessage or chat.update in form f.
+func options(text string, blocks []slack.Block, f form, update bool, threadTS string, extra ...slack.MsgOption) []slack.MsgOption {
 	if text == "" {
 		text = Truncate(PlainText(blocks), MaxSectionText)
 	}
 	if text == "" {
 		text = "(no text)"
 	}
-	if textOnly {
+	switch f {
+	case formText:
 		text = Truncate(text, fallbackText)
+	case formShort:
+		text = Truncate(text, shortText) + shortNote
 	}
 	opts := []slack.MsgOption{slack.MsgOptionText(text, false)}
 	switch {
-	case !textOnly && len(blocks) > 0:
+	case f == formFull && len(blocks) > 0:
 		opts = append(opts, slack.MsgOptionBlocks(blocks...))
 	case update:
 		// chat.update keeps what it is not sent: clear the old blocks, or
@@ -143,24 +164,20 @@ func options(text string, blocks []slack.Block, textOnly, update bool, threadTS 
 	return append(opts, extra...)
 }
 
-// fallback arranges a retry of an item Slack refused for its form, as its
-// text alone cut to fallbackText: after invalid_blocks (blocks over a
-// limit) or msg_too_long (a text too long). It is tried once; refused
-// again, the item is dropped.
-func fallback(err error, blocks []slack.Block, textOnly *bool) bool {
-	if *textOnly {
+// sizeCodes are Slack's refusals of a message for its size or its blocks:
+// invalid_blocks (blocks over a limit), msg_too_long (a text too long),
+// msg_blocks_too_long (the undocumented limit on a message's total size,
+// seen at 11-13k characters of text; bolt-js #2509, #2867).
+var sizeCodes = map[string]bool{"invalid_blocks": true, "msg_too_long": true, "msg_blocks_too_long": true}
+
+// fallback arranges a retry of an item Slack refused for its size or
+// blocks, in the next shorter form (f). It returns false when err is no
+// such refusal, or the shortest form was refused too (then dropped).
+func fallback(err error, f *form) bool {
+	if !sizeCodes[errorCode(err)] || *f >= formShort {
 		return false
 	}
-	switch errorCode(err) {
-	case "invalid_blocks":
-		if len(blocks) == 0 {
-			return false
-		}
-	case "msg_too_long":
-	default:
-		return false
-	}
-	*textOnly = true
+	*f++
 	return true
 }
 

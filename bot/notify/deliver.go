@@ -68,7 +68,7 @@ type post struct {
 	replyID  string // a reply's ID, carried in the post's metadata
 	text     string
 	blocks   []slack.Block
-	textOnly *bool     // the queued item's: Slack rejected its blocks
+	form     *form     // the queued item's: Slack refused a longer one
 	since    time.Time // when it was queued
 	log      zerolog.Logger
 
@@ -143,7 +143,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 	}
 	ts, retry, err := q.call(actx, methodPost, func(ctx context.Context) (string, error) {
 		_, ts, err := q.s.cfg.Client.PostMessageContext(ctx, p.channel,
-			options(p.text, p.blocks, *p.textOnly, false, p.threadTS, metadata(k.key, p.replyID))...)
+			options(p.text, p.blocks, *p.form, false, p.threadTS, metadata(k.key, p.replyID))...)
 		return ts, err
 	})
 	now = time.Now()
@@ -154,8 +154,8 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		q.s.m.latency.WithLabelValues(p.kind).Observe(now.Sub(p.since).Seconds())
 		q.succeeded()
 		p.log.Debug().Str("channel", p.channel).Str("ts", ts).Msg("posted")
-	case fallback(err, p.blocks, p.textOnly):
-		p.log.Warn().Err(err).Msg("Slack refused the message (blocks or text over a limit); retrying as its text alone")
+	case fallback(err, p.form):
+		p.log.Warn().Err(err).Uint8("form", uint8(*p.form)).Msg("Slack refused the message (blocks or text over a limit); retrying shorter")
 	case !retry:
 		if c.rev != 0 {
 			q.release(actx, p.id, c.rev)
@@ -193,7 +193,7 @@ func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 	msg := up.msg
 	return post{
 		kind: kindRoot, id: rootID(k.key), channel: msg.Channel,
-		text: msg.Text, blocks: msg.Blocks, textOnly: &up.textOnly, since: up.since,
+		text: msg.Text, blocks: msg.Blocks, form: &up.form, since: up.since,
 		log: q.s.log.With().Str("key", k.key).Uint64("version", msg.Version).Logger(),
 		claim: func(ctx context.Context) (claimed, error) {
 			return q.claimRoot(ctx, k, msg.Channel)
@@ -238,7 +238,7 @@ func (q *chanQueue) replyPost(k *keyQ, rep *replyItem) post {
 	r := rep.r
 	p := post{
 		kind: kindReply, channel: k.channel, threadTS: k.ts, replyID: r.ID,
-		text: r.Text, blocks: r.Blocks, textOnly: &rep.textOnly, since: rep.since,
+		text: r.Text, blocks: r.Blocks, form: &rep.form, since: rep.since,
 		log:   q.s.log.With().Str("key", k.key).Str("reply", r.ID).Logger(),
 		claim: func(context.Context) (claimed, error) { return claimed{}, nil },
 		find: func(ctx context.Context, _ time.Time) (string, error) {
@@ -315,7 +315,7 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 
 	_, retry, err := q.call(actx, methodUpdate, func(ctx context.Context) (string, error) {
 		_, ts, _, err := q.s.cfg.Client.UpdateMessageContext(ctx, channel, ts,
-			options(msg.Text, msg.Blocks, up.textOnly, true, "")...)
+			options(msg.Text, msg.Blocks, up.form, true, "")...)
 		return ts, err
 	})
 	now := time.Now()
@@ -330,8 +330,8 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 		q.succeeded()
 		return
 	}
-	if fallback(err, msg.Blocks, &up.textOnly) {
-		q.s.log.Warn().Err(err).Str("key", k.key).Msg("Slack refused the message (blocks or text over a limit); retrying as its text alone")
+	if fallback(err, &up.form) {
+		q.s.log.Warn().Err(err).Str("key", k.key).Uint8("form", uint8(up.form)).Msg("Slack refused the message (blocks or text over a limit); retrying shorter")
 		return
 	}
 	if !retry {

@@ -22,9 +22,11 @@
 // exponential backoff with jitter and are retried forever; application
 // errors (channel_not_found, not_in_channel, invalid_blocks, ...) are
 // permanent: the item is counted (hcpbot_slack_errors_total{error}) and
-// dropped, never retried, except that a message refused for its form
-// (invalid_blocks, msg_too_long) is sent once more as its text alone, cut
-// to 4,000 characters. A channel refused for a reason only a person can fix
+// dropped, never retried, except that a message refused for its size or
+// blocks (invalid_blocks, msg_too_long, msg_blocks_too_long: Slack's
+// undocumented total-size limit) is sent again as its text alone, cut to
+// 4,000 characters, and, refused again, as the text's start with a note
+// saying where the rest is: never dropped for its size. A channel refused for a reason only a person can fix
 // (channel_not_found, not_in_channel, is_archived, token_revoked, ...) is
 // logged once when it goes bad and once when a post there succeeds again,
 // and listed by Unpostable meanwhile (`/hcp status` shows it); each new

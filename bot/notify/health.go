@@ -40,6 +40,7 @@ var unpostableCodes = map[string]bool{
 var errorLabels = map[string]bool{
 	"invalid_blocks":      true,
 	"msg_too_long":        true,
+	"msg_blocks_too_long": true,
 	"message_not_found":   true,
 	"no_text":             true,
 	"cant_update_message": true,

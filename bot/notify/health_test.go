@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -139,5 +140,71 @@ func TestMsgTooLongFallsBack(t *testing.T) {
 	}
 	if got := counter(t, f.reg, "hcpbot_slack_errors_total", map[string]string{"error": "msg_too_long"}); got != 1 {
 		t.Errorf("errors{msg_too_long} = %v, want 1", got)
+	}
+}
+
+// Slack's undocumented limit on a message's total size (text and blocks:
+// msg_blocks_too_long, seen at 11-13k characters; bolt-js #2509, #2867),
+// as the recorder answers it: the root goes out as its text alone, and an
+// update of it too. Nothing is dropped.
+func TestMsgBlocksTooLongFallsBack(t *testing.T) {
+	const ch = "C0BLOCKS"
+	rec := slackrec.New(t, slackrec.WithRate(50, 10), slackrec.WithMessageSizeLimit(12000))
+	rec.ExpectInvalid()
+	f := newSlackTap(t, rec, NewMemoryStore(), &tap{}, func(c *SlackConfig) { c.PostRate = 20 })
+	// Blocks near Block Kit's per-section limit, many of them: each
+	// valid, together over the total.
+	var blocks []slack.Block
+	for i := range 8 {
+		blocks = append(blocks, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, fmt.Sprintf("evidence %d\n%s", i, strings.Repeat("x", 2500)), false, false), nil, nil))
+	}
+	mustUpsert(t, f.n, Message{Key: "inc-big", Channel: ch, Version: 1, Text: "summary: proxy tunnel down", Blocks: blocks})
+	run(t, f.n)
+	waitUntil(t, "posted", func() bool { return f.n.Pending() == 0 && len(rec.Messages(ch)) == 1 })
+	m := rec.Messages(ch)[0]
+	if m.Text != "summary: proxy tunnel down" || len(m.Blocks) != 0 {
+		t.Errorf("posted %q with blocks %s; want the text alone", m.Text, m.Blocks)
+	}
+	if got := counter(t, f.reg, "hcpbot_slack_errors_total", map[string]string{"error": "msg_blocks_too_long"}); got != 1 {
+		t.Errorf("errors{msg_blocks_too_long} = %v, want 1", got)
+	}
+
+	// Its update, refused the same way: the text alone, cut to
+	// fallbackText, and the old blocks cleared.
+	mustUpsert(t, f.n, Message{Key: "inc-big", Channel: ch, Version: 2, Text: "summary v2\n" + strings.Repeat("evidence line\n", 1000), Blocks: blocks})
+	waitUntil(t, "updated", func() bool {
+		m, _ := rec.Message(ch, rec.Messages(ch)[0].TS)
+		return f.n.Pending() == 0 && m.Updates == 1
+	})
+	m, _ = rec.Message(ch, rec.Messages(ch)[0].TS)
+	if n := utf8.RuneCountInString(m.Text); n > fallbackText || !strings.HasPrefix(m.Text, "summary v2") || len(m.Blocks) > 2 {
+		t.Errorf("updated to %d characters %q…, blocks %s; want the text alone", n, Truncate(m.Text, 40), m.Blocks)
+	}
+	if got := counter(t, f.reg, "hcpbot_slack_dropped_total", map[string]string{"kind": kindUpdate}); got != 0 {
+		t.Errorf("dropped{update} = %v, want none", got)
+	}
+}
+
+// A reply that every longer form of is refused (msg_too_long under any
+// size) is posted shortened: a message is never dropped for its size.
+func TestSizeRefusalNeverDrops(t *testing.T) {
+	const ch = "C0SHORT"
+	rec := slackrec.New(t, slackrec.WithRate(50, 10))
+	tp := &tap{intercept: func(method string, form url.Values) string {
+		if method == methodPost && utf8.RuneCountInString(form.Get("text")) > shortText+len(shortNote) {
+			return "msg_too_long"
+		}
+		return ""
+	}}
+	f := newSlackTap(t, rec, NewMemoryStore(), tp, func(c *SlackConfig) { c.PostRate = 20 })
+	mustUpsert(t, f.n, Message{Key: "inc-short", Channel: ch, Version: 1, Text: strings.Repeat("root line\n", 500)})
+	run(t, f.n)
+	waitUntil(t, "posted", func() bool { return f.n.Pending() == 0 && len(rec.Messages(ch)) == 1 })
+	m := rec.Messages(ch)[0]
+	if !strings.HasPrefix(m.Text, "root line") || !strings.HasSuffix(m.Text, shortNote) {
+		t.Errorf("posted %q", m.Text)
+	}
+	if got := counter(t, f.reg, "hcpbot_slack_dropped_total", map[string]string{"kind": kindRoot}); got != 0 {
+		t.Errorf("dropped{root} = %v, want none", got)
 	}
 }

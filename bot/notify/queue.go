@@ -29,17 +29,17 @@ const (
 )
 
 type upsertItem struct {
-	msg      Message
-	since    time.Time // enqueue time of the oldest rendering folded in
-	seq      uint64    // queue position of the first rendering folded in
-	textOnly bool      // Slack rejected the blocks: send the text alone
+	msg   Message
+	since time.Time // enqueue time of the oldest rendering folded in
+	seq   uint64    // queue position of the first rendering folded in
+	form  form      // Slack refused a longer form: send this one
 }
 
 type replyItem struct {
-	r        Reply
-	since    time.Time
-	seq      uint64
-	textOnly bool
+	r     Reply
+	since time.Time
+	seq   uint64
+	form  form
 }
 
 // keyQ is the queue of one Key: at most one pending rendering (newer ones

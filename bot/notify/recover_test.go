@@ -20,11 +20,11 @@ func TestLostAnswerIsFoundNotPostedAgain(t *testing.T) {
 	store := NewMemoryStore()
 	claimed := time.Now()
 	dead := NewSlackClient("xoxb-test-token", rec.APIURL(), http.DefaultClient)
-	_, rootTS, err := dead.PostMessageContext(t.Context(), ch, options(key+" v1", nil, false, false, "", metadata(key, ""))...)
+	_, rootTS, err := dead.PostMessageContext(t.Context(), ch, options(key+" v1", nil, formFull, false, "", metadata(key, ""))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := dead.PostMessageContext(t.Context(), ch, options("r1 text", nil, false, false, rootTS, metadata(key, "r1"))...); err != nil {
+	if _, _, err := dead.PostMessageContext(t.Context(), ch, options("r1 text", nil, formFull, false, rootTS, metadata(key, "r1"))...); err != nil {
 		t.Fatal(err)
 	}
 	// Someone else's post in between, with another key: not ours.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/hcpbot/hcpbot/bot/notify/blockkit"
 )
@@ -20,7 +21,7 @@ import (
 type BlockViolation struct {
 	Method  string // chat.postMessage, chat.update, chat.postEphemeral or MethodResponseURL
 	Channel string
-	Code    string // invalid_blocks or msg_too_long, what Slack answered
+	Code    string // invalid_blocks, msg_too_long or msg_blocks_too_long, what Slack answered
 	Detail  string // which limits, where
 }
 
@@ -63,7 +64,17 @@ func (r *Recorder) checkLimits(tb interface{ Errorf(string, ...any) }) {
 func (r *Recorder) validate(c *Call, text string, blocks []byte) (reply, bool) {
 	err := blockkit.ValidateMessage(text, blocks)
 	if err == nil {
-		return reply{}, true
+		n := utf8.RuneCountInString(text) + utf8.RuneCount(blocks)
+		if r.opts.sizeLimit <= 0 || n <= r.opts.sizeLimit {
+			return reply{}, true
+		}
+		code := "msg_too_long"
+		if len(blocks) > 0 && string(blocks) != "[]" && string(blocks) != "null" {
+			code = "msg_blocks_too_long"
+		}
+		r.blockViolations = append(r.blockViolations, BlockViolation{Method: c.Method, Channel: c.Channel, Code: code,
+			Detail: fmt.Sprintf("%d characters of text and blocks, over the total size limit of %d", n, r.opts.sizeLimit)})
+		return fail(http.StatusOK, code), false
 	}
 	code, detail := blockkit.ErrInvalidBlocks, err.Error()
 	var be *blockkit.Error

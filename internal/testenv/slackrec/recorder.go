@@ -88,6 +88,8 @@ type limit struct {
 type options struct {
 	post, update limit
 	responses    map[string]any
+	// sizeLimit: WithMessageSizeLimit.
+	sizeLimit int
 }
 
 // Option configures a Recorder.
@@ -103,6 +105,16 @@ func WithRate(perSecond float64, burst int) Option {
 // 50/min, burst 10). perSecond <= 0 disables it.
 func WithUpdateRate(perSecond float64, burst int) Option {
 	return func(o *options) { o.update = limit{perSecond, max(burst, 1)} }
+}
+
+// WithMessageSizeLimit refuses, as Slack does past its undocumented limit
+// on a message's total size (seen at 11-13k characters of text; bolt-js
+// #2509, #2867), a message whose text and blocks together are over n
+// characters (the text's, and the blocks' JSON): msg_blocks_too_long with
+// blocks, msg_too_long without. 0 (the default) checks only the
+// documented limits.
+func WithMessageSizeLimit(n int) Option {
+	return func(o *options) { o.sizeLimit = n }
 }
 
 // WithResponse makes the recorder answer method with body encoded as JSON,
