@@ -324,20 +324,13 @@ func (x *Executor) permitsCreate(ctx context.Context, kc kubernetes.Interface, n
 	return nil
 }
 
-// permitsHostedDelete dry-runs, as the approver, the delete of each
-// hosted Service of undo's exposure.
-func (x *Executor) permitsHostedDelete(ctx context.Context, hc *hypershift.HostedCluster, undo Undo) error {
-	hosted, err := x.hostedClient(ctx, hc)
+// permitsHostedDelete dry-runs with w, as the approver, the delete of
+// each hosted Service of undo's exposure (listed with read); a list that
+// cannot be made leaves it to the delete itself.
+func permitsHostedDelete(ctx context.Context, read, w kubernetes.Interface, undo Undo) error {
+	list, err := read.CoreV1().Services(undo.Expose.HostedNamespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(undo.ActionID)})
 	if err != nil {
 		return nil
-	}
-	list, err := hosted.CoreV1().Services(undo.Expose.HostedNamespace).List(ctx, metav1.ListOptions{LabelSelector: actionSelector(undo.ActionID)})
-	if err != nil {
-		return nil
-	}
-	w, err := x.hostedWriter(ctx, hc, hosted)
-	if err != nil {
-		return err
 	}
 	for _, svc := range list.Items {
 		if !ownName(ClusterHosted, svc.Name, undo.ActionID) {
@@ -813,24 +806,33 @@ func (x *Executor) rollbackExpose(ctx context.Context, undo Undo, observe bool) 
 			return nil, fmt.Errorf("dry run of the delete of management Service %s/%s: %w", cpNS, name, err)
 		}
 	}
+	// Acting as the approver there, so too their right to the hosted
+	// delete, as them: refused, nothing is deleted in either cluster. A
+	// hosted cluster that cannot be reached leaves it to the delete
+	// itself, after the management one.
+	var hosted, hostedW kubernetes.Interface
 	if x.actsInHosted(hc) && !observe {
-		// So too the approver's right to the hosted delete, made as
-		// them: refused, nothing is deleted in either cluster. A hosted
-		// cluster that cannot be asked leaves it to the delete itself.
-		if err := x.permitsHostedDelete(ctx, hc, undo); err != nil {
-			return nil, err
+		if hosted, err = x.hostedClient(ctx, hc); err == nil {
+			if hostedW, err = x.hostedWriter(ctx, hc, hosted); err != nil {
+				return nil, err
+			}
+			if err := permitsHostedDelete(ctx, hosted, hostedW, undo); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := deleteOwned(ctx, x.Kube, x.writeKube(), ClusterManagement, cpNS, undo.ActionID, res, observe); err != nil {
 		return res, err
 	}
-	hosted, err := x.hostedClient(ctx, hc)
-	if err != nil {
-		return res, err
+	if hosted == nil {
+		if hosted, err = x.hostedClient(ctx, hc); err != nil {
+			return res, err
+		}
 	}
-	hostedW, err := x.hostedWriter(ctx, hc, hosted)
-	if err != nil {
-		return res, err
+	if hostedW == nil {
+		if hostedW, err = x.hostedWriter(ctx, hc, hosted); err != nil {
+			return res, err
+		}
 	}
 	if err := deleteOwned(ctx, hosted, hostedW, ClusterHosted, undo.Expose.HostedNamespace, undo.ActionID, res, observe); err != nil {
 		if len(res.Deleted) > 0 && errors.Is(err, ErrRejected) {

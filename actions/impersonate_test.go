@@ -390,19 +390,7 @@ func TestImpersonationExposeAndRollback(t *testing.T) {
 	}
 	checkImpersonated(t, refused[0], "create", "dave", req.ID, "UREQUESTER1", 403)
 
-	undo := actions.Change{ID: "undo-imp0005", Type: actions.TypeRollback, Cluster: req.Cluster, RequestedBy: "UREQUESTER1",
-		Rollback: &actions.RollbackParams{Undo: *res.Undo}}
-	if missing, err := agent.Access(ctx, alice, undo); err != nil || len(missing) > 0 {
-		t.Fatalf("Access(alice, rollback) = %q, %v", missing, err)
-	}
-	x, err = agent.As(alice, identity.Extra(undo.ID, "UREQUESTER1", []string{"UALICE0001"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := x.Execute(ctx, undo)
-	if err != nil || rb.Outcome != actions.OutcomeRolledBack {
-		t.Fatalf("rollback as alice: %+v, %v", rb, err)
-	}
+	undo := rollBackAsAlice(t, agent, alice, "undo-imp0005", req, res)
 	if got := serviceNames(t, env.Kube, cpNS); len(got) != 0 {
 		t.Errorf("management Services after the rollback: %q", got)
 	}
@@ -671,19 +659,7 @@ func TestImpersonationHostedWrites(t *testing.T) {
 	}
 	t.Logf("hosted %s/%s created as alice, node ports %v", appNS, svc.Name, res.Ports)
 
-	undo := actions.Change{ID: "undo-imp0h01", Type: actions.TypeRollback, Cluster: req.Cluster, RequestedBy: "UREQUESTER1",
-		Rollback: &actions.RollbackParams{Undo: *res.Undo}}
-	if missing, err := agent.Access(ctx, alice, undo); err != nil || len(missing) > 0 {
-		t.Fatalf("Access(alice, rollback) = %q, %v", missing, err)
-	}
-	x, err = agent.As(alice, identity.Extra(undo.ID, "UREQUESTER1", []string{"UALICE0001"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := x.Execute(ctx, undo)
-	if err != nil || rb.Outcome != actions.OutcomeRolledBack {
-		t.Fatalf("rollback as alice: %+v, %v", rb, err)
-	}
+	rollBackAsAlice(t, agent, alice, "undo-imp0h01", req, res)
 	if got := serviceNames(t, hosted.Kube, appNS); !slices.Equal(got, []string{"petclinic"}) {
 		t.Errorf("hosted Services after the rollback: %q, want only the app's", got)
 	}
@@ -706,5 +682,64 @@ func hostedGrant(t *testing.T, kc kubernetes.Interface, ns, user string, verbs .
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// rollBackAsAlice rolls back res of req as alice, once Access finds
+// nothing missing, and returns the rollback.
+func rollBackAsAlice(t *testing.T, agent *actions.Executor, alice identity.Identity, id string, req actions.Change, res *actions.Result) actions.Change {
+	t.Helper()
+	ctx := context.Background()
+	undo := actions.Change{ID: id, Type: actions.TypeRollback, Cluster: req.Cluster, RequestedBy: "UREQUESTER1",
+		Rollback: &actions.RollbackParams{Undo: *res.Undo}}
+	if missing, err := agent.Access(ctx, alice, undo); err != nil || len(missing) > 0 {
+		t.Fatalf("Access(alice, rollback) = %q, %v", missing, err)
+	}
+	x, err := agent.As(alice, identity.Extra(undo.ID, "UREQUESTER1", []string{"UALICE0001"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := x.Execute(ctx, undo)
+	if err != nil || rb.Outcome != actions.OutcomeRolledBack {
+		t.Fatalf("rollback as alice: %+v, %v", rb, err)
+	}
+	return undo
+}
+
+// `hcpbot rbac --impersonation=legacy` (API servers without constrained
+// impersonation): its role, applied on the real API server, lets the
+// agent write as the mapped approver (the verb impersonate, on exactly
+// the mapped names), audited as them.
+func TestImpersonationLegacyRole(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	m := identity.Map{Required: true, Entries: []identity.Entry{{Slack: "UALICE0001", User: "alice"}}}
+	c, agent, _ := seededAgent(t, m)
+	legacy, err := actions.ImpersonationRole(m, "", actions.ImpersonationLegacy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.ApplyRBACObject(t, legacy)
+	grant(t, c.Namespace, "alice", hypershift.HostedClusterGVR.Group, "hostedclusters", "patch")
+	kc, err := kubernetes.NewForConfig(agent.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitAllowed(t, kc, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: "alice"}, true)
+	// Still nobody else.
+	testenv.WaitAllowed(t, kc, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: "bob"}, false)
+
+	req := patchRequest("fix-legacy01", c, scenario.SeedNoProxy)
+	x, err := agent.As(identity.Identity{User: "alice"}, identity.Extra(req.ID, "UREQUESTER1", []string{"UALICE0001"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := x.Execute(ctx, req)
+	if err != nil || res.Outcome != actions.OutcomeApplied || res.As != "alice" {
+		t.Fatalf("patch as alice under the legacy role: %+v, %v", res, err)
+	}
+	evs := auditEvents(t, "alice's patch under the legacy role", 2, byAgent("hostedclusters", c.Namespace, c.Name, req.ID))
+	for _, e := range evs {
+		checkImpersonated(t, e, "patch", "alice", req.ID, "UREQUESTER1", 200)
 	}
 }

@@ -197,22 +197,18 @@ func (q *Queue) Send(ctx context.Context, source, id string, data []byte) error 
 // Result returns the agent's answer to action id of source as stored, or
 // an error wrapping ErrNoResult.
 func (q *Queue) Result(ctx context.Context, source, id string) ([]byte, error) {
-	key, err := ResultKey(source, id)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := q.bucket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	data, _, err := Get(ctx, kv, key)
-	return data, err
+	return q.get(ctx, ResultKey, source, id)
 }
 
 // Refusal returns what the agent of source recorded under RefusalKey for
 // id, or an error wrapping ErrNoResult.
 func (q *Queue) Refusal(ctx context.Context, source, id string) ([]byte, error) {
-	key, err := RefusalKey(source, id)
+	return q.get(ctx, RefusalKey, source, id)
+}
+
+// get reads the answer stored under keyOf(source, id).
+func (q *Queue) get(ctx context.Context, keyOf func(source, id string) (string, error), source, id string) ([]byte, error) {
+	key, err := keyOf(source, id)
 	if err != nil {
 		return nil, err
 	}
