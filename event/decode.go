@@ -149,6 +149,10 @@ func (e Event) decodePayload(unmarshal unmarshaler) (Payload, error) {
 		return decodeAs[SnapshotDone](e, unmarshal)
 	case TypeNodeSummary:
 		return decodeAs[NodeSummary](e, unmarshal)
+	case TypeAPIService:
+		return decodeAs[APIServiceState](e, unmarshal)
+	case TypeConnectivity:
+		return decodeAs[ConnectivityCheck](e, unmarshal)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
 }

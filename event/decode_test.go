@@ -178,10 +178,11 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 			Proxy:          event.ProxySpec{HTTPSProxy: "http://192.168.201.2:3128", NoProxy: "192.168.201.0/24", TrustedCA: "user-ca-bundle"},
 			ClusterNetwork: []string{"10.132.0.0/14"}, ServiceNetwork: []string{"172.31.0.0/16"},
 			ControlPlaneEndpoint: &event.Endpoint{Host: "api.example.corp", Port: 443}, KubeconfigSecret: "example-admin-kubeconfig",
-			Conditions: []event.Condition{{Type: "Available", Status: event.ConditionTrue, LastTransitionTime: transition}}},
+			PausedUntil: "true", Generation: 4,
+			Conditions: []event.Condition{{Type: "Available", Status: event.ConditionTrue, LastTransitionTime: transition, ObservedGeneration: 4}}},
 		event.ProxyChange{Target: event.ProxyTargetOpenShift, New: event.ProxySpec{NoProxy: "kubernetes"},
 			NoProxyAdded: []string{"kubernetes"}}, // derived, but spelt out so the payload compares equal
-		event.NodePoolState{Name: "workers", ClusterName: "example", Replicas: &replicas, CurrentReplicas: 2,
+		event.NodePoolState{Name: "workers", ClusterName: "example", Replicas: &replicas, CurrentReplicas: 2, PausedUntil: "2026-12-07T00:00:00Z",
 			Conditions: []event.Condition{{Type: "AllNodesHealthy", Status: event.ConditionFalse, Severity: "Warning"}}},
 		event.NodeReadiness{Node: "w1", Ready: event.ConditionUnknown},
 		event.NodeReadiness{Node: "w2", Ready: event.ConditionUnknown, NotJoining: true, Created: transition},
@@ -192,7 +193,10 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 		event.Reachability{Endpoint: "api.example.corp:443", Error: "dial tcp: i/o timeout", Since: transition},
 		event.OpenShiftProxy{Spec: event.ProxySpec{HTTPProxy: "http://proxy:3128"}, Status: event.ProxyStatus{NoProxy: ".cluster.local"}},
 		event.SnapshotDone{Started: transition, Count: 9, Types: []event.Type{event.TypeNode}},
-		event.NodeSummary{Total: 2000, Ready: 1990, NotReady: 4, Unknown: 1, Joining: 3, NotJoining: 2, JoinGrace: 10 * time.Minute},
+		event.NodeSummary{Total: 2000, Ready: 1990, NotReady: 4, Unknown: 1, Joining: 3, NotJoining: 2, JoinGrace: 10 * time.Minute, Cordoned: 5},
+		event.APIServiceState{Name: "v1.apps.openshift.io", Service: "default/openshift-apiserver", Available: event.ConditionFalse,
+			Reason: "FailedDiscoveryCheck", LastTransitionTime: transition},
+		event.ConnectivityCheck{LastSucceeded: transition, Stale: true, StaleAfter: 5 * time.Minute, ObservedAt: transition.Add(time.Hour)},
 	}
 	if len(payloads) != len(event.Types())+1 { // two NodeReadiness shapes
 		t.Fatalf("test covers %d types, package has %d", len(payloads), len(event.Types()))

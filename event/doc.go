@@ -49,7 +49,9 @@
 //	reachability    Reachability        whether the agent reaches the hosted API server, or (Unwatched) why it does not watch it
 //	ocpproxy        OpenShiftProxy      Proxy/cluster spec and status of a standalone OpenShift
 //	snapshotdone    SnapshotDone        end of a resync snapshot of one source
-//	nodesummary     NodeSummary         a hosted cluster's node population: total, Ready, NotReady, Unknown, joining, not joining
+//	nodesummary     NodeSummary         a hosted cluster's node population: total, Ready, NotReady, Unknown, joining, not joining, cordoned
+//	apiservice      APIServiceState     an aggregated APIService of a hosted cluster that is not Available (or recovered)
+//	connectivity    ConnectivityCheck   the hosted cluster's control-plane-connectivity-check record: last success, stale or not
 //
 // A consumer that meets a type it does not know gets [ErrUnknownType] from
 // [Decode] together with the envelope, and should dead-letter the message

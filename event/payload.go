@@ -25,6 +25,8 @@ const (
 	TypeOCPProxy       Type = "ocpproxy"       // OpenShiftProxy
 	TypeSnapshotDone   Type = "snapshotdone"   // SnapshotDone
 	TypeNodeSummary    Type = "nodesummary"    // NodeSummary
+	TypeAPIService     Type = "apiservice"     // APIServiceState
+	TypeConnectivity   Type = "connectivity"   // ConnectivityCheck
 )
 
 // Types returns every type this build knows, in a fixed order. The slice is
@@ -34,6 +36,7 @@ func Types() []Type {
 		TypeHostedCluster, TypeProxyChange, TypeNodePool, TypeNode,
 		TypeCrashLoop, TypeAPIServerProxy, TypeVirtLauncher,
 		TypeReachability, TypeOCPProxy, TypeSnapshotDone, TypeNodeSummary,
+		TypeAPIService, TypeConnectivity,
 	}
 }
 
@@ -42,7 +45,8 @@ func (t Type) Known() bool {
 	switch t {
 	case TypeHostedCluster, TypeProxyChange, TypeNodePool, TypeNode,
 		TypeCrashLoop, TypeAPIServerProxy, TypeVirtLauncher,
-		TypeReachability, TypeOCPProxy, TypeSnapshotDone, TypeNodeSummary:
+		TypeReachability, TypeOCPProxy, TypeSnapshotDone, TypeNodeSummary,
+		TypeAPIService, TypeConnectivity:
 		return true
 	}
 	return false
@@ -79,6 +83,11 @@ type Condition struct {
 	Reason             string          `json:"reason,omitempty"`
 	Message            string          `json:"message,omitempty"`
 	LastTransitionTime time.Time       `json:"lastTransitionTime,omitzero"`
+	// ObservedGeneration is the generation of the object the writer saw
+	// (0 when it sets none: HyperShift's HCCO writes none on the
+	// HostedControlPlane, and the HostedCluster copy carries the
+	// HostedCluster's generation, hostedcluster_controller.go:830-839).
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // Endpoint is a host (name or IP) and port.
@@ -163,9 +172,13 @@ type HostedClusterState struct {
 	KonnectivityEndpoint string `json:"konnectivityEndpoint,omitempty"`
 	// TrustedCA summarises the ConfigMap named by Proxy.TrustedCA; nil when
 	// the proxy names none. Never the certificates themselves.
-	TrustedCA  *CABundle   `json:"trustedCABundle,omitempty"`
-	Conditions []Condition `json:"conditions,omitempty"`
-	Deleted    bool        `json:"deleted,omitempty"`
+	TrustedCA *CABundle `json:"trustedCABundle,omitempty"`
+	// PausedUntil is spec.pausedUntil exactly as written ("true", or an
+	// RFC3339 time); "" when unset. Read it with [ReadPausedUntil].
+	PausedUntil string      `json:"pausedUntil,omitempty"`
+	Generation  int64       `json:"generation,omitempty"` // metadata.generation
+	Conditions  []Condition `json:"conditions,omitempty"`
+	Deleted     bool        `json:"deleted,omitempty"`
 }
 
 // CABundle is what the agent read from a proxy's trusted CA ConfigMap (key
@@ -257,7 +270,11 @@ type NodePoolState struct {
 	Replicas        *int32      `json:"replicas,omitempty"`   // spec.replicas; nil when autoscaled
 	CurrentReplicas int32       `json:"currentReplicas"`      // status.replicas
 	Conditions      []Condition `json:"conditions,omitempty"` // Ready, AllNodesHealthy, AllMachinesReady, ...
-	Deleted         bool        `json:"deleted,omitempty"`
+	// PausedUntil is the NodePool's own spec.pausedUntil, as written (see
+	// HostedClusterState.PausedUntil); a NodePool does not read its
+	// HostedCluster's.
+	PausedUntil string `json:"pausedUntil,omitempty"`
+	Deleted     bool   `json:"deleted,omitempty"`
 }
 
 // EventType implements Payload.
@@ -314,6 +331,12 @@ type NodeSummary struct {
 	// JoinGrace (see NodeReadiness.NotJoining).
 	NotJoining int           `json:"notJoining"`
 	JoinGrace  time.Duration `json:"joinGrace,omitempty"` // the agent's grace, in nanoseconds
+	// Cordoned nodes are Ready but spec.unschedulable; they are counted
+	// in Ready too. HyperShift counts only Ready, schedulable nodes as
+	// available workers (support/util/util.go CountAvailableNodes), so
+	// Ready-Cordoned is what its connection conditions see. An older
+	// agent sends 0.
+	Cordoned int `json:"cordoned,omitempty"`
 }
 
 // EventType implements Payload.
@@ -323,6 +346,10 @@ func (p NodeSummary) sanitized() Payload { return p }
 
 // Problems is the number of nodes that are neither Ready nor joining.
 func (p NodeSummary) Problems() int { return p.NotReady + p.Unknown + p.NotJoining }
+
+// Available is the number of Ready, schedulable nodes: HyperShift's count
+// of available workers.
+func (p NodeSummary) Available() int { return max(p.Ready-p.Cordoned, 0) }
 
 // Signature classifies a container's last termination message, so the bot
 // can match known failures without each consumer re-parsing log text.
@@ -511,6 +538,66 @@ type SnapshotDone struct {
 func (SnapshotDone) EventType() Type { return TypeSnapshotDone }
 
 func (p SnapshotDone) sanitized() Payload { return p }
+
+// APIServiceState is an aggregated APIService of a hosted cluster
+// (apiregistration.k8s.io/v1, spec.service set) whose Available condition
+// is not True, or that recovered (Cleared). The openshift ones
+// (v1.apps.openshift.io, ...) reach openshift-apiserver through
+// konnectivity, so Available=False with reason FailedDiscoveryCheck is
+// the hosted cluster's own evidence of a konnectivity failure
+// (hypershift#313). Carried by TypeAPIService; Event.Object is the
+// APIService (Hosted set, no namespace).
+type APIServiceState struct {
+	Name string `json:"name"`
+	// Service is spec.service as namespace/name.
+	Service            string          `json:"service,omitempty"`
+	Available          ConditionStatus `json:"available"`
+	Reason             string          `json:"reason,omitempty"`  // e.g. FailedDiscoveryCheck, MissingEndpoints
+	Message            string          `json:"message,omitempty"` // redacted and bounded
+	LastTransitionTime time.Time       `json:"lastTransitionTime,omitzero"`
+	Cleared            bool            `json:"cleared,omitempty"` // Available=True again, or deleted
+}
+
+// EventType implements Payload.
+func (APIServiceState) EventType() Type { return TypeAPIService }
+
+func (p APIServiceState) sanitized() Payload {
+	p.Message = boundHead(redactText(p.Message))
+	return p
+}
+
+// ConnectivityCheck is the hosted cluster's own record of the data plane
+// reaching its API server: the ConfigMap
+// kube-system/control-plane-connectivity-check, whose data.lastSucceeded
+// the kas-connection-checker pods on the workers stamp (RFC3339, UTC)
+// each time a request to https://kubernetes.default.svc succeeds, about
+// every 60 s. HyperShift reads it into ControlPlaneConnectionAvailable
+// (hostedclusterconfigoperator resources.go, reconcileControlPlane-
+// ConnectionAvailable). Carried by TypeConnectivity; Event.Object is the
+// ConfigMap (Hosted set).
+//
+// The agent publishes it when Stale changes, not on every stamp: a
+// stamp that stops moving changes nothing in the ConfigMap.
+type ConnectivityCheck struct {
+	// LastSucceeded is data.lastSucceeded; zero when absent, empty or
+	// unparsable (Raw then holds what is there, bounded).
+	LastSucceeded time.Time `json:"lastSucceeded,omitzero"`
+	Raw           string    `json:"raw,omitempty"`
+	Missing       bool      `json:"missing,omitempty"` // the ConfigMap does not exist
+	// Stale: at ObservedAt, LastSucceeded was older than StaleAfter (or
+	// never recorded). HyperShift's threshold is 5 minutes.
+	Stale      bool          `json:"stale,omitempty"`
+	StaleAfter time.Duration `json:"staleAfter,omitempty"` // nanoseconds
+	ObservedAt time.Time     `json:"observedAt,omitzero"`
+}
+
+// EventType implements Payload.
+func (ConnectivityCheck) EventType() Type { return TypeConnectivity }
+
+func (p ConnectivityCheck) sanitized() Payload {
+	p.Raw = boundHead(redactText(p.Raw))
+	return p
+}
 
 func sanitizeConditions(cs []Condition) []Condition {
 	if cs == nil {
