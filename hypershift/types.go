@@ -71,6 +71,9 @@ type HostedClusterSpec struct {
 	// Services says how each control-plane service is published
 	// (APIServer, OAuthServer, Konnectivity, Ignition).
 	Services []ServicePublishingStrategyMapping `json:"services,omitempty"`
+	// PausedUntil pauses HyperShift's reconciliation: "true"/"false", or
+	// an RFC3339 time (hostedcluster_types.go, the CRD's pattern).
+	PausedUntil *string `json:"pausedUntil,omitempty"`
 }
 
 // The control-plane services of spec.services (HyperShift's ServiceType).
@@ -250,6 +253,9 @@ type NodePoolSpec struct {
 	ClusterName string       `json:"clusterName"`
 	Replicas    *int32       `json:"replicas,omitempty"`
 	Platform    PlatformSpec `json:"platform"`
+	// PausedUntil is the NodePool's own pause (nodepool_types.go), read
+	// like HostedClusterSpec.PausedUntil.
+	PausedUntil *string `json:"pausedUntil,omitempty"`
 }
 
 type NodePoolStatus struct {

@@ -89,12 +89,18 @@ func hostedClusterState(hc *hypershift.HostedCluster) event.HostedClusterState {
 		switch c.Type {
 		case "Available", "Degraded", "Progressing", "KubeAPIServerAvailable", "ValidConfiguration",
 			"ValidProxyConfiguration", "DataPlaneConnectionAvailable", "ControlPlaneConnectionAvailable",
-			"IgnitionEndpointAvailable", "EtcdAvailable", "KubeVirtNodesLiveMigratable", "ValidKubeVirtInfraNetworkMTU":
+			"IgnitionEndpointAvailable", "EtcdAvailable", "KubeVirtNodesLiveMigratable", "ValidKubeVirtInfraNetworkMTU",
+			"ReconciliationActive", "ExternalDNSReachable", "ValidKubeVirtInfraNetworkPolicyRBAC":
 			p.Conditions = append(p.Conditions, event.Condition{
 				Type: c.Type, Status: event.ConditionStatus(c.Status), Reason: c.Reason,
 				Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time,
+				ObservedGeneration: c.ObservedGeneration,
 			})
 		}
+	}
+	p.Generation = hc.Generation
+	if v := hc.Spec.PausedUntil; v != nil {
+		p.PausedUntil = *v
 	}
 	return p
 }
@@ -125,7 +131,8 @@ func nodePoolFact(np *hypershift.NodePool) fact {
 	var state strings.Builder
 	for _, c := range np.Status.Conditions {
 		switch c.Type {
-		case "Ready", "AllNodesHealthy", "AllMachinesReady", "ReachedIgnitionEndpoint", "UpdatingConfig", "ValidGeneratedPayload":
+		case "Ready", "AllNodesHealthy", "AllMachinesReady", "ReachedIgnitionEndpoint", "UpdatingConfig", "ValidGeneratedPayload",
+			"ReconciliationActive", "IgnitionEndpointAvailable":
 		default:
 			continue
 		}
@@ -137,6 +144,10 @@ func nodePoolFact(np *hypershift.NodePool) fact {
 		if c.Type != "UpdatingConfig" && c.Status == "False" {
 			problem = true
 		}
+	}
+	if v := np.Spec.PausedUntil; v != nil {
+		p.PausedUntil = *v
+		state.WriteString("pausedUntil=" + *v + ";")
 	}
 	return fact{payload: p, key: rvKey(np.ResourceVersion), state: state.String(), problem: problem}
 }

@@ -17,6 +17,11 @@ import (
 // lastTransitionTime is set when the status changes.
 type Condition struct {
 	Type, Status, Reason, Message string
+	// Since is the lastTransitionTime to write when the status changes
+	// (zero: now), e.g. a condition that turned False days before the
+	// agent started. HyperShift copies the HostedControlPlane's time
+	// into the HostedCluster (hostedcluster_controller.go:830-839).
+	Since time.Time
 }
 
 // SetHostedClusterConditions sets conditions of a HostedCluster's status,
@@ -57,8 +62,17 @@ func setConditions(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVe
 		return fmt.Errorf("%s %s/%s: %w", gvr.Resource, namespace, name, err)
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	// HyperShift stamps every HostedCluster and NodePool condition with
+	// the object's generation (hostedcluster_controller.go:830-839,
+	// nodepool/conditions.go SetStatusCondition).
+	generation := u.GetGeneration()
 	for _, c := range conds {
-		cond := condition(c.Type, c.Status, c.Reason, c.Message, now)
+		at := now
+		if !c.Since.IsZero() {
+			at = metav1.NewTime(c.Since.Truncate(time.Second))
+		}
+		cond := condition(c.Type, c.Status, c.Reason, c.Message, at)
+		cond["observedGeneration"] = generation
 		replaced := false
 		for i, o := range old {
 			om, _ := o.(map[string]any)
