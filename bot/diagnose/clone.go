@@ -23,6 +23,8 @@ func (c *Cluster) Clone() *Cluster {
 	cp.reach = cloneTable(c.reach)
 	cp.ocp = cloneTable(c.ocp)
 	cp.summary = cloneTable(c.summary)
+	cp.apiServices = cloneTable(c.apiServices)
+	cp.connectivity = cloneTable(c.connectivity)
 	return &cp
 }
 

@@ -66,6 +66,11 @@ type Cluster struct {
 	// summary is the agent's count of every node (one entry, key ""):
 	// nodes holds only those that were once a problem.
 	summary table[event.NodeSummary]
+	// apiServices are the hosted cluster's aggregated APIServices that
+	// are not Available, by name; connectivity is its
+	// control-plane-connectivity-check record (one entry, key "").
+	apiServices  table[apiServiceRec]
+	connectivity table[connectivityRec]
 	// clientsOf chooses the workloads' client families (SetClients).
 	clientsOf ClientsFunc
 
@@ -164,12 +169,35 @@ type nodePoolRec struct {
 	autoscaled      bool
 	current         int32
 	conds           []event.Condition
+	pausedUntil     string // spec.pausedUntil as written
 }
 
 func sameNodePool(a, b nodePoolRec) bool {
 	return a.namespace == b.namespace && a.name == b.name && a.replicas == b.replicas &&
-		a.autoscaled == b.autoscaled && a.current == b.current && slices.Equal(a.conds, b.conds)
+		a.autoscaled == b.autoscaled && a.current == b.current && slices.Equal(a.conds, b.conds) &&
+		a.pausedUntil == b.pausedUntil
 }
+
+// apiServiceRec is an aggregated APIService that is not Available.
+type apiServiceRec struct {
+	name, service   string
+	available       event.ConditionStatus
+	reason, message string
+	ltt             time.Time
+}
+
+// connectivityRec is the control-plane-connectivity-check record.
+type connectivityRec struct {
+	lastSucceeded time.Time
+	raw           string
+	missing       bool
+	stale         bool
+	staleAfter    time.Duration
+	observedAt    time.Time
+}
+
+// problem: the record says the workers do not reach the API server now.
+func (r connectivityRec) problem() bool { return r.stale || r.missing }
 
 // problem mirrors the agent: a NodePool condition other than UpdatingConfig
 // that is False.
@@ -211,7 +239,7 @@ func sameHC(a, b event.HostedClusterState) bool {
 		sameEndpoint(a.ControlPlaneEndpoint, b.ControlPlaneEndpoint) && a.KubeconfigSecret == b.KubeconfigSecret &&
 		slices.Equal(a.Conditions, b.Conditions) && a.Deleted == b.Deleted &&
 		a.IgnitionEndpoint == b.IgnitionEndpoint && a.KonnectivityEndpoint == b.KonnectivityEndpoint &&
-		sameCA(a.TrustedCA, b.TrustedCA)
+		sameCA(a.TrustedCA, b.TrustedCA) && a.PausedUntil == b.PausedUntil
 }
 
 func sameCA(a, b *event.CABundle) bool {
@@ -294,7 +322,7 @@ func (c *Cluster) Apply(e event.Event, p event.Payload) (changed bool) {
 		return c.applyProxyChange(st, e.Object, p)
 	case event.NodePoolState:
 		name := firstNonEmpty(p.Name, e.Object.Name)
-		rec := nodePoolRec{namespace: e.Object.Namespace, name: name, current: p.CurrentReplicas, conds: normConds(p.Conditions)}
+		rec := nodePoolRec{namespace: e.Object.Namespace, name: name, current: p.CurrentReplicas, conds: normConds(p.Conditions), pausedUntil: p.PausedUntil}
 		if p.Replicas != nil {
 			rec.replicas = *p.Replicas
 		} else {
@@ -331,6 +359,14 @@ func (c *Cluster) Apply(e event.Event, p event.Payload) (changed bool) {
 		return c.ocp.put("", st, ref, false, rec, sameOCP)
 	case event.NodeSummary:
 		return c.summary.put("", st, ref, false, p, equal[event.NodeSummary])
+	case event.APIServiceState:
+		name := firstNonEmpty(p.Name, e.Object.Name)
+		rec := apiServiceRec{name: name, service: p.Service, available: p.Available, reason: p.Reason, message: p.Message, ltt: norm(p.LastTransitionTime)}
+		return c.apiServices.put(name, st, ref, p.Cleared, rec, equal[apiServiceRec])
+	case event.ConnectivityCheck:
+		rec := connectivityRec{lastSucceeded: norm(p.LastSucceeded), raw: p.Raw, missing: p.Missing, stale: p.Stale,
+			staleAfter: p.StaleAfter, observedAt: norm(p.ObservedAt)}
+		return c.connectivity.put("", st, ref, false, rec, equal[connectivityRec])
 	}
 	return false
 }
@@ -384,6 +420,10 @@ func (c *Cluster) buryHosted(st stamp) {
 	}
 	c.reach.bury("", st)
 	c.summary.bury("", st)
+	for k := range c.apiServices {
+		c.apiServices.bury(k, st)
+	}
+	c.connectivity.bury("", st)
 }
 
 func (c *Cluster) applyNode(st stamp, ref objRef, objName string, p event.NodeReadiness) bool {

@@ -54,6 +54,10 @@ type Fix struct {
 	// Diff shows the change one entry per line ("  " kept, "+ " added,
 	// "- " dropped).
 	Diff string
+	// Waits says why applying it will not roll out yet, with the command
+	// that lifts the hold: "The rollout waits for the pause: HostedCluster
+	// … paused …. Lift it with oc patch …". Empty when nothing holds it.
+	Waits string
 }
 
 // ProxyChangeRef names the proxy edit that preceded a diagnosis.
@@ -89,6 +93,16 @@ type Diagnosis struct {
 	// Nodes is how many of the cluster's nodes the diagnosis covers as
 	// NotReady or not joining, of its real total; nil when it covers none.
 	Nodes *NodeImpact
+	// Began is when the cluster's own record says the problem began: the
+	// earliest of its evidence's own times (a condition's
+	// lastTransitionTime, which HyperShift moves only when the status
+	// changes; a node's Ready transition; a probe's first failure). Zero
+	// when the evidence has none; Since falls back to the incident's
+	// opening then.
+	Began time.Time
+	// Paused lists the cluster's objects whose reconciliation is paused
+	// at the time of the diagnosis: nothing rolls out until they resume.
+	Paused []PausedObject
 }
 
 // Short returns the root cause for a glance: Summary, else the first two
@@ -173,12 +187,27 @@ func (rs RuleSet) run(c *Cluster, now time.Time, brief bool) []Diagnosis {
 func (rs RuleSet) runExplained(c *Cluster, now time.Time, brief bool) ([]Diagnosis, Explained) {
 	var out []Diagnosis
 	x := Explained{by: make(map[string]string, 16), brief: brief}
+	var paused []PausedObject // read once per run, when a rule fires
+	var invalid []string
 	for _, r := range rs {
 		d, ok := r.Eval(c, now, x)
 		if !ok {
 			continue
 		}
 		d.Rule = r.ID
+		if !brief {
+			if paused == nil {
+				paused, invalid = c.Paused(now), c.invalidPauses(now)
+				if paused == nil {
+					paused = []PausedObject{}
+				}
+			}
+			if len(paused) > 0 {
+				d.Paused = slices.Clone(paused)
+			}
+			c.notePause(&d, paused, invalid)
+			d.Began = began(d)
+		}
 		slices.SortFunc(d.Evidence, compareEvidence)
 		slices.Sort(d.Symptoms)
 		d.Symptoms = slices.Compact(d.Symptoms)

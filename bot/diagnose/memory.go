@@ -21,7 +21,7 @@ func (c *Cluster) ApproxBytes() int {
 		n += len(ch.st.id) + len(ch.object) + specBytes(ch.old) + specBytes(ch.new) + stringsBytes(ch.added) + stringsBytes(ch.removed)
 	}
 	n += tableBytes(c.nodePools, func(r nodePoolRec) int {
-		return len(r.namespace) + len(r.name) + condsBytes(r.conds)
+		return len(r.namespace) + len(r.name) + condsBytes(r.conds) + len(r.pausedUntil)
 	})
 	n += tableBytes(c.nodes, func(r nodeRec) int {
 		return len(r.name) + len(r.reason) + len(r.message) + len(r.ip)
@@ -37,6 +37,10 @@ func (c *Cluster) ApproxBytes() int {
 	})
 	n += tableBytes(c.reach, func(r reachRec) int { return len(r.endpoint) + len(r.err) })
 	n += tableBytes(c.summary, func(event.NodeSummary) int { return 0 })
+	n += tableBytes(c.apiServices, func(r apiServiceRec) int {
+		return len(r.name) + len(r.service) + len(r.available) + len(r.reason) + len(r.message)
+	})
+	n += tableBytes(c.connectivity, func(r connectivityRec) int { return len(r.raw) })
 	n += tableBytes(c.ocp, func(r ocpRec) int {
 		return specBytes(r.spec) + len(r.status.HTTPProxy) + len(r.status.HTTPSProxy) + len(r.status.NoProxy)
 	})
@@ -93,7 +97,8 @@ func condsBytes(cs []event.Condition) int {
 func hcBytes(p event.HostedClusterState) int {
 	n := len(p.Platform) + len(p.InfraID) + len(p.Version) + specBytes(p.Proxy) + len(p.NetworkType) +
 		stringsBytes(p.ClusterNetwork) + stringsBytes(p.ServiceNetwork) + stringsBytes(p.MachineNetwork) +
-		len(p.KubeconfigSecret) + condsBytes(p.Conditions) + len(p.IgnitionEndpoint) + len(p.KonnectivityEndpoint)
+		len(p.KubeconfigSecret) + condsBytes(p.Conditions) + len(p.IgnitionEndpoint) + len(p.KonnectivityEndpoint) +
+		len(p.PausedUntil)
 	if b := p.TrustedCA; b != nil {
 		n += int(unsafe.Sizeof(*b)) + len(b.ConfigMap) + len(b.Problem) + len(b.Subject)
 	}

@@ -20,6 +20,8 @@ const (
 	RuleIgnitionUnreachable     = "ignition-unreachable"
 	RuleKonnectivityDown        = "konnectivity-down"
 	RuleKubeVirtVMs             = "kubevirt-vms"
+	RuleControlPlaneComponents  = "control-plane-components"
+	RuleNoWorkers               = "no-workers"
 )
 
 // DefaultRules returns the built-in rules in priority order. Adding a rule
@@ -34,10 +36,12 @@ func DefaultRules() RuleSet {
 		{RuleHostedNotWatched, hostedNotWatched},
 		{RuleEtcdUnavailable, etcdUnavailable},
 		{RuleHostedAPIUnreachable, hostedAPIUnreachable},
+		{RuleControlPlaneComponents, controlPlaneComponents},
 		{RuleProxyCAInvalid, proxyCAInvalid},
 		{RuleControlPlaneUnreachable, controlPlaneUnreachable},
 		{RuleIgnitionUnreachable, ignitionUnreachable},
 		{RuleNodesNotReady, nodesNotReady},
+		{RuleNoWorkers, noWorkersAvailable},
 		{RuleKonnectivityDown, konnectivityDown},
 		{RuleKubeVirtVMs, kubevirtVMs},
 		{RuleOperatorCrashLoop, operatorCrashLoop},
@@ -74,7 +78,11 @@ func RuleSummary(id string) string {
 	case RuleKonnectivityDown:
 		return "konnectivity down: oc logs and oc exec fail"
 	case RuleKubeVirtVMs:
-		return "KubeVirt VMs not live-migratable, Pending or with a small MTU"
+		return "KubeVirt VMs not live-migratable, Pending, with a small MTU or weaker tenant isolation"
+	case RuleControlPlaneComponents:
+		return "control plane components not available"
+	case RuleNoWorkers:
+		return "no worker node available"
 	}
 	return ""
 }
@@ -93,19 +101,23 @@ func RuleInfo(id string) string {
 	case RuleEtcdUnavailable:
 		return "HostedCluster EtcdAvailable=False (EtcdWaitingForQuorum, StatefulSetNotFound, EtcdRecoveryJobFailed)"
 	case RuleHostedAPIUnreachable:
-		return "the agent's API probe fails or HostedCluster KubeAPIServerAvailable=False"
+		return "the agent's API probe fails, HostedCluster KubeAPIServerAvailable=False, Available=False (KASLoadBalancerNotReachable) or ExternalDNSReachable=False (ExternalDNSHostNotReachable)"
+	case RuleControlPlaneComponents:
+		return "HostedCluster Available=False (ComponentsNotAvailable), which HyperShift reports while the control plane comes up"
 	case RuleProxyCAInvalid:
-		return "HostedCluster ValidProxyConfiguration=False (ProxyCABundleInvalid), or the trustedCA ConfigMap missing, unusable or expired"
+		return "HostedCluster ValidProxyConfiguration=False (ProxyCABundleInvalid: missing, unusable, not yet valid or expired), or the trustedCA ConfigMap missing, unusable or expired"
 	case RuleControlPlaneUnreachable:
-		return "HostedCluster ControlPlaneConnectionAvailable=False (KASAccessFailed, ConnectionCheckStale)"
+		return "HostedCluster ControlPlaneConnectionAvailable=False (KASAccessFailed, ConnectionCheckStale: the workers fail to reach the API server) or Unknown (ReconcileError, ConfigMapNotFound: HyperShift cannot evaluate it)"
 	case RuleIgnitionUnreachable:
-		return "NodePool ReachedIgnitionEndpoint=False or HostedCluster IgnitionEndpointAvailable=False"
+		return "NodePool ReachedIgnitionEndpoint=False or IgnitionEndpointAvailable=False, or HostedCluster IgnitionEndpointAvailable=False (NotFound, WaitingForAvailable)"
 	case RuleNodesNotReady:
 		return "hosted nodes NotReady, Unknown or not joining"
+	case RuleNoWorkers:
+		return "HostedCluster DataPlaneConnectionAvailable or ControlPlaneConnectionAvailable Unknown (NoWorkerNodesAvailable: no Ready, schedulable node) that no node rule explains"
 	case RuleKonnectivityDown:
-		return "HostedCluster DataPlaneConnectionAvailable=False (KonnectivityAgentPodsNotFound, LogsAccessFailed, NoWorkerNodesAvailable)"
+		return "HostedCluster DataPlaneConnectionAvailable=False (KonnectivityAgentPodsNotFound: no agent Running, or their logs unreadable through the tunnel; ReconciliationError) or Unknown (ReconcileError), with the hosted cluster's APIServices as evidence"
 	case RuleKubeVirtVMs:
-		return "HostedCluster KubeVirtNodesLiveMigratable=False or ValidKubeVirtInfraNetworkMTU=False (Pending virt-launcher pods as evidence)"
+		return "HostedCluster KubeVirtNodesLiveMigratable=False, ValidKubeVirtInfraNetworkMTU=False or ValidKubeVirtInfraNetworkPolicyRBAC=False (Pending virt-launcher pods as evidence)"
 	case RuleOperatorCrashLoop:
 		return "pods of the hosted cluster in CrashLoopBackOff"
 	case RuleManagementProxyLint:

@@ -23,12 +23,33 @@ const (
 	condLiveMigratable            = "KubeVirtNodesLiveMigratable"
 	condInfraMTU                  = "ValidKubeVirtInfraNetworkMTU"
 	condReachedIgnition           = "ReachedIgnitionEndpoint" // NodePool
+	condAvailable                 = "Available"
+	condExternalDNSReachable      = "ExternalDNSReachable"
+	condReconciliationActive      = "ReconciliationActive" // HostedCluster and NodePool
+	condNetworkPolicyRBAC         = "ValidKubeVirtInfraNetworkPolicyRBAC"
 )
 
-// reasonNoWorkerNodes is the DataPlaneConnectionAvailable reason that the
-// rule explaining the nodes (proxy-tunnel, nodes-notready) explains too
-// when every node is down.
-const reasonNoWorkerNodes = "NoWorkerNodesAvailable"
+// HyperShift's condition reasons the rules read, with the file:line of
+// openshift/hypershift 3ee9615 that writes them (the package
+// documentation has the whole table).
+const (
+	// reasonStatusUnknown: the HostedControlPlane or the condition on it
+	// does not exist (hostedcluster_controller.go:823-836), or external
+	// DNS is not configured (hostedcontrolplane_controller.go:812-814).
+	// Not reported, never a fault.
+	reasonStatusUnknown = "StatusUnknown"
+	// reasonNoWorkerNodes: Unknown on both connection conditions when no
+	// node is Ready and schedulable (resources.go:1675-1680, 1888-1892);
+	// False before 0d5f3d6b36 (2025-11), which is read the same way.
+	reasonNoWorkerNodes = "NoWorkerNodesAvailable"
+	// reasonReconcileError: Unknown, the HCCO could not count the nodes
+	// or read the connectivity-check ConfigMap (resources.go:1668-1673,
+	// 1882-1887, 1904-1908): it cannot evaluate the condition.
+	reasonReconcileError = "ReconcileError"
+	// reasonConfigMapNotFound: Unknown, the connectivity-check ConfigMap
+	// is not there yet (resources.go:1894-1903).
+	reasonConfigMapNotFound = "ConfigMapNotFound"
+)
 
 // conditionKey is the symptom key of a HostedCluster condition,
 // "cond/<Type>": a rule that explains the condition's cause names it, and
@@ -40,24 +61,65 @@ func poolConditionKey(ns, name, condType string) string {
 	return "cond/nodepool/" + ns + "/" + name + "/" + condType
 }
 
-// hcFalse returns the HostedCluster's condition of type condType when it
-// is False.
-func (c *Cluster) hcFalse(condType string) (event.Condition, bool) {
+// condMatch picks the shapes (status, reason) of a condition a rule reads.
+type condMatch func(event.Condition) bool
+
+// isFalse matches status False.
+func isFalse(cd event.Condition) bool { return cd.Status == event.ConditionFalse }
+
+// notReported is Unknown/StatusUnknown: HyperShift has nothing to say.
+func notReported(cd event.Condition) bool {
+	return cd.Status == event.ConditionUnknown && cd.Reason == reasonStatusUnknown
+}
+
+// failing matches False, and Unknown with a reason of its own (a check
+// HyperShift could not make is a fact too), never Unknown/StatusUnknown.
+func failing(cd event.Condition) bool {
+	return cd.Status == event.ConditionFalse || (cd.Status == event.ConditionUnknown && !notReported(cd))
+}
+
+// noWorkers matches a connection condition that says no node is Ready
+// and schedulable: Unknown/NoWorkerNodesAvailable (False before 2025-11).
+func noWorkers(cd event.Condition) bool {
+	return cd.Reason == reasonNoWorkerNodes && cd.Status != event.ConditionTrue
+}
+
+// cannotEvaluate matches Unknown/ReconcileError and Unknown/ConfigMapNotFound:
+// the HCCO could not make the check.
+func cannotEvaluate(cd event.Condition) bool {
+	return cd.Status == event.ConditionUnknown && (cd.Reason == reasonReconcileError || cd.Reason == reasonConfigMapNotFound)
+}
+
+// lostWithControlPlane matches what a connection condition shows when the
+// control plane itself is down (etcd, the API server): False, or
+// Unknown/ReconcileError, since the HCCO's node list then fails.
+func lostWithControlPlane(cd event.Condition) bool {
+	return (cd.Status == event.ConditionFalse && !noWorkers(cd)) ||
+		(cd.Status == event.ConditionUnknown && cd.Reason == reasonReconcileError)
+}
+
+// connectionFault matches a connection condition that reports the
+// connection itself failing: False, except NoWorkerNodesAvailable.
+func connectionFault(cd event.Condition) bool { return isFalse(cd) && !noWorkers(cd) }
+
+// hcCond returns the HostedCluster's condition of type condType when
+// match accepts it.
+func (c *Cluster) hcCond(condType string, match condMatch) (event.Condition, bool) {
 	hc, ok := c.live()
 	if !ok {
 		return event.Condition{}, false
 	}
 	for _, cd := range hc.Conditions {
-		if cd.Type == condType && cd.Status == event.ConditionFalse {
-			return cd, true
+		if cd.Type == condType {
+			return cd, match(cd)
 		}
 	}
 	return event.Condition{}, false
 }
 
-// hcFalseUnexplained is hcFalse for a condition no earlier rule explains.
-func (c *Cluster) hcFalseUnexplained(condType string, x Explained) (event.Condition, bool) {
-	cd, ok := c.hcFalse(condType)
+// hcCondUnexplained is hcCond for a condition no earlier rule explains.
+func (c *Cluster) hcCondUnexplained(condType string, match condMatch, x Explained) (event.Condition, bool) {
+	cd, ok := c.hcCond(condType, match)
 	if !ok || x.Has(c.conditionKey(condType)) {
 		return event.Condition{}, false
 	}
@@ -87,17 +149,18 @@ func withoutPEM(s string) string {
 }
 
 // condEvidence is a HostedCluster condition as evidence, at its
-// lastTransitionTime (else when the HostedCluster was observed).
+// lastTransitionTime (else when the HostedCluster was observed): the
+// start of its current status, which may be older than its reason.
 func (c *Cluster) condEvidence(cd event.Condition) Evidence {
 	return Evidence{At: firstTime(cd.LastTransitionTime, c.hc.st.obs), Kind: "condition", Object: c.hcObject(), Text: condText(cd)}
 }
 
-// explainCond adds a False condition that d explains: its key to the
-// symptoms and the condition to the evidence, unless an earlier rule
+// explainCond adds a condition match accepts that d explains: its key to
+// the symptoms and the condition to the evidence, unless an earlier rule
 // explains it. It reports whether it did.
-func (c *Cluster) explainCond(d *Diagnosis, condType string, x Explained, pred func(event.Condition) bool) bool {
-	cd, ok := c.hcFalseUnexplained(condType, x)
-	if !ok || (pred != nil && !pred(cd)) {
+func (c *Cluster) explainCond(d *Diagnosis, condType string, x Explained, match condMatch) bool {
+	cd, ok := c.hcCondUnexplained(condType, match, x)
+	if !ok {
 		return false
 	}
 	d.Symptoms = append(d.Symptoms, c.conditionKey(condType))
@@ -107,21 +170,24 @@ func (c *Cluster) explainCond(d *Diagnosis, condType string, x Explained, pred f
 	return true
 }
 
-// allNodesDown reports whether the cluster has nodes and none is Ready.
-func (c *Cluster) allNodesDown() bool {
+// noAvailableNodes reports whether the cluster has nodes and none counts
+// as available the way HyperShift counts (support/util/util.go:568-590):
+// Ready and schedulable, so Ready nodes that are all cordoned count as
+// none.
+func (c *Cluster) noAvailableNodes() bool {
 	n := c.Nodes()
 	if n.Summary {
-		return n.Total > 0 && n.Ready == 0
+		return n.Total > 0 && n.Available() == 0
 	}
 	return n.Total > 0 && c.problemNodes() == n.Total
 }
 
-// noWorkersLeft reports, for DataPlaneConnectionAvailable=False, that
-// its reason is NoWorkerNodesAvailable and every node is down: the rule
-// that explains the nodes explains it too. The reason is checked first,
-// as counting the nodes is the dearer part.
+// noWorkersLeft reports, for a connection condition, that its reason is
+// NoWorkerNodesAvailable and no node is available: the rule that explains
+// the nodes explains it too. The reason is checked first, as counting
+// the nodes is the dearer part.
 func (c *Cluster) noWorkersLeft(cd event.Condition) bool {
-	return cd.Reason == reasonNoWorkerNodes && c.allNodesDown()
+	return noWorkers(cd) && c.noAvailableNodes()
 }
 
 // endpointURL turns an endpoint as HyperShift publishes it (host, or
@@ -156,51 +222,13 @@ func endpointProxied(spec event.ProxySpec, endpoint string) (string, bool) {
 	return host, err == nil && d == noproxy.Proxy
 }
 
-// controlPlaneUnreachable: HyperShift reports that the workers cannot
-// reach the API server (ControlPlaneConnectionAvailable=False), and no
-// earlier rule (proxy-tunnel, etcd-unavailable, hosted-api-unreachable)
-// explains why.
-func controlPlaneUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
-	cd, ok := c.hcFalseUnexplained(condControlPlaneConnection, x)
-	if !ok {
-		return Diagnosis{}, false
+// condHead is "Type=Status (Reason)", as observed.
+func condHead(cd event.Condition) string {
+	s := cd.Type + "=" + string(cd.Status)
+	if cd.Reason != "" {
+		s += " (" + cd.Reason + ")"
 	}
-	d := Diagnosis{Severity: SeverityCritical, Symptoms: []string{c.conditionKey(condControlPlaneConnection)}}
-	if x.brief {
-		return d, true
-	}
-	ns := c.controlPlaneNamespace()
-	d.Title = fmt.Sprintf("Workers of %s cannot reach the API server (%s)", c.label(), condShort(cd))
-	d.Evidence = []Evidence{c.condEvidence(cd)}
-	failing := 0
-	for _, e := range c.apiProxies.live() {
-		if e.rec.connectFailure {
-			failing++
-			d.Evidence = append(d.Evidence, apiProxyEvidence(e))
-		}
-	}
-	if cd.Reason == "ConnectionCheckStale" {
-		d.Severity = SeverityWarning
-		d.RootCause = fmt.Sprintf("HyperShift's check that the workers of %s reach the API server is older than 5 minutes (ConnectionCheckStale), so nobody is verifying the data plane's path to the control plane. Check the control-plane-operator and hosted-cluster-config-operator in %s (management cluster).", c.key.Cluster, ns)
-		d.Confidence = Confidence{ConfidenceMedium, "the condition says the check is stale, not that the connection fails"}
-		d.NextSteps = []string{
-			fmt.Sprintf("oc get pods -n %s -l 'app in (control-plane-operator,hosted-cluster-config-operator)' (management cluster): running and ready?", ns),
-			fmt.Sprintf("oc logs -n %s deployment/hosted-cluster-config-operator --tail=100 (management cluster)", ns),
-		}
-	} else {
-		d.RootCause = fmt.Sprintf("HyperShift reports that the workers of %s cannot reach the hosted API server (%s). Check the kube-apiserver-proxy on the workers and the path to the API endpoint: a proxy refusing CONNECT, a firewall, or the API's Route, load balancer or NodePort.", c.key.Cluster, firstNonEmpty(cd.Reason, "no reason given"))
-		d.Confidence = Confidence{ConfidenceMedium, "HyperShift's condition is observed directly; which hop of the path fails the bot does not see"}
-		if failing > 0 {
-			d.Confidence = Confidence{ConfidenceHigh, fmt.Sprintf("HyperShift's condition and %s agree", plural(failing, "kube-apiserver-proxy with CONNECT failures", "kube-apiserver-proxies with CONNECT failures"))}
-		}
-		d.NextSteps = []string{
-			"oc get pods -n kube-system -l k8s-app=kube-apiserver-proxy -o wide (hosted cluster): one per worker, running?",
-			"oc logs -n kube-system kube-apiserver-proxy-<node> --all-containers --tail=50 (hosted cluster): CONNECT or dial errors?",
-			fmt.Sprintf("oc get pods -n %s -l app=kube-apiserver (management cluster): is the API server itself up?", ns),
-		}
-	}
-	d.NextSteps = append(d.NextSteps, fmt.Sprintf("oc get hostedcluster -n %s %s -o jsonpath='{.status.conditions[?(@.type==\"%s\")]}' (management cluster)", c.key.Cluster.Namespace, c.key.Cluster.Name, condControlPlaneConnection))
-	return d, true
+	return s
 }
 
 // condShort is "Type=Status, Reason" for a title.
@@ -212,63 +240,12 @@ func condShort(cd event.Condition) string {
 	return s
 }
 
-// konnectivityDown: the konnectivity tunnel between the control plane and
-// the workers is down (DataPlaneConnectionAvailable=False), so everything
-// the API server reaches on the workers fails: oc logs, oc exec,
-// port-forward, webhooks and aggregated APIs served there.
-func konnectivityDown(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
-	cd, ok := c.hcFalseUnexplained(condDataPlaneConnection, x)
-	if !ok {
-		return Diagnosis{}, false
-	}
-	d := Diagnosis{Severity: SeverityWarning, Symptoms: []string{c.conditionKey(condDataPlaneConnection)}}
-	if x.brief {
-		return d, true
-	}
-	ns := c.controlPlaneNamespace()
-	d.Title = fmt.Sprintf("Konnectivity of %s is down: oc logs and oc exec fail (%s)", c.label(), condShort(cd))
-	d.Evidence = []Evidence{c.condEvidence(cd)}
-	var cause, check string
-	switch cd.Reason {
-	case reasonNoWorkerNodes:
-		cause = "no worker node is available to run the konnectivity agents"
-		check = "Check why the cluster has no Ready worker (NodePools, machines, VMs)"
-	case "KonnectivityAgentPodsNotFound":
-		cause = "no konnectivity-agent pod runs in kube-system of the hosted cluster"
-		check = "Check the konnectivity-agent DaemonSet in the hosted cluster and the konnectivity server in the control-plane namespace " + ns
-	case "LogsAccessFailed":
-		cause = "HyperShift's test of reading logs through it failed"
-		check = "Check the konnectivity-agent pods in kube-system of the hosted cluster (connection read failure) and the konnectivity server in " + ns + " (No agent available)"
-	default:
-		cause = "HyperShift reports " + firstNonEmpty(cd.Reason, "no reason")
-		check = "Check the konnectivity-agent pods in kube-system of the hosted cluster and the konnectivity server in " + ns
-	}
-	d.RootCause = fmt.Sprintf("Konnectivity between the control plane and the workers of %s is down because %s, so oc logs, oc exec, port-forward and webhooks served on the workers fail. %s.", c.key.Cluster, cause, check)
-	d.Confidence = Confidence{ConfidenceMedium, "HyperShift's condition is observed directly; the agents' and the server's logs are not"}
-	if cd.Reason == reasonNoWorkerNodes {
-		d.NextSteps = append(d.NextSteps,
-			"oc get nodes (hosted cluster): is any worker Ready?",
-			fmt.Sprintf("oc get nodepool -n %s -o wide (management cluster)", c.key.Cluster.Namespace))
-	}
-	d.NextSteps = append(d.NextSteps,
-		"oc get pods -n kube-system -l app=konnectivity-agent -o wide (hosted cluster): one running agent per worker?",
-		"oc logs -n kube-system -l app=konnectivity-agent --tail=50 (hosted cluster): look for connection read failure",
-		fmt.Sprintf("oc logs -n %s deployment/kube-apiserver -c konnectivity-server --tail=50 (management cluster): look for No agent available", ns))
-	if hc, ok := c.live(); ok {
-		spec, _ := c.effectiveProxy()
-		if host, proxied := endpointProxied(spec, hc.KonnectivityEndpoint); proxied {
-			d.NextSteps = append(d.NextSteps, fmt.Sprintf("spec noProxy does not exempt the konnectivity endpoint %s (Go NO_PROXY rules): if the agents reach it through the proxy, the proxy must allow CONNECT to it, or add %s to spec.configuration.proxy.noProxy.", hc.KonnectivityEndpoint, host))
-		}
-	}
-	return d, true
-}
-
 // etcdUnavailable: the hosted control plane's etcd is unavailable
 // (EtcdAvailable=False). The API server cannot serve without it, so it
 // explains the API server's unavailability and the workers' lost
 // connections to the control plane.
 func etcdUnavailable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
-	cd, ok := c.hcFalseUnexplained(condEtcdAvailable, x)
+	cd, ok := c.hcCondUnexplained(condEtcdAvailable, isFalse, x)
 	if !ok {
 		return Diagnosis{}, false
 	}
@@ -276,14 +253,14 @@ func etcdUnavailable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	if !x.brief {
 		d.Evidence = []Evidence{c.condEvidence(cd)}
 	}
-	if kas, ok := c.hcFalse(condKubeAPIServerAvailable); ok && !x.Has(c.apiKey()) {
+	if kas, ok := c.hcCond(condKubeAPIServerAvailable, isFalse); ok && !x.Has(c.apiKey()) {
 		d.Symptoms = append(d.Symptoms, c.apiKey())
 		if !x.brief {
 			d.Evidence = append(d.Evidence, c.condEvidence(kas))
 		}
 	}
-	c.explainCond(&d, condControlPlaneConnection, x, nil)
-	c.explainCond(&d, condDataPlaneConnection, x, nil)
+	c.explainCond(&d, condControlPlaneConnection, x, lostWithControlPlane)
+	c.explainCond(&d, condDataPlaneConnection, x, lostWithControlPlane)
 	if x.brief {
 		return d, true
 	}

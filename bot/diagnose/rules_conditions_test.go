@@ -31,6 +31,17 @@ func withConds(s event.HostedClusterState, cs ...event.Condition) event.HostedCl
 
 // bypassing is the seed's HostedCluster with a noProxy that bypasses the
 // proxy for the API server and the management cluster's routes.
+// replaceAvailable is s with its Available condition replaced by cd.
+func replaceAvailable(s event.HostedClusterState, cd event.Condition) event.HostedClusterState {
+	s.Conditions = slices.Clone(s.Conditions)
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == condAvailable {
+			s.Conditions[i] = cd
+		}
+	}
+	return s
+}
+
 func bypassing() event.HostedClusterState {
 	return seedHC(".corp.example,.lab.example,kubernetes,172.31.0.0/16,10.132.0.0/14")
 }
@@ -87,7 +98,8 @@ func checkShape(t *testing.T, d Diagnosis) {
 
 // conditionRules are the rules of issue 18, which checkShape holds to
 // its promises.
-var conditionRules = []string{RuleEtcdUnavailable, RuleProxyCAInvalid, RuleControlPlaneUnreachable, RuleIgnitionUnreachable, RuleKonnectivityDown, RuleKubeVirtVMs}
+var conditionRules = []string{RuleEtcdUnavailable, RuleProxyCAInvalid, RuleControlPlaneUnreachable, RuleIgnitionUnreachable, RuleKonnectivityDown, RuleKubeVirtVMs,
+	RuleControlPlaneComponents, RuleNoWorkers}
 
 // want runs Diagnose and checks whether rule fired.
 func want(t *testing.T, c *Cluster, now time.Time, rule string, fire bool) Diagnosis {
@@ -120,9 +132,12 @@ func TestIgnitionUnreachable(t *testing.T) {
 		})
 	}
 	t.Run("HostedCluster IgnitionEndpointAvailable only", func(t *testing.T) {
-		c := build(t, hcFact(t, withConds(bypassing(), cond(condIgnitionEndpointAvailable, event.ConditionFalse, "IgnitionServerDeploymentNotFound", "Ignition server deployment not found", at(8))), at(9)))
+		// hostedcluster_controller.go:1146-1152 (3ee9615): the HostedCluster's
+		// reason when the ignition-server Deployment is missing.
+		c := build(t, hcFact(t, withConds(bypassing(), cond(condIgnitionEndpointAvailable, event.ConditionFalse, "NotFound", "Ignition server deployment not found", at(8))), at(9)))
 		d := want(t, c, at(60), RuleIgnitionUnreachable, true)
-		if !strings.Contains(d.RootCause, "IgnitionEndpointAvailable=False") || !slices.Equal(d.Symptoms, []string{"cond/IgnitionEndpointAvailable"}) {
+		if !strings.Contains(d.RootCause, "IgnitionEndpointAvailable=False (NotFound)") || !strings.Contains(d.RootCause, "ignition-server Deployment does not exist") ||
+			!slices.Equal(d.Symptoms, []string{"cond/IgnitionEndpointAvailable"}) {
 			t.Errorf("diagnosis:\n%s", render([]Diagnosis{d}))
 		}
 	})
@@ -189,7 +204,7 @@ func TestIgnitionUnreachable(t *testing.T) {
 	t.Run("a failure of the ignition server is not the proxy's", func(t *testing.T) {
 		// The endpoint goes through the proxy, but the NodePool's reason
 		// and the HostedCluster's condition are about the server.
-		hc := withConds(seedHC(tunnelNoProxy), cond(condIgnitionEndpointAvailable, event.ConditionFalse, "IgnitionServerDeploymentNotFound", "", at(8)))
+		hc := withConds(seedHC(tunnelNoProxy), cond(condIgnitionEndpointAvailable, event.ConditionFalse, "WaitingForAvailable", "Ignition server deployment is not yet available", at(8))) // hostedcluster_controller.go:1157-1163
 		c := build(t, append([]fact{hcFact(t, hc, at(5)),
 			poolConds(t, "np2", at(12), notReached("IgnitionCACertMissing", "ignition CA secret not found"))}, seedSymptoms(t)...)...)
 		p := want(t, c, at(60), RuleProxyTunnel, true)
@@ -210,16 +225,25 @@ func TestIgnitionUnreachable(t *testing.T) {
 }
 
 func TestKonnectivityDown(t *testing.T) {
-	dp := func(reason string) event.Condition {
-		return cond(condDataPlaneConnection, event.ConditionFalse, reason, "konnectivity: "+reason, at(15))
-	}
-	for _, reason := range []string{"KonnectivityAgentPodsNotFound", "LogsAccessFailed", "NoWorkerNodesAvailable"} {
-		t.Run(reason, func(t *testing.T) {
-			c := build(t, hcFact(t, withConds(bypassing(), dp(reason)), at(16)))
+	// The False shapes of DataPlaneConnectionAvailable as the HCCO writes
+	// them (resources.go at 3ee9615); LogsAccessFailed is declared
+	// (hostedcluster_conditions.go:349) and never set, read for a later
+	// HyperShift.
+	for _, tt := range []struct{ name, reason, msg, cause string }{
+		{"no agent Running", "KonnectivityAgentPodsNotFound", "Couldn't find any konnectivity-agent running in data plane", "no konnectivity-agent pod is Running"},     // HCCO:1707-1709
+		{"agent logs unreadable", "KonnectivityAgentPodsNotFound", "failed to read konnectivity-agent logs from data plane", "konnectivity-agent pods are Running"}, // HCCO:1710-1713
+		{"LogsAccessFailed", "LogsAccessFailed", "", "konnectivity-agent pods are Running"},
+		{"agent pods not listed", "ReconciliationError", "Couldn't list konnectivity-agent PODs in kube-system namespace: the server was unable to return a response in the time allotted", "could not list the konnectivity-agent pods"}, // HCCO:1681-1687
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := build(t, hcFact(t, withConds(bypassing(), cond(condDataPlaneConnection, event.ConditionFalse, tt.reason, tt.msg, at(15))), at(16)))
 			d := want(t, c, at(60), RuleKonnectivityDown, true)
-			if d.Severity != SeverityWarning || !strings.Contains(d.RootCause, "oc logs, oc exec") || !strings.Contains(d.Title, reason) ||
-				!slices.Equal(d.Symptoms, []string{"cond/DataPlaneConnectionAvailable"}) {
+			if d.Severity != SeverityWarning || !strings.Contains(d.RootCause, "oc logs, oc exec") || !strings.Contains(d.Title, "DataPlaneConnectionAvailable=False, "+tt.reason) ||
+				!strings.Contains(d.RootCause, tt.cause) || !slices.Equal(d.Symptoms, []string{"cond/DataPlaneConnectionAvailable"}) {
 				t.Errorf("diagnosis:\n%s", render([]Diagnosis{d}))
+			}
+			if tt.name == "agent logs unreadable" && strings.Contains(d.RootCause, "no konnectivity-agent pod") {
+				t.Errorf("a failed log read is not a missing agent:\n%s", d.RootCause)
 			}
 			steps := strings.Join(d.NextSteps, "\n")
 			for _, s := range []string{"oc get pods -n kube-system -l app=konnectivity-agent", "(hosted cluster)", "-n clusters-example", "konnectivity-server"} {
@@ -233,20 +257,31 @@ func TestKonnectivityDown(t *testing.T) {
 		c := build(t, hcFact(t, withConds(bypassing(), cond(condDataPlaneConnection, event.ConditionTrue, "AsExpected", "", at(15))), at(16)))
 		want(t, c, at(60), RuleKonnectivityDown, false)
 	})
+	dp := func(reason string) event.Condition {
+		return cond(condDataPlaneConnection, event.ConditionFalse, reason, "", at(15))
+	}
+	// resources.go:1675-1680 (D2) and 1710-1713 (D5).
+	dpNoWorkers := cond(condDataPlaneConnection, event.ConditionUnknown, reasonNoWorkerNodes, "No worker nodes available", at(15))
+	dpLogs := cond(condDataPlaneConnection, event.ConditionFalse, "KonnectivityAgentPodsNotFound", "failed to read konnectivity-agent logs from data plane", at(15))
 	t.Run("no workers, explained by nodes-notready when every node is down", func(t *testing.T) {
-		c := build(t, hcFact(t, withConds(bypassing(), dp(reasonNoWorkerNodes)), at(16)),
+		c := build(t, hcFact(t, withConds(bypassing(), dpNoWorkers), at(16)),
 			nodeFact(t, nodeA, event.ConditionFalse, at(14), at(14)), nodeFact(t, nodeB, event.ConditionUnknown, at(14), at(14)))
 		want(t, c, at(60), RuleKonnectivityDown, false)
 		d := want(t, c, at(60), RuleNodesNotReady, true)
-		if !slices.Contains(d.Symptoms, "cond/DataPlaneConnectionAvailable") || !strings.Contains(d.RootCause, "NoWorkerNodesAvailable") {
+		if !slices.Contains(d.Symptoms, "cond/DataPlaneConnectionAvailable") || !strings.Contains(d.RootCause, "DataPlaneConnectionAvailable=Unknown, NoWorkerNodesAvailable") {
 			t.Errorf("nodes-notready:\n%s", render([]Diagnosis{d}))
 		}
+		want(t, c, at(60), RuleNoWorkers, false)
 	})
-	t.Run("no workers, not explained while a node is Ready", func(t *testing.T) {
-		c := build(t, hcFact(t, withConds(bypassing(), dp(reasonNoWorkerNodes)), at(16)),
+	t.Run("no workers, not explained by nodes-notready while a node is Ready", func(t *testing.T) {
+		// HyperShift counts no available worker although the agent saw
+		// a Ready node (cordoned, or the condition lags): no-workers
+		// says so, not konnectivity-down.
+		c := build(t, hcFact(t, withConds(bypassing(), dpNoWorkers), at(16)),
 			nodeFact(t, nodeA, event.ConditionFalse, at(14), at(14)), nodeFact(t, nodeC, event.ConditionTrue, at(1), at(1)))
 		want(t, c, at(60), RuleNodesNotReady, true)
-		want(t, c, at(60), RuleKonnectivityDown, true)
+		want(t, c, at(60), RuleNoWorkers, true)
+		want(t, c, at(60), RuleKonnectivityDown, false)
 	})
 	t.Run("agents missing, not explained by NotReady nodes", func(t *testing.T) {
 		c := build(t, hcFact(t, withConds(bypassing(), dp("KonnectivityAgentPodsNotFound")), at(16)),
@@ -255,7 +290,7 @@ func TestKonnectivityDown(t *testing.T) {
 		want(t, c, at(60), RuleKonnectivityDown, true)
 	})
 	t.Run("explained by hosted-api-unreachable", func(t *testing.T) {
-		c := build(t, hcFact(t, withConds(bypassing(), dp("LogsAccessFailed"),
+		c := build(t, hcFact(t, withConds(bypassing(), dp("KonnectivityAgentPodsNotFound"),
 			cond(condKubeAPIServerAvailable, event.ConditionFalse, "WaitingForAvailable", "kube-apiserver deployment has 0 ready replicas", at(14))), at(16)))
 		want(t, c, at(60), RuleKonnectivityDown, false)
 		if d := want(t, c, at(60), RuleHostedAPIUnreachable, true); !slices.Contains(d.Symptoms, "cond/DataPlaneConnectionAvailable") {
@@ -263,7 +298,7 @@ func TestKonnectivityDown(t *testing.T) {
 		}
 	})
 	t.Run("konnectivity endpoint through the proxy", func(t *testing.T) {
-		c := build(t, hcFact(t, withConds(seedHC(".corp.example,kubernetes,172.31.0.0/16,10.132.0.0/14"), dp("LogsAccessFailed")), at(16)))
+		c := build(t, hcFact(t, withConds(seedHC(".corp.example,kubernetes,172.31.0.0/16,10.132.0.0/14"), dpLogs), at(16)))
 		d := want(t, c, at(60), RuleKonnectivityDown, true)
 		if !strings.Contains(strings.Join(d.NextSteps, "\n"), "does not exempt the konnectivity endpoint "+konnHost+":443") {
 			t.Errorf("next steps = %q", d.NextSteps)
@@ -272,23 +307,28 @@ func TestKonnectivityDown(t *testing.T) {
 }
 
 func TestControlPlaneUnreachable(t *testing.T) {
-	cp := func(reason string) event.Condition {
-		return cond(condControlPlaneConnection, event.ConditionFalse, reason, "failed to reach the kube-apiserver: "+reason, at(15))
-	}
-	for _, tt := range []struct {
-		reason string
-		sev    Severity
-	}{{"KASAccessFailed", SeverityCritical}, {"ConnectionCheckStale", SeverityWarning}} {
+	// ControlPlaneConnectionAvailable=False as the HCCO writes it
+	// (resources.go:1911-1933 at 3ee9615): both reasons are the workers
+	// failing to reach the API server, ConnectionCheckStale included.
+	for _, tt := range []struct{ reason, msg, cause string }{
+		{"KASAccessFailed", "Data plane to control plane connection is not available: no successful connectivity check recorded", "no request from the workers to the API server has ever succeeded"},
+		{"KASAccessFailed", "Data plane to control plane connection is not available: failed to parse lastSucceeded timestamp: parsing time \"x\"", "holds no readable time"},
+		{"ConnectionCheckStale", "Data plane to control plane connection is not available: last successful check was at 2026-06-03T19:09:00Z, which is older than 5 minutes", "the stamp stopped moving because their requests fail"},
+	} {
 		t.Run(tt.reason, func(t *testing.T) {
-			c := build(t, hcFact(t, withConds(bypassing(), cp(tt.reason)), at(16)))
+			c := build(t, hcFact(t, withConds(bypassing(), cond(condControlPlaneConnection, event.ConditionFalse, tt.reason, tt.msg, at(15))), at(16)))
 			d := want(t, c, at(60), RuleControlPlaneUnreachable, true)
-			if d.Severity != tt.sev || !strings.Contains(d.Title, tt.reason) || !slices.Equal(d.Symptoms, []string{"cond/ControlPlaneConnectionAvailable"}) {
+			if d.Severity != SeverityCritical || !strings.Contains(d.Title, tt.reason) || !strings.Contains(d.RootCause, tt.cause) ||
+				strings.Contains(d.RootCause, "nobody") || !slices.Equal(d.Symptoms, []string{"cond/ControlPlaneConnectionAvailable"}) {
 				t.Errorf("diagnosis:\n%s", render([]Diagnosis{d}))
 			}
-			if ev := d.Evidence[0]; !ev.At.Equal(at(15)) || ev.Text != "ControlPlaneConnectionAvailable=False ("+tt.reason+"): failed to reach the kube-apiserver: "+tt.reason {
+			if ev := d.Evidence[0]; !ev.At.Equal(at(15)) || ev.Text != "ControlPlaneConnectionAvailable=False ("+tt.reason+"): "+tt.msg {
 				t.Errorf("evidence %+v", ev)
 			}
 		})
+	}
+	cp := func(reason string) event.Condition {
+		return cond(condControlPlaneConnection, event.ConditionFalse, reason, "Data plane to control plane connection is not available: no successful connectivity check recorded", at(15))
 	}
 	t.Run("with CONNECT failures", func(t *testing.T) {
 		c := build(t, hcFact(t, withConds(bypassing(), cp("KASAccessFailed")), at(16)), apiProxyFact(t, nodeA, event.ProxyModeHAProxy, true, at(17)))
@@ -430,8 +470,10 @@ func TestKubeVirtVMs(t *testing.T) {
 // noProxy sends through the proxy.
 func seed000All(t *testing.T) []fact {
 	hc := withConds(withVersion(seedHC(tunnelNoProxy), "4.21.3"),
-		cond(condControlPlaneConnection, event.ConditionFalse, "KASAccessFailed", "failed to connect to the kube-apiserver: context deadline exceeded", at(21)),
-		cond(condDataPlaneConnection, event.ConditionFalse, reasonNoWorkerNodes, "No worker nodes available", at(23)))
+		// Every node down: both connection conditions
+		// Unknown/NoWorkerNodesAvailable (resources.go:1675-1680, 1888-1892).
+		cond(condControlPlaneConnection, event.ConditionUnknown, reasonNoWorkerNodes, "No worker nodes available to verify control plane connectivity", at(23)),
+		cond(condDataPlaneConnection, event.ConditionUnknown, reasonNoWorkerNodes, "No worker nodes available", at(23)))
 	return []fact{
 		hcFact(t, hc, at(24)),
 		nodeFact(t, nodeA, event.ConditionUnknown, at(20), at(21)),
@@ -461,10 +503,10 @@ func TestSeed000AllSymptomsOneDiagnosis(t *testing.T) {
 	}
 	out := render(ds)
 	for _, s := range []string{
-		"ControlPlaneConnectionAvailable=False (KASAccessFailed): failed to connect to the kube-apiserver",
-		"DataPlaneConnectionAvailable=False (NoWorkerNodesAvailable)",
+		"ControlPlaneConnectionAvailable=Unknown (NoWorkerNodesAvailable): No worker nodes available to verify control plane connectivity",
+		"DataPlaneConnectionAvailable=Unknown (NoWorkerNodesAvailable)",
 		"ReachedIgnitionEndpoint=False (ignitionNotReached)",
-		"HyperShift reports ControlPlaneConnectionAvailable=False, KASAccessFailed",
+		"HyperShift reports ControlPlaneConnectionAvailable=Unknown, NoWorkerNodesAvailable",
 		"ignition from " + ignitionHost + " goes through the proxy too",
 		"HyperShift 4.21.3 applies the 4.14–4.22 rule",
 	} {
@@ -492,10 +534,9 @@ func TestExplain(t *testing.T) {
 	wantOutcome := map[string]Outcome{
 		RuleProxyTunnel:             OutcomeFired,
 		RuleRiskyProxyChange:        OutcomeNotSeen, // no proxy change was seen
-		RuleControlPlaneUnreachable: OutcomeExplained,
 		RuleIgnitionUnreachable:     OutcomeExplained,
 		RuleNodesNotReady:           OutcomeExplained,
-		RuleKonnectivityDown:        OutcomeExplained,
+		RuleNoWorkers:               OutcomeExplained,
 		RuleOperatorCrashLoop:       OutcomeExplained,
 	}
 	for i, v := range vs {
@@ -526,9 +567,15 @@ func TestExplain(t *testing.T) {
 // each row, a state where both rules see their problem, and the earlier
 // one explains the later.
 func TestInhibitionTable(t *testing.T) {
-	cp := cond(condControlPlaneConnection, event.ConditionFalse, "KASAccessFailed", "", at(15))
-	dp := cond(condDataPlaneConnection, event.ConditionFalse, "LogsAccessFailed", "", at(15))
-	noWorkers := cond(condDataPlaneConnection, event.ConditionFalse, reasonNoWorkerNodes, "", at(15))
+	// Shapes from resources.go (HCCO) at 3ee9615: C5, D5, D2/C2, C1/D1.
+	cp := cond(condControlPlaneConnection, event.ConditionFalse, "KASAccessFailed", "Data plane to control plane connection is not available: no successful connectivity check recorded", at(15))
+	dp := cond(condDataPlaneConnection, event.ConditionFalse, "KonnectivityAgentPodsNotFound", "failed to read konnectivity-agent logs from data plane", at(15))
+	noWorkers := cond(condDataPlaneConnection, event.ConditionUnknown, reasonNoWorkerNodes, "No worker nodes available", at(15))
+	cpNoWorkers := cond(condControlPlaneConnection, event.ConditionUnknown, reasonNoWorkerNodes, "No worker nodes available to verify control plane connectivity", at(15))
+	cpCount := cond(condControlPlaneConnection, event.ConditionUnknown, reasonReconcileError, "Unable to count worker nodes: failed to list nodes: Get \"https://kube-apiserver:6443/api/v1/nodes\": dial tcp 172.30.0.10:6443: connect: connection refused", at(15))
+	dpCount := cond(condDataPlaneConnection, event.ConditionUnknown, reasonReconcileError, "Unable to count worker nodes: failed to list nodes: Get \"https://kube-apiserver:6443/api/v1/nodes\": dial tcp 172.30.0.10:6443: connect: connection refused", at(15))
+	comps := cond(condAvailable, event.ConditionFalse, reasonComponentsNotAvailable, "Waiting for components to be available: kube-apiserver, openshift-apiserver", at(14))
+	dns := cond(condExternalDNSReachable, event.ConditionFalse, "ExternalDNSHostNotReachable", "lookup api.example.corp on 172.30.0.10:53: no such host", at(14))
 	etcd := cond(condEtcdAvailable, event.ConditionFalse, "EtcdWaitingForQuorum", "", at(13))
 	kas := cond(condKubeAPIServerAvailable, event.ConditionFalse, "WaitingForAvailable", "", at(14))
 	down := []fact{nodeFact(t, nodeA, event.ConditionFalse, at(14), at(14)), nodeFact(t, nodeB, event.ConditionFalse, at(14), at(14))}
@@ -541,14 +588,18 @@ func TestInhibitionTable(t *testing.T) {
 		{RuleProxyTunnel, RuleNodesNotReady, append([]fact{hcFact(t, withConds(seedHC(tunnelNoProxy)), at(16))}, down...)},
 		{RuleProxyTunnel, RuleOperatorCrashLoop, []fact{hcFact(t, withConds(seedHC(tunnelNoProxy)), at(16)), seedCrash(t, at(25))}},
 		{RuleProxyTunnel, RuleRiskyProxyChange, append([]fact{hcFact(t, withConds(seedHC(seedNoProxy)), at(2)), changeFact(t, proxySpec(seedNoProxy), proxySpec(tunnelNoProxy), at(5))}, down...)},
-		{RuleProxyTunnel, RuleKonnectivityDown, append([]fact{hcFact(t, withConds(seedHC(tunnelNoProxy), noWorkers), at(16))}, down...)},
+		{RuleProxyTunnel, RuleNoWorkers, append([]fact{hcFact(t, withConds(seedHC(tunnelNoProxy), noWorkers, cpNoWorkers), at(16))}, down...)},
 		{RuleEtcdUnavailable, RuleControlPlaneUnreachable, []fact{hcFact(t, withConds(bypassing(), etcd, cp), at(16))}},
 		{RuleEtcdUnavailable, RuleKonnectivityDown, []fact{hcFact(t, withConds(bypassing(), etcd, dp), at(16))}},
 		{RuleEtcdUnavailable, RuleHostedAPIUnreachable, []fact{hcFact(t, withConds(bypassing(), etcd, kas), at(16))}},
 		{RuleHostedAPIUnreachable, RuleControlPlaneUnreachable, []fact{hcFact(t, withConds(bypassing(), kas, cp), at(16))}},
 		{RuleHostedAPIUnreachable, RuleKonnectivityDown, []fact{hcFact(t, withConds(bypassing(), kas, dp), at(16))}},
+		{RuleHostedAPIUnreachable, RuleControlPlaneUnreachable, []fact{hcFact(t, withConds(bypassing(), kas, cpCount), at(16))}},
+		{RuleHostedAPIUnreachable, RuleControlPlaneComponents, []fact{hcFact(t, replaceAvailable(withConds(bypassing(), kas), comps), at(16))}},
+		{RuleEtcdUnavailable, RuleHostedAPIUnreachable, []fact{hcFact(t, withConds(bypassing(), etcd, kas, dns), at(16))}},
+		{RuleControlPlaneUnreachable, RuleKonnectivityDown, []fact{hcFact(t, withConds(bypassing(), cpCount, dpCount), at(16))}},
 		{RuleIgnitionUnreachable, RuleNodesNotReady, []fact{hcFact(t, withConds(bypassing()), at(16)), poolConds(t, "example-np1", at(16), notReached("ignitionNotReached", "")), notJoiningFact(t, nodeA, at(13), at(30))}},
-		{RuleNodesNotReady, RuleKonnectivityDown, append([]fact{hcFact(t, withConds(bypassing(), noWorkers), at(16))}, down...)},
+		{RuleNodesNotReady, RuleNoWorkers, append([]fact{hcFact(t, withConds(bypassing(), noWorkers, cpNoWorkers), at(16))}, down...)},
 	}
 	order := map[string]int{}
 	for i, r := range DefaultRules() {
@@ -579,7 +630,7 @@ func TestRuleDocs(t *testing.T) {
 			t.Errorf("%s: summary %q, info %q", r.ID, RuleSummary(r.ID), RuleInfo(r.ID))
 		}
 	}
-	if RuleInfo(RuleIgnitionUnreachable) != "NodePool ReachedIgnitionEndpoint=False or HostedCluster IgnitionEndpointAvailable=False" {
+	if RuleInfo(RuleIgnitionUnreachable) != "NodePool ReachedIgnitionEndpoint=False or IgnitionEndpointAvailable=False, or HostedCluster IgnitionEndpointAvailable=False (NotFound, WaitingForAvailable)" {
 		t.Errorf("ignition-unreachable info %q", RuleInfo(RuleIgnitionUnreachable))
 	}
 }

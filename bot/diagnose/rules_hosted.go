@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,22 +56,47 @@ func hostedAPIUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool
 		probe = es[0]
 	}
 	var conds []event.Condition
+	apiDown, lbDown, dnsDown := false, false, false
 	for _, cd := range hc.Conditions {
-		if (cd.Type == "KubeAPIServerAvailable" || cd.Type == "Available") && cd.Status == event.ConditionFalse {
-			conds = append(conds, cd)
+		if cd.Status != event.ConditionFalse {
+			continue
 		}
+		switch {
+		case cd.Type == condKubeAPIServerAvailable:
+			apiDown = true
+		case cd.Type == condAvailable && cd.Reason == reasonKASLoadBalancerNotReachable:
+			lbDown = true
+		case cd.Type == condAvailable:
+		case cd.Type == condExternalDNSReachable && !x.Has(c.conditionKey(condExternalDNSReachable)):
+			dnsDown = true
+		default:
+			continue
+		}
+		conds = append(conds, cd)
 	}
-	apiDown := false
-	for _, cd := range conds {
-		apiDown = apiDown || cd.Type == "KubeAPIServerAvailable"
-	}
-	if probe == nil && !apiDown {
+	if probe == nil && !apiDown && !lbDown && !dnsDown {
 		return Diagnosis{}, false
 	}
 	d := Diagnosis{
 		Severity: SeverityCritical,
 		Title:    "API server of " + c.label() + " is unreachable",
 		Symptoms: []string{c.apiKey()},
+	}
+	if probe == nil && !apiDown && !lbDown {
+		// Only the API's name does not resolve from the control plane:
+		// clients by IP, and those with their own resolver, still reach it.
+		d.Severity = SeverityWarning
+		d.Title = "API hostname of " + c.label() + " does not resolve"
+	}
+	for _, cd := range conds {
+		d.Symptoms = append(d.Symptoms, c.conditionKey(cd.Type))
+	}
+	// Without the API server the workers lose their connection to the
+	// control plane and konnectivity its agents: those conditions follow.
+	cp := c.explainCond(&d, condControlPlaneConnection, x, lostWithControlPlane)
+	dp := c.explainCond(&d, condDataPlaneConnection, x, lostWithControlPlane)
+	if x.brief {
+		return d, true
 	}
 	var parts []string
 	if probe != nil {
@@ -87,24 +113,32 @@ func hostedAPIUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool
 	}
 	for _, cd := range conds {
 		d.Evidence = append(d.Evidence, c.condEvidence(cd))
+		switch {
+		case cd.Type == condKubeAPIServerAvailable:
+			parts = append(parts, "HyperShift reports "+condShort(cd)+" for the HostedCluster.")
+		case cd.Type == condAvailable && cd.Reason == reasonKASLoadBalancerNotReachable:
+			parts = append(parts, fmt.Sprintf("HyperShift's health check of the API endpoint fails (%s: %s): the load balancer, Route or NodePort that publishes the API does not answer healthy, so clients outside the control plane, the workers included, cannot reach it.", condShort(cd), firstNonEmpty(cd.Message, "no message")))
+		case cd.Type == condExternalDNSReachable:
+			parts = append(parts, fmt.Sprintf("The API server's external hostname does not resolve from the control plane (%s: %s): the DNS record is missing or not propagated, so clients that use the name cannot reach the API.", condShort(cd), firstNonEmpty(cd.Message, "no message")))
+		}
 	}
-	if apiDown {
-		parts = append(parts, "HyperShift reports KubeAPIServerAvailable=False for the HostedCluster.")
-	}
-	// Without the API server the workers lose their connection to the
-	// control plane and konnectivity its agents: those conditions follow.
-	cp := c.explainCond(&d, condControlPlaneConnection, x, nil)
-	dp := c.explainCond(&d, condDataPlaneConnection, x, nil)
 	if cp || dp {
-		parts = append(parts, "The workers' lost connection to the control plane ("+joinList(condsFollowing(cp, dp), "and")+") follows from it.")
+		var following []string
+		for _, t := range []string{condControlPlaneConnection, condDataPlaneConnection} {
+			if cd, ok := c.hcCond(t, lostWithControlPlane); ok && slices.Contains(d.Symptoms, c.conditionKey(t)) {
+				following = append(following, condShort(cd))
+			}
+		}
+		parts = append(parts, "The workers' lost connection to the control plane ("+joinList(following, "and")+") follows from it.")
 	}
 	parts = append(parts, "Nodes, operators and the bot's own view of the hosted cluster depend on it; the cause is in the control plane or on the path to it, which the bot does not see.")
 	d.RootCause = strings.Join(parts, " ")
-	if probe != nil && apiDown {
+	switch {
+	case probe != nil && (apiDown || lbDown):
 		d.Confidence = Confidence{ConfidenceHigh, "the agent's probe and HyperShift's condition agree"}
-	} else if probe != nil {
+	case probe != nil:
 		d.Confidence = Confidence{ConfidenceMedium, "only the agent's probe fails; HyperShift does not report the API server down, so the path from the agent may be at fault"}
-	} else {
+	default:
 		d.Confidence = Confidence{ConfidenceMedium, "only HyperShift's condition reports it; the agent's probe does not fail"}
 	}
 	ns := c.controlPlaneNamespace()
@@ -113,18 +147,64 @@ func hostedAPIUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool
 		fmt.Sprintf("oc get hostedcluster -n %s %s -o jsonpath='{.status.conditions}'", c.key.Cluster.Namespace, c.key.Cluster.Name),
 		"Check the route, load balancer or NodePort that publishes the API endpoint, from the management cluster and from a worker.",
 	}
+	if dnsDown {
+		host := "<API hostname>"
+		if hc.APIServer != nil && hc.APIServer.Host != "" {
+			host = hc.APIServer.Host
+		}
+		d.NextSteps = append(d.NextSteps, fmt.Sprintf("dig +short %s (from the management cluster and from a client): does the API hostname resolve? Check the external-dns records of the cluster's DNS zone", host))
+	}
+	if lbDown {
+		d.NextSteps = append(d.NextSteps, fmt.Sprintf("oc get svc,route -n %s | grep kube-apiserver (management cluster): does the load balancer have an ingress address, does the Route exist?", ns))
+	}
 	return d, true
 }
 
-// condsFollowing names the connection conditions that follow from an
-// unavailable control plane.
-func condsFollowing(cp, dp bool) []string {
-	var out []string
-	if cp {
-		out = append(out, condControlPlaneConnection+"=False")
+// reasonKASLoadBalancerNotReachable is Available=False when HyperShift's
+// health check of the API endpoint (load balancer, Route or NodePort)
+// fails (API:328; hostedcontrolplane_controller.go:929-931, 955-1043).
+const reasonKASLoadBalancerNotReachable = "KASLoadBalancerNotReachable"
+
+// reasonComponentsNotAvailable is Available=False while control-plane
+// components are not Available (API:361; hostedcontrolplane_controller.go:932-937,
+// 1073-1097). HyperShift checks the components only while Available is
+// not True (hostedcontrolplane_controller.go:825-829), so the reason
+// shows during bring-up, or after Available went False for another
+// reason: not when one component fails on a healthy cluster.
+const reasonComponentsNotAvailable = "ComponentsNotAvailable"
+
+// controlPlaneComponents: the hosted control plane is not Available
+// because some of its components are not (Available=False,
+// ComponentsNotAvailable). The message names them.
+func controlPlaneComponents(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
+	d := Diagnosis{Severity: SeverityWarning}
+	if !c.explainCond(&d, condAvailable, x, func(cd event.Condition) bool {
+		return isFalse(cd) && cd.Reason == reasonComponentsNotAvailable
+	}) {
+		return Diagnosis{}, false
 	}
-	if dp {
-		out = append(out, condDataPlaneConnection+"=False")
+	if x.brief {
+		return d, true
 	}
-	return out
+	cd, _ := c.hcCond(condAvailable, isFalse)
+	ns := c.controlPlaneNamespace()
+	names := ""
+	if _, list, ok := strings.Cut(cd.Message, "available:"); ok {
+		names = strings.TrimSpace(list)
+	}
+	switch {
+	case names != "":
+		d.Title = fmt.Sprintf("Control plane of %s is not available: waiting for %s", c.label(), clip(names, maxTitleReason))
+		d.RootCause = fmt.Sprintf("HyperShift reports the hosted control plane of %s not Available because these components are not: %s. HyperShift checks the components only while the control plane is not yet Available, so this is a cluster coming up (or one whose control plane already went unavailable): if it lasts, look at those components' pods in %s (management cluster).", c.key.Cluster, names, ns)
+	default:
+		d.Title = fmt.Sprintf("Control plane of %s is not available (%s)", c.label(), condShort(cd))
+		d.RootCause = fmt.Sprintf("HyperShift reports the hosted control plane of %s not Available: %s. This shows while the control plane comes up; if it lasts, check the control-plane-operator and the components in %s (management cluster).", c.key.Cluster, firstNonEmpty(cd.Message, "no message"), ns)
+	}
+	d.Confidence = Confidence{ConfidenceMedium, "HyperShift's condition names the components; why they are not Available the bot does not see"}
+	d.NextSteps = []string{
+		fmt.Sprintf("oc get controlplanecomponents -n %s (management cluster): which are not Available, and why?", ns),
+		fmt.Sprintf("oc get pods -n %s | grep -v Running (management cluster)", ns),
+		fmt.Sprintf("oc logs -n %s deployment/control-plane-operator --tail=100 (management cluster)", ns),
+	}
+	return d, true
 }

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,7 +14,11 @@ import (
 // IgnitionEndpointAvailable=False.
 type ignitionFailures struct {
 	pools []*entry[nodePoolRec]
-	hc    *event.Condition
+	// endpoint are the NodePools with their own
+	// IgnitionEndpointAvailable=False (nodepool/conditions.go:272-348:
+	// present only while failing).
+	endpoint []*entry[nodePoolRec]
+	hc       *event.Condition
 }
 
 // ignitionFailures collects them, leaving out those x explains; pools
@@ -25,13 +30,18 @@ func (c *Cluster) ignitionFailures(x Explained, sorted bool) ignitionFailures {
 			f.pools = append(f.pools, e)
 		}
 	}
-	if cd, ok := c.hcFalseUnexplained(condIgnitionEndpointAvailable, x); ok {
+	for _, e := range c.nodePools.visible(sorted) {
+		if cd, ok := e.rec.cond(condIgnitionEndpointAvailable); ok && cd.Status == event.ConditionFalse && !x.Has(poolConditionKey(e.rec.namespace, e.rec.name, condIgnitionEndpointAvailable)) {
+			f.endpoint = append(f.endpoint, e)
+		}
+	}
+	if cd, ok := c.hcCondUnexplained(condIgnitionEndpointAvailable, isFalse, x); ok {
 		f.hc = &cd
 	}
 	return f
 }
 
-func (f ignitionFailures) any() bool { return len(f.pools) > 0 || f.hc != nil }
+func (f ignitionFailures) any() bool { return len(f.pools) > 0 || len(f.endpoint) > 0 || f.hc != nil }
 
 // notReached keeps the NodePools whose machines did not reach the
 // endpoint (reason ignitionNotReached, or none): the failures a proxy on
@@ -58,6 +68,9 @@ func (f ignitionFailures) keys(c *Cluster) []string {
 	for _, e := range f.pools {
 		out = append(out, poolConditionKey(e.rec.namespace, e.rec.name, condReachedIgnition))
 	}
+	for _, e := range f.endpoint {
+		out = append(out, poolConditionKey(e.rec.namespace, e.rec.name, condIgnitionEndpointAvailable))
+	}
 	if f.hc != nil {
 		out = append(out, c.conditionKey(condIgnitionEndpointAvailable))
 	}
@@ -72,6 +85,11 @@ func (f ignitionFailures) evidence(c *Cluster) []Evidence {
 		ev = append(ev, poolEvidence(e, condReachedIgnition))
 	}
 	ev = capEvidence(ev, maxEvidencePerKind, "NodePools that have not reached the ignition endpoint")
+	var ep []Evidence
+	for _, e := range f.endpoint {
+		ep = append(ep, poolEvidence(e, condIgnitionEndpointAvailable))
+	}
+	ev = append(ev, capEvidence(ep, maxEvidencePerKind, "NodePools without an ignition endpoint")...)
 	if f.hc != nil {
 		ev = append(ev, c.condEvidence(*f.hc))
 	}
@@ -134,12 +152,12 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 	if !f.any() {
 		return Diagnosis{}, false
 	}
-	nodes := c.notJoiningOf(f.pools, x, !x.brief)
+	nodes := c.notJoiningOf(append(slices.Clone(f.pools), f.endpoint...), x, !x.brief)
 	d := Diagnosis{Severity: SeverityWarning, Symptoms: f.keys(c)}
 	for _, e := range nodes {
 		d.Symptoms = append(d.Symptoms, nodeKey(e.rec.name))
 	}
-	if c.allNodesDown() || c.nodeTotal() == 0 {
+	if c.noAvailableNodes() || c.nodeTotal() == 0 {
 		d.Severity = SeverityCritical // no worker at all: nothing runs
 	}
 	if x.brief {
@@ -161,10 +179,7 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 		d.Evidence = append(d.Evidence, capEvidence(ev, maxEvidencePerKind, "nodes not joining")...)
 	}
 
-	where, reason := "HostedCluster "+c.key.Cluster.String()+" reports IgnitionEndpointAvailable=False", ""
-	if f.hc != nil {
-		reason = f.hc.Reason
-	}
+	where, reason := "", "" // the NodePools' ReachedIgnitionEndpoint
 	if len(f.pools) > 0 {
 		pools := f.pools
 		if proxied {
@@ -176,13 +191,18 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 		if len(pools) > 1 {
 			where = fmt.Sprintf("%d NodePools (%s, …)", len(pools), pools[0].rec.name)
 		}
-		where += " of " + c.key.Cluster.String() + " reports ReachedIgnitionEndpoint=False"
-	}
-	if reason != "" {
-		where += " (" + reason + ")"
+		where += " of " + c.key.Cluster.String() + " reports " + condHead(first)
 	}
 	d.Title = strings.TrimSpace("Workers of " + c.label() + " do not reach the ignition endpoint " + hc.IgnitionEndpoint)
 	ns := c.controlPlaneNamespace()
+	if f.hc != nil && !proxied {
+		switch f.hc.Reason {
+		case "NotFound":
+			d.Title = "Ignition server of " + c.label() + " is missing: new workers get no ignition"
+		case "WaitingForAvailable":
+			d.Title = "Ignition server of " + c.label() + " is not available: new workers get no ignition"
+		}
+	}
 	if proxied {
 		d.Title = fmt.Sprintf("Workers of %s fetch ignition from %s through the HTTPS proxy", c.label(), host)
 		d.Fix = fixAdding(c.hcTarget(), "spec.configuration.proxy.noProxy", spec.NoProxy, []string{host})
@@ -191,9 +211,38 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 		d.NextSteps = c.fixSteps(d.Fix, spec)
 		d.NextSteps = append(d.NextSteps, "The change rolls out every NodePool of the cluster; the new machines fetch ignition directly.")
 	} else {
-		d.RootCause = where + ": " + ignitionCause(reason, endpoint, ns)
+		// The root cause stays two sentences: the most basic failure
+		// names the cause (the ignition server itself, then the
+		// NodePools' endpoint, then reaching it), the others are named.
+		var who []string
+		if f.hc != nil {
+			who = append(who, "HostedCluster "+c.key.Cluster.String()+" reports "+condHead(*f.hc))
+		}
+		for i, e := range f.endpoint {
+			if i == 2 {
+				who = append(who, fmt.Sprintf("%d more NodePools report %s=False", len(f.endpoint)-2, condIgnitionEndpointAvailable))
+				break
+			}
+			cd, _ := e.rec.cond(condIgnitionEndpointAvailable)
+			who = append(who, "NodePool "+e.rec.name+" reports "+condHead(cd))
+		}
+		if where != "" {
+			who = append(who, where)
+		}
+		var cause string
+		switch {
+		case f.hc != nil:
+			cause = hcIgnitionCause(*f.hc, ns)
+		case len(f.endpoint) > 0:
+			cd, _ := f.endpoint[0].rec.cond(condIgnitionEndpointAvailable)
+			cause = poolEndpointCause(cd, ns)
+		default:
+			cause = ignitionCause(reason, endpoint, ns)
+		}
+		d.RootCause = joinList(who, "and") + ": " + cause
+
 		d.Confidence = Confidence{ConfidenceMedium, "HyperShift's conditions are observed directly; the path from the machines to the endpoint the bot does not see"}
-		if len(f.pools) > 0 && f.hc != nil {
+		if len(f.pools)+len(f.endpoint) > 0 && f.hc != nil {
 			d.Confidence.Why = "the NodePool and the HostedCluster both report it; " + d.Confidence.Why
 		}
 	}
@@ -212,8 +261,36 @@ func ignitionUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool)
 	return d, true
 }
 
-// ignitionCause is the cause of an ignition failure by its reason, and
-// what to check: one sentence each.
+// hcIgnitionCause reads the HostedCluster's IgnitionEndpointAvailable=False
+// (hostedcluster_controller.go:1135-1178): the ignition-server Deployment
+// in the control-plane namespace is missing (NotFound) or not Available
+// (WaitingForAvailable).
+func hcIgnitionCause(cd event.Condition, ns string) string {
+	switch cd.Reason {
+	case "NotFound":
+		return "the ignition-server Deployment does not exist in " + ns + ", so no machine can fetch its ignition. The control-plane-operator creates it: check that operator (management cluster)."
+	case "WaitingForAvailable":
+		return "the ignition-server Deployment in " + ns + " is not Available, so machines cannot fetch their ignition. Check its pods: scheduling, image pulls, crashes (management cluster)."
+	}
+	return "the ignition server is not available (" + firstNonEmpty(cd.Message, "no message") + "). Check the ignition-server Deployment in " + ns + " (management cluster)."
+}
+
+// poolEndpointCause reads a NodePool's IgnitionEndpointAvailable=False
+// (nodepool/conditions.go:272-348; reasons nodepool_conditions.go:130-131).
+func poolEndpointCause(cd event.Condition, ns string) string {
+	switch cd.Reason {
+	case "IgnitionEndpointMissing":
+		return "the HostedCluster publishes no ignition endpoint yet (status.ignitionEndpoint), so the NodePool cannot create machines that fetch it. Check the ignition-server Route or Service in " + ns + " (management cluster)."
+	case "IgnitionCACertMissing":
+		return "the ignition server's CA Secret is missing or has no tls.crt (" + firstNonEmpty(cd.Message, "no message") + "), so machines cannot verify the endpoint. Check the ignition-server CA Secret in " + ns + " (management cluster)."
+	case "ExternalDNSHostNotReachable":
+		return "the ignition endpoint's DNS name does not resolve (" + firstNonEmpty(cd.Message, "no message") + "), so machines cannot reach it. Check the DNS record of the ignition endpoint."
+	}
+	return "the NodePool has no usable ignition endpoint (" + firstNonEmpty(cd.Message, "no message") + ")."
+}
+
+// ignitionCause is the cause of a NodePool's ReachedIgnitionEndpoint
+// failure by its reason, and what to check: one sentence each.
 func ignitionCause(reason, endpoint, ns string) string {
 	switch reason {
 	case "IgnitionEndpointMissing":

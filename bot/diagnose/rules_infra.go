@@ -19,7 +19,7 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 		return Diagnosis{}, false
 	}
 	d := Diagnosis{Severity: SeverityWarning}
-	cond := c.explainCond(&d, condValidProxyConfiguration, x, nil)
+	cond := c.explainCond(&d, condValidProxyConfiguration, x, isFalse)
 	ca := hc.TrustedCA
 	problem := ""
 	if ca != nil {
@@ -30,6 +30,15 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 			problem = "unusable"
 		case !ca.NotAfter.IsZero() && ca.NotAfter.Before(now):
 			problem = "expired"
+		}
+	}
+	// HyperShift has one reason for every failure; its message tells them
+	// apart (proxy/validation.go:24-69).
+	verdict := ""
+	if cd, ok := c.hcCond(condValidProxyConfiguration, isFalse); ok && cond {
+		verdict = proxyCAVerdict(cd.Message)
+		if problem == "" && (verdict == "missing" || verdict == "expired") {
+			problem = verdict
 		}
 	}
 	caKey := ""
@@ -47,6 +56,9 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 	if problem == "missing" || problem == "expired" {
 		d.Severity = SeverityCritical
 	}
+	if verdict == "not-yet-valid" && problem == "" {
+		problem = verdict
+	}
 	if x.brief {
 		return d, true
 	}
@@ -58,21 +70,45 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 	if ca != nil {
 		d.Evidence = append(d.Evidence, caEvidence(c, ca, now))
 	}
+	subject := ""
+	if ca != nil {
+		subject = ca.Subject
+	}
 	switch problem {
+	case "not-yet-valid":
+		cd, _ := c.hcCond(condValidProxyConfiguration, isFalse)
+		cn := strings.TrimSpace(cd.Message[strings.Index(cd.Message, msgNotYetValid)+len(msgNotYetValid):])
+		d.Title = fmt.Sprintf("Proxy CA %q in %s of %s is not valid yet", cn, cm, c.label())
+		d.RootCause = fmt.Sprintf("HyperShift rejects the proxy's trusted CA bundle of %s because a certificate in it is not valid yet (its NotBefore is in the future): %q. Either the management cluster's clock is behind, or the CA was issued with a start date ahead of now. It is not expired: check the clocks (chrony) first, else reissue the CA with a current NotBefore or wait until it starts.", c.key.Cluster, cn)
+		d.Confidence = Confidence{ConfidenceHigh, "HyperShift's validation names the certificate that is not valid yet"}
 	case "missing":
 		d.Title = fmt.Sprintf("Proxy CA ConfigMap %s of %s is missing", cm, c.label())
 		d.RootCause = fmt.Sprintf("The ConfigMap %s named by spec.configuration.proxy.trustedCA of %s does not exist, so the workers cannot trust a TLS-intercepting proxy. Create it with the proxy's CA under key ca-bundle.crt, or correct trustedCA.name.", cm, c.key.Cluster)
+		if ca == nil || ca.Found {
+			// Only HyperShift's message says so, and it may mean the
+			// ConfigMap or its key.
+			cd, _ := c.hcCond(condValidProxyConfiguration, isFalse)
+			d.Title = fmt.Sprintf("Proxy CA bundle %s of %s is missing", cm, c.label())
+			d.RootCause = fmt.Sprintf("HyperShift finds no proxy CA bundle for %s (%s), so the workers cannot trust a TLS-intercepting proxy. Create ConfigMap %s with the proxy's CA under key ca-bundle.crt, or correct trustedCA.name.", c.key.Cluster, clip(withoutPEM(cd.Message), maxTitleReason), cm)
+		}
 	case "unusable":
 		d.Title = fmt.Sprintf("Proxy CA bundle %s of %s is unusable", cm, c.label())
 		d.RootCause = fmt.Sprintf("The proxy's CA bundle in ConfigMap %s of %s is unusable (%s), so the workers cannot trust a TLS-intercepting proxy. Put the proxy's CA as PEM under key ca-bundle.crt.", cm, c.key.Cluster, strings.TrimRight(strings.ReplaceAll(clip(withoutPEM(ca.Problem), maxTitleReason), ". ", "; "), ". "))
 	case "expired":
-		d.Title = fmt.Sprintf("Proxy CA %q in %s of %s expired at %s", ca.Subject, cm, c.label(), ca.NotAfter.Format(time.RFC3339))
-		d.RootCause = fmt.Sprintf("The proxy's CA %q in ConfigMap %s of %s expired at %s, so TLS through the proxy fails verification. Replace key ca-bundle.crt with the proxy's current CA.", ca.Subject, cm, c.key.Cluster, ca.NotAfter.Format(time.RFC3339))
+		if ca != nil && !ca.NotAfter.IsZero() && ca.NotAfter.Before(now) {
+			d.Title = fmt.Sprintf("Proxy CA %q in %s of %s expired at %s", subject, cm, c.label(), ca.NotAfter.Format(time.RFC3339))
+			d.RootCause = fmt.Sprintf("The proxy's CA %q in ConfigMap %s of %s expired at %s, so TLS through the proxy fails verification. Replace key ca-bundle.crt with the proxy's current CA.", subject, cm, c.key.Cluster, ca.NotAfter.Format(time.RFC3339))
+		} else {
+			d.Title = fmt.Sprintf("A proxy CA in %s of %s is expired", cm, c.label())
+			d.RootCause = fmt.Sprintf("HyperShift rejects the proxy's trusted CA bundle of %s because a certificate in ConfigMap %s is no longer valid (expired), so TLS through the proxy fails verification. Replace key ca-bundle.crt with the proxy's current CA.", c.key.Cluster, cm)
+		}
 	default:
 		d.Title = fmt.Sprintf("HyperShift rejects the proxy CA bundle %s of %s", cm, c.label())
 		d.RootCause = fmt.Sprintf("HyperShift rejects the proxy's trusted CA bundle of %s (ValidProxyConfiguration=False), so the proxy configuration does not roll out. Check ConfigMap %s, key ca-bundle.crt: it must hold valid, unexpired PEM certificates.", c.key.Cluster, cm)
 	}
-	d.Confidence = Confidence{ConfidenceHigh, "the agent read the ConfigMap, or HyperShift validated it"}
+	if problem != "not-yet-valid" {
+		d.Confidence = Confidence{ConfidenceHigh, "the agent read the ConfigMap, or HyperShift validated it"}
+	}
 	if problem == "" {
 		d.Confidence = Confidence{ConfidenceMedium, "HyperShift's condition is observed directly; the agent did not report what is wrong with the bundle"}
 	}
@@ -82,6 +118,31 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 		fmt.Sprintf("oc get hostedcluster -n %s %s -o jsonpath='{.status.conditions[?(@.type==\"%s\")]}' (management cluster)", c.key.Cluster.Namespace, c.key.Cluster.Name, condValidProxyConfiguration),
 	}
 	return d, true
+}
+
+// The texts of HyperShift's proxy CA validation
+// (hypershift-operator/controllers/hostedcluster/internal/proxy/validation.go).
+const (
+	msgNotYetValid = "is not yet valid:"   // l.61-62: NotBefore in the future
+	msgNoLonger    = "was no longer valid" // l.64-65: expired
+)
+
+// proxyCAVerdict reads ValidProxyConfiguration's message, whose reason
+// (ProxyCABundleInvalid) is the same for every failure: "missing" (the
+// ConfigMap or its key), "unusable" (empty or not PEM), "not-yet-valid",
+// "expired", or "" when the message says none of these.
+func proxyCAVerdict(msg string) string {
+	switch {
+	case strings.Contains(msg, msgNotYetValid):
+		return "not-yet-valid"
+	case strings.Contains(msg, msgNoLonger):
+		return "expired"
+	case strings.Contains(msg, "not found"), strings.Contains(msg, "is missing \"ca-bundle.crt\""):
+		return "missing"
+	case strings.Contains(msg, "is empty from ConfigMap"), strings.Contains(msg, "failed parsing certificate data"):
+		return "unusable"
+	}
+	return ""
 }
 
 // caEvidence describes the CA bundle without its contents.
@@ -109,9 +170,10 @@ func caEvidence(c *Cluster, ca *event.CABundle, now time.Time) Evidence {
 // virt-launcher pods are evidence of missing capacity.
 func kubevirtVMs(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	d := Diagnosis{Severity: SeverityWarning}
-	live := c.explainCond(&d, condLiveMigratable, x, nil)
-	mtu := c.explainCond(&d, condInfraMTU, x, nil)
-	if !live && !mtu {
+	live := c.explainCond(&d, condLiveMigratable, x, isFalse)
+	mtu := c.explainCond(&d, condInfraMTU, x, isFalse)
+	rbac := c.explainCond(&d, condNetworkPolicyRBAC, x, isFalse)
+	if !live && !mtu && !rbac {
 		return Diagnosis{}, false
 	}
 	var pending []*entry[launcherRec]
@@ -140,6 +202,19 @@ func kubevirtVMs(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		why = append(why, "the infra network's MTU is too small for the hosted cluster's network")
 		check = append(check, "the MTU of the management cluster's network")
 	}
+	var grant string
+	if rbac {
+		cd, _ := c.hcCond(condNetworkPolicyRBAC, isFalse)
+		what = append(what, "tenant isolation weakened (infra RBAC)")
+		if cd.Reason == "InfraClusterNetworkPolicyCreateFailed" {
+			why = append(why, "the external infrastructure kubeconfig may not create or update NetworkPolicies in the infra namespace, so the virt-launcher NetworkPolicy that isolates the VMs is not kept in place")
+			grant = "create, update, get, list and watch on networkpolicies.networking.k8s.io in the infra namespace"
+		} else {
+			why = append(why, "the external infrastructure kubeconfig may not read networks.config.openshift.io/cluster, so the virt-launcher NetworkPolicy was created without CIDR-based egress restrictions: weaker tenant isolation, not an outage")
+			grant = "get on networks.config.openshift.io (a ClusterRole)"
+		}
+		check = append(check, "the RBAC of the infra cluster's service account ("+grant+")")
+	}
 	if len(pending) > 0 {
 		what = append(what, plural(len(pending), "virt-launcher pod Pending", "virt-launcher pods Pending"))
 		why = append(why, plural(len(pending), "virt-launcher pod is Pending, so its VM does not start", "virt-launcher pods are Pending, so their VMs do not start"))
@@ -158,6 +233,11 @@ func kubevirtVMs(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		d.NextSteps = append(d.NextSteps,
 			fmt.Sprintf("oc get pvc -n %s -o custom-columns=NAME:.metadata.name,MODES:.spec.accessModes,CLASS:.spec.storageClassName (management cluster): live migration needs ReadWriteMany", ns),
 			fmt.Sprintf("oc get vmi -n %s -o jsonpath='{range .items[*]}{.metadata.name}{\"\\t\"}{.status.conditions[?(@.type==\"LiveMigratable\")].message}{\"\\n\"}{end}' (management cluster)", ns))
+	}
+	if rbac {
+		d.NextSteps = append(d.NextSteps,
+			"Grant the infra service account of the external infrastructure kubeconfig "+grant+" (infrastructure cluster); HyperShift retries on its next reconcile.",
+			fmt.Sprintf("oc get events -n <infra namespace> --field-selector involvedObject.name=virt-launcher-netpol-rbac-%s (infrastructure cluster): HyperShift's warning with the API error", firstNonEmpty(c.hc.p.InfraID, "<infraID>")))
 	}
 	if mtu {
 		d.NextSteps = append(d.NextSteps, "oc get network.config cluster -o jsonpath='{.status.clusterNetworkMTU}' (management cluster): the hosted cluster's network needs room for its overlay inside it")

@@ -105,6 +105,7 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		d := Diagnosis{Symptoms: keys}
 		if len(keys) > 0 {
 			c.explainCond(&d, condDataPlaneConnection, x, c.noWorkersLeft)
+			c.explainCond(&d, condControlPlaneConnection, x, c.noWorkersLeft)
 		}
 		return d, len(keys) > 0
 	}
@@ -136,9 +137,16 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	for _, e := range c.unhealthyPools(true) {
 		d.Evidence = append(d.Evidence, poolEvidence(e, "AllNodesHealthy"))
 	}
-	// With every node down, konnectivity has no worker to run on: that
-	// condition is this diagnosis's, not a konnectivity-down of its own.
-	noKonnectivity := c.explainCond(&d, condDataPlaneConnection, x, c.noWorkersLeft)
+	// With no node available, HyperShift has no worker for konnectivity
+	// or the connection check (both Unknown/NoWorkerNodesAvailable): those
+	// conditions are this diagnosis's, not a diagnosis of their own.
+	var idle []string
+	for _, t := range []string{condDataPlaneConnection, condControlPlaneConnection} {
+		if cd, ok := c.hcCondUnexplained(t, c.noWorkersLeft, x); ok {
+			c.explainCond(&d, t, x, c.noWorkersLeft)
+			idle = append(idle, condShort(cd))
+		}
+	}
 	var stale []*entry[apiProxyRec]
 	for _, e := range c.apiProxies.live() {
 		if e.rec.mode == event.ProxyModeTunnel {
@@ -181,8 +189,11 @@ func nodesNotReady(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		parts = append(parts, fmt.Sprintf("Not joining: no Ready condition more than %s after the Node was created, so its kubelet never posted status; workers that cannot reach the API server (for instance through a proxy, seed 000) look like this first.", grace))
 	}
 	parts = append(parts, why)
-	if noKonnectivity {
-		parts = append(parts, "HyperShift reports DataPlaneConnectionAvailable=False (NoWorkerNodesAvailable) as a consequence: konnectivity has no worker, so oc logs and oc exec fail.")
+	if n := c.Nodes(); n.Summary && n.Cordoned > 0 {
+		parts = append(parts, fmt.Sprintf("%s Ready but cordoned, which HyperShift does not count as available workers.", plural(n.Cordoned, "node is", "nodes are")))
+	}
+	if len(idle) > 0 {
+		parts = append(parts, "HyperShift reports "+joinList(idle, "and")+" as a consequence: with no available worker, konnectivity (oc logs, oc exec) and the check that the workers reach the API server have nothing to run on.")
 	}
 	if vmDown > 0 {
 		parts = append(parts, fmt.Sprintf("The VMs behind %d of them are not running (virt-launcher phase other than Running).", vmDown))

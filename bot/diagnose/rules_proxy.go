@@ -23,19 +23,26 @@ type tunnelSymptoms struct {
 	// What HyperShift reports downstream of the tunnel: the workers
 	// cannot reach the API server, konnectivity has no worker (when every
 	// node is down), ignition fails while it goes through the proxy too.
-	cpConn, dataPlane *event.Condition
-	ignition          ignitionFailures
+	// cpIdle is ControlPlaneConnectionAvailable's NoWorkerNodesAvailable
+	// when every node is down: explained, not a kind of its own.
+	cpConn, dataPlane, cpIdle *event.Condition
+	ignition                  ignitionFailures
 	ignitionHost      string // set when ignition goes through the proxy
 }
 
 // downstream adds what HyperShift reports downstream of the tunnel,
 // leaving out what x explains.
 func (c *Cluster) downstream(s *tunnelSymptoms, hc event.HostedClusterState, spec event.ProxySpec, x Explained, sorted bool) {
-	if cd, ok := c.hcFalseUnexplained(condControlPlaneConnection, x); ok {
+	if cd, ok := c.hcCondUnexplained(condControlPlaneConnection, connectionFault, x); ok {
 		s.cpConn = &cd
 	}
-	if cd, ok := c.hcFalseUnexplained(condDataPlaneConnection, x); ok && len(s.nodes) > 0 && c.noWorkersLeft(cd) {
-		s.dataPlane = &cd
+	if len(s.nodes) > 0 {
+		if cd, ok := c.hcCondUnexplained(condDataPlaneConnection, c.noWorkersLeft, x); ok {
+			s.dataPlane = &cd
+		}
+		if cd, ok := c.hcCondUnexplained(condControlPlaneConnection, c.noWorkersLeft, x); ok {
+			s.cpIdle = &cd
+		}
 	}
 	if f := c.ignitionFailures(x, sorted).notReached(); f.any() {
 		if host, ok := c.ignitionThroughProxy(hc, spec); ok {
@@ -101,6 +108,9 @@ func (s tunnelSymptoms) keys(c *Cluster) []string {
 	}
 	if s.dataPlane != nil {
 		out = append(out, c.conditionKey(condDataPlaneConnection))
+	}
+	if s.cpIdle != nil {
+		out = append(out, c.conditionKey(condControlPlaneConnection))
 	}
 	return append(out, s.ignition.keys(c)...)
 }
@@ -199,7 +209,7 @@ func proxyTunnel(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	for _, e := range s.connect {
 		d.Evidence = append(d.Evidence, note(crashEvidence(e)))
 	}
-	for _, cd := range []*event.Condition{s.cpConn, s.dataPlane} {
+	for _, cd := range []*event.Condition{s.cpConn, s.dataPlane, s.cpIdle} {
 		if cd != nil {
 			parts = append(parts, "HyperShift reports "+condShort(*cd))
 			d.Evidence = append(d.Evidence, note(c.condEvidence(*cd)))

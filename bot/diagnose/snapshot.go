@@ -13,7 +13,8 @@ import (
 // better witness. What counts as a problem follows the agent: a node not
 // Ready, a crashlooping pod, a tunnel-mode kube-apiserver-proxy (or one
 // with CONNECT failures), an unreachable API server, a NodePool with a
-// False condition, a virt-launcher pod not Running. HostedClusters and
+// False condition, a virt-launcher pod not Running, an aggregated APIService not
+// Available, a stale or missing connectivity-check record. HostedClusters and
 // Proxy/cluster are always restated, so a missing one is gone; proxy
 // changes are history and never cleared.
 //
@@ -41,6 +42,10 @@ func (c *Cluster) ApplySnapshotDone(done event.SnapshotDone) (changed bool) {
 			changed = clearTable(&c.nodePools, tomb, listed, nodePoolRec.problem) || changed
 		case event.TypeVirtLauncher:
 			changed = clearTable(&c.launchers, tomb, listed, func(r launcherRec) bool { return r.phase != "Running" }) || changed
+		case event.TypeAPIService:
+			changed = clearTable(&c.apiServices, tomb, listed, func(r apiServiceRec) bool { return r.available != event.ConditionTrue }) || changed
+		case event.TypeConnectivity:
+			changed = clearTable(&c.connectivity, tomb, listed, connectivityRec.problem) || changed
 		case event.TypeOCPProxy:
 			changed = clearTable(&c.ocp, tomb, listed, func(ocpRec) bool { return true }) || changed
 		case event.TypeHostedCluster:

@@ -146,9 +146,15 @@ func (c *Cluster) notReadyNodes(x Explained) []*entry[nodeRec] {
 // summary).
 type NodeCount struct {
 	Total, Ready, NotReady, Unknown, Joining, NotJoining int
-	Summary                                              bool
-	JoinGrace                                            time.Duration
+	// Cordoned are Ready but unschedulable (counted in Ready too).
+	Cordoned  int
+	Summary   bool
+	JoinGrace time.Duration
 }
+
+// Available is HyperShift's count of available workers: Ready and
+// schedulable (support/util/util.go:568-590).
+func (n NodeCount) Available() int { return max(n.Ready-n.Cordoned, 0) }
 
 // Nodes returns the node population of c.
 func (c *Cluster) Nodes() NodeCount {
@@ -156,7 +162,7 @@ func (c *Cluster) Nodes() NodeCount {
 	if es := c.summary.live(); len(es) == 1 {
 		s := es[0].rec
 		n := NodeCount{Total: s.Total, Ready: s.Ready, NotReady: s.NotReady, Unknown: s.Unknown,
-			Joining: s.Joining, NotJoining: s.NotJoining, Summary: true, JoinGrace: s.JoinGrace}
+			Joining: s.Joining, NotJoining: s.NotJoining, Cordoned: s.Cordoned, Summary: true, JoinGrace: s.JoinGrace}
 		// The summary is coalesced and may lag a node event by a few
 		// seconds: never claim fewer nodes than are reported.
 		n.Total = max(n.Total, c.problemNodes())
