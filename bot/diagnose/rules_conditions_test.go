@@ -230,7 +230,7 @@ func TestKonnectivityDown(t *testing.T) {
 	// (hostedcluster_conditions.go:349) and never set, read for a later
 	// HyperShift.
 	for _, tt := range []struct{ name, reason, msg, cause string }{
-		{"no agent Running", "KonnectivityAgentPodsNotFound", "Couldn't find any konnectivity-agent running in data plane", "no konnectivity-agent pod is Running"},     // HCCO:1707-1709
+		{"no agent Running", "KonnectivityAgentPodsNotFound", "Couldn't find any konnectivity-agent running in data plane", "no konnectivity-agent pod is Running"}, // HCCO:1707-1709
 		{"agent logs unreadable", "KonnectivityAgentPodsNotFound", "failed to read konnectivity-agent logs from data plane", "konnectivity-agent pods are Running"}, // HCCO:1710-1713
 		{"LogsAccessFailed", "LogsAccessFailed", "", "konnectivity-agent pods are Running"},
 		{"agent pods not listed", "ReconciliationError", "Couldn't list konnectivity-agent PODs in kube-system namespace: the server was unable to return a response in the time allotted", "could not list the konnectivity-agent pods"}, // HCCO:1681-1687
@@ -532,12 +532,12 @@ func TestExplain(t *testing.T) {
 		t.Fatalf("%d verdicts for %d rules", len(vs), len(rules))
 	}
 	wantOutcome := map[string]Outcome{
-		RuleProxyTunnel:             OutcomeFired,
-		RuleRiskyProxyChange:        OutcomeNotSeen, // no proxy change was seen
-		RuleIgnitionUnreachable:     OutcomeExplained,
-		RuleNodesNotReady:           OutcomeExplained,
-		RuleNoWorkers:               OutcomeExplained,
-		RuleOperatorCrashLoop:       OutcomeExplained,
+		RuleProxyTunnel:         OutcomeFired,
+		RuleRiskyProxyChange:    OutcomeNotSeen, // no proxy change was seen
+		RuleIgnitionUnreachable: OutcomeExplained,
+		RuleNodesNotReady:       OutcomeExplained,
+		RuleNoWorkers:           OutcomeExplained,
+		RuleOperatorCrashLoop:   OutcomeExplained,
 	}
 	for i, v := range vs {
 		if v.Rule != rules[i].ID || v.LooksFor == "" || v.LooksFor != RuleInfo(v.Rule) {

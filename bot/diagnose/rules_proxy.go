@@ -27,7 +27,7 @@ type tunnelSymptoms struct {
 	// when every node is down: explained, not a kind of its own.
 	cpConn, dataPlane, cpIdle *event.Condition
 	ignition                  ignitionFailures
-	ignitionHost      string // set when ignition goes through the proxy
+	ignitionHost              string // set when ignition goes through the proxy
 }
 
 // downstream adds what HyperShift reports downstream of the tunnel,
