@@ -83,6 +83,11 @@ const (
 	StatusRollingOut Status = "rolling-out" // the fix ran; the cluster is coming back
 	StatusNotHealed  Status = "not-healed"  // past HealDeadline, or a new symptom after the fix
 	StatusRolledBack Status = "rolled-back" // the fix was rolled back
+	// StatusPaused: the fix ran, but the HostedCluster or a NodePool has
+	// its reconciliation paused (spec.pausedUntil), so HyperShift rolls
+	// nothing out: neither rolling out nor failed, it waits for the pause
+	// (Why says which, and the command that lifts it).
+	StatusPaused Status = "waiting-for-pause"
 )
 
 // Remedy is an incident's fix and how the cluster responds to it.
@@ -94,6 +99,10 @@ type Remedy struct {
 	Why string
 	// Rollout is the cluster's progress when last looked at.
 	Rollout diagnose.Rollout
+	// Resumed is when the remedy was first seen no longer paused after a
+	// pause: the heal deadline counts from it, as nothing rolled out
+	// before.
+	Resumed time.Time
 }
 
 // Step is one entry of an incident's timeline.
@@ -158,23 +167,38 @@ func (b *Bot) checkRemedy(inc *Incident, now time.Time) time.Time {
 		return time.Time{}
 	}
 	rem := &Remedy{Remediation: r, Status: StatusRollingOut}
+	wasPaused := false
 	if inc.Remedy != nil {
-		rem.Rollout = inc.Remedy.Rollout
+		rem.Rollout, rem.Resumed = inc.Remedy.Rollout, inc.Remedy.Resumed
+		wasPaused = inc.Remedy.Status == StatusPaused
 	}
 	var again time.Time
 	if c := b.model.Cluster(inc.Cluster); c != nil && inc.Open() {
-		rem.Rollout = c.Rollout()
+		rem.Rollout = c.Rollout(now)
+		switch {
+		case len(rem.Rollout.Paused) > 0:
+			// HyperShift rolls nothing out while paused: what the
+			// cluster shows is not the fix's doing.
+			rem.Status, rem.Why = StatusPaused, rem.Rollout.Waits()
+		case wasPaused:
+			rem.Resumed = now
+		}
 		// A NodePool rolling the change out restarts or replaces its
 		// nodes: a node lost then is the rollout, not a new symptom.
-		if late := c.NotReadyAfter(r.ExecutedAt); len(late) > 0 && len(rem.Rollout.Updating) == 0 {
+		if late := c.NotReadyAfter(r.ExecutedAt); rem.Status != StatusPaused && len(late) > 0 && len(rem.Rollout.Updating) == 0 {
 			rem.Status, rem.Why = StatusNotHealed, "node "+strings.Join(late, ", ")+" went NotReady after the fix"
 		}
 	}
 	deadline := r.ExecutedAt.Add(b.healDeadline())
+	if rem.Resumed.After(r.ExecutedAt) {
+		deadline = rem.Resumed.Add(b.healDeadline())
+	}
 	switch {
 	case !r.RolledBackAt.IsZero():
 		rem.Status, rem.Why = StatusRolledBack, ""
 	case rem.Status == StatusNotHealed || !inc.Open():
+	case rem.Status == StatusPaused:
+		again = pauseEnd(rem.Rollout.Paused)
 	case !now.Before(deadline):
 		rem.Status, rem.Why = StatusNotHealed, "not healed "+b.healDeadline().String()+" after the fix"
 	default:
@@ -187,6 +211,18 @@ func (b *Bot) checkRemedy(inc *Incident, now time.Time) time.Time {
 		inc.Remedy = rem
 	}
 	return again
+}
+
+// pauseEnd is when the earliest timed pause ends, zero when every pause
+// lasts until lifted: the remedy is looked at again then.
+func pauseEnd(ps []diagnose.PausedObject) time.Time {
+	var t time.Time
+	for _, p := range ps {
+		if !p.Until.IsZero() && (t.IsZero() || p.Until.Before(t)) {
+			t = p.Until
+		}
+	}
+	return t
 }
 
 // remedyShown is what a rendering shows of a remedy, for the fingerprint.
@@ -270,6 +306,6 @@ func (b *Bot) noteEvaluation(inc *Incident, c *diagnose.Cluster, diags []diagnos
 		return
 	}
 	if _, ok := b.remediationOf(inc, observed); ok {
-		inc.noteStep(observed, "rollout", "rollout: "+c.Rollout().String())
+		inc.noteStep(observed, "rollout", "rollout: "+c.Rollout(observed).String())
 	}
 }

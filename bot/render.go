@@ -63,7 +63,7 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 			mdField("Cluster", "`"+chatops.EscapeText(inc.Cluster.Cluster.String())+"`"),
 			mdField("Management cluster", "`"+chatops.EscapeText(inc.Cluster.Source)+"`"),
 			mdField("Severity", fmt.Sprintf("%s %s (confidence %s)", severityIcon[d.Severity], d.Severity, d.Confidence.Level)),
-			mdField("Since", fmt.Sprintf("%s (%s)", inc.Opened.UTC().Format("2006-01-02 15:04 UTC"), now.Sub(inc.Opened).Round(time.Minute))),
+			mdField("Since", fmt.Sprintf("%s (%s)", d.Since(inc.Opened).UTC().Format("2006-01-02 15:04 UTC"), now.Sub(d.Since(inc.Opened)).Round(time.Minute))),
 		}, nil),
 		slack.NewSectionBlock(md("*Root cause* — "+chatops.EscapeText(summary)), nil, nil),
 	}

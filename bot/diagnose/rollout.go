@@ -27,6 +27,25 @@ type Rollout struct {
 	Updating, NotReady []string
 	// Crashlooping are the crashlooping pods, "namespace/pod", sorted.
 	Crashlooping []string
+	// Paused are the HostedCluster and NodePools whose reconciliation is
+	// paused: while any is, HyperShift rolls nothing out, so the fix
+	// waits for the pause (see Cluster.Paused).
+	Paused []PausedObject
+}
+
+// Waits says what the rollout waits for and how to lift it, "" when
+// nothing is paused.
+func (r Rollout) Waits() string {
+	if len(r.Paused) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(r.Paused))
+	lifts := make([]string, 0, len(r.Paused))
+	for _, p := range r.Paused {
+		names = append(names, p.String())
+		lifts = append(lifts, p.LiftCommand())
+	}
+	return "the rollout waits for the pause: " + joinList(names, "and") + "; lift it with " + joinList(lifts, "and")
 }
 
 // String is the rollout on one line, the steps in the order they happen:
@@ -35,6 +54,9 @@ type Rollout struct {
 // Every part is a count or a name from the cluster's objects.
 func (r Rollout) String() string {
 	var parts []string
+	if w := r.Waits(); w != "" {
+		parts = append(parts, w)
+	}
 	if len(r.Updating) > 0 {
 		parts = append(parts, "NodePool "+strings.Join(r.Updating, ", ")+" updating config")
 	}
@@ -55,9 +77,10 @@ func (r Rollout) String() string {
 	return strings.Join(parts, " · ")
 }
 
-// Rollout returns how far c has come back (see Rollout).
-func (c *Cluster) Rollout() Rollout {
-	var r Rollout
+// Rollout returns how far c has come back at now (see Rollout): now
+// decides whether a pause with an end time still holds.
+func (c *Cluster) Rollout(now time.Time) Rollout {
+	r := Rollout{Paused: c.Paused(now)}
 	for _, e := range c.apiProxies.live() {
 		r.ProxyPods++
 		if e.rec.mode == event.ProxyModeHAProxy {
