@@ -71,7 +71,7 @@ func controlPlaneUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, b
 	if unsure {
 		d.Title = fmt.Sprintf("HyperShift cannot tell whether the workers of %s reach the API server (%s)", c.label(), condShort(cd))
 		if cd.Reason == reasonConfigMapNotFound {
-			d.RootCause = fmt.Sprintf("The hosted-cluster-config-operator of %s has not found the ConfigMap %s, where the workers record reaching the API server, so it cannot evaluate ControlPlaneConnectionAvailable. It creates that ConfigMap itself; right after creation or an upgrade this passes. If it stays, check the operator in %s (management cluster).", c.key.Cluster, connectivityCheckName, ns)
+			d.RootCause = fmt.Sprintf("The hosted-cluster-config-operator of %s has not found the ConfigMap %s, where the workers record reaching the API server, so it cannot evaluate ControlPlaneConnectionAvailable; it creates that ConfigMap itself, so right after creation or an upgrade this passes. If it stays, check the operator in %s (management cluster).", c.key.Cluster, connectivityCheckName, ns)
 		} else {
 			d.RootCause = fmt.Sprintf("The hosted-cluster-config-operator of %s cannot evaluate the workers' connections (%s: %s). It reaches the hosted cluster's API server from the control plane: when it cannot list the Nodes or read %s, the hosted API server is unreachable from %s or refuses it.", c.key.Cluster, condShort(cd), firstNonEmpty(cd.Message, "no message"), connectivityCheckName, ns)
 		}
@@ -275,10 +275,13 @@ func konnectivityDown(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		cause = "HyperShift reports " + firstNonEmpty(cd.Reason, "no reason")
 		check = "Check the konnectivity-agent pods in kube-system of the hosted cluster and the konnectivity server in " + ns
 	}
-	parts := []string{fmt.Sprintf("Konnectivity between the control plane and the workers of %s is down because %s, so oc logs, oc exec, port-forward and webhooks served on the workers fail. %s.", c.key.Cluster, cause, check)}
+	first := fmt.Sprintf("Konnectivity between the control plane and the workers of %s is down because %s, so oc logs, oc exec, port-forward and webhooks served on the workers fail.", c.key.Cluster, cause)
 	if cd.Status == event.ConditionUnknown {
-		parts[0] = fmt.Sprintf("On %s, %s. %s.", c.key.Cluster, cause, check)
+		first = fmt.Sprintf("On %s, %s.", c.key.Cluster, cause)
 	}
+	// Two sentences: the cause, then where to look; the hosted cluster's
+	// APIServices, when they fail, say where better than the condition.
+	parts := []string{first}
 	switch {
 	case len(openshift) > 0 && (len(dataPlane) > 0 && agentsRun):
 		parts = append(parts, fmt.Sprintf("The hosted cluster's aggregated APIServices fail too, both the openshift ones (%s, served from the control plane) and those served on the workers (%s): the konnectivity server itself is the likelier common point.", apiServiceNames(openshift), apiServiceNames(dataPlane)))
@@ -286,6 +289,8 @@ func konnectivityDown(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		parts = append(parts, fmt.Sprintf("The hosted cluster's openshift APIServices (%s) are not Available: the API server reaches openshift-apiserver through the konnectivity server and the control-plane konnectivity-agent (hypershift#313), so that path (or openshift-apiserver itself) is likely broken, on the control-plane side.", apiServiceNames(openshift)))
 	case len(dataPlane) > 0:
 		parts = append(parts, fmt.Sprintf("APIServices served on the workers (%s) are not Available either, which points at the data-plane agents.", apiServiceNames(dataPlane)))
+	default:
+		parts = append(parts, check+".")
 	}
 	d.RootCause = strings.Join(parts, " ")
 	d.Confidence = Confidence{ConfidenceMedium, "HyperShift's condition is observed directly; the agents' and the server's logs are not"}

@@ -37,9 +37,6 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 	verdict := ""
 	if cd, ok := c.hcCond(condValidProxyConfiguration, isFalse); ok && cond {
 		verdict = proxyCAVerdict(cd.Message)
-		if problem == "" && (verdict == "missing" || verdict == "expired") {
-			problem = verdict
-		}
 	}
 	caKey := ""
 	if problem != "" {
@@ -52,6 +49,9 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 	}
 	if !cond && problem == "" {
 		return Diagnosis{}, false
+	}
+	if problem == "" && (verdict == "missing" || verdict == "expired") {
+		problem = verdict // HyperShift's word only: no ConfigMap symptom
 	}
 	if problem == "missing" || problem == "expired" {
 		d.Severity = SeverityCritical
@@ -79,7 +79,7 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 		cd, _ := c.hcCond(condValidProxyConfiguration, isFalse)
 		cn := strings.TrimSpace(cd.Message[strings.Index(cd.Message, msgNotYetValid)+len(msgNotYetValid):])
 		d.Title = fmt.Sprintf("Proxy CA %q in %s of %s is not valid yet", cn, cm, c.label())
-		d.RootCause = fmt.Sprintf("HyperShift rejects the proxy's trusted CA bundle of %s because a certificate in it is not valid yet (its NotBefore is in the future): %q. Either the management cluster's clock is behind, or the CA was issued with a start date ahead of now. It is not expired: check the clocks (chrony) first, else reissue the CA with a current NotBefore or wait until it starts.", c.key.Cluster, cn)
+		d.RootCause = fmt.Sprintf("HyperShift rejects the proxy's trusted CA bundle of %s because certificate %q is not valid yet (its NotBefore is in the future): the management cluster's clock is behind, or the CA was issued with a start date ahead of now. It is not expired: check the clocks (chrony) first, else reissue the CA with a current NotBefore or wait until it starts.", c.key.Cluster, cn)
 		d.Confidence = Confidence{ConfidenceHigh, "HyperShift's validation names the certificate that is not valid yet"}
 	case "missing":
 		d.Title = fmt.Sprintf("Proxy CA ConfigMap %s of %s is missing", cm, c.label())
@@ -237,7 +237,7 @@ func kubevirtVMs(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	if rbac {
 		d.NextSteps = append(d.NextSteps,
 			"Grant the infra service account of the external infrastructure kubeconfig "+grant+" (infrastructure cluster); HyperShift retries on its next reconcile.",
-			fmt.Sprintf("oc get events -n <infra namespace> --field-selector involvedObject.name=virt-launcher-netpol-rbac-%s (infrastructure cluster): HyperShift's warning with the API error", firstNonEmpty(c.hc.p.InfraID, "<infraID>")))
+			fmt.Sprintf("On the infrastructure cluster (not the management cluster), run oc get events -n <infra namespace> --field-selector involvedObject.name=virt-launcher-netpol-rbac-%s for HyperShift's warning with the API error", firstNonEmpty(c.hc.p.InfraID, "<infraID>")))
 	}
 	if mtu {
 		d.NextSteps = append(d.NextSteps, "oc get network.config cluster -o jsonpath='{.status.clusterNetworkMTU}' (management cluster): the hosted cluster's network needs room for its overlay inside it")
