@@ -72,7 +72,8 @@ func TestUnknownByReason(t *testing.T) {
 		{
 			name:  "ConfigMapNotFound",
 			conds: []event.Condition{cond(condControlPlaneConnection, event.ConditionUnknown, reasonConfigMapNotFound, msgCMNotFound, at(10))},
-			rule:  RuleControlPlaneUnreachable, sev: SeverityInfo, cause: "has not found the ConfigMap kube-system/control-plane-connectivity-check",
+			rule:  RuleConnectionUnknown, sev: SeverityInfo, cause: "has not found the ConfigMap kube-system/control-plane-connectivity-check",
+			absent: []string{RuleControlPlaneUnreachable},
 		},
 		{
 			name: "ReconcileError on both: one diagnosis",
@@ -80,13 +81,14 @@ func TestUnknownByReason(t *testing.T) {
 				cond(condDataPlaneConnection, event.ConditionUnknown, reasonReconcileError, msgCountFailed, at(10)),
 				cond(condControlPlaneConnection, event.ConditionUnknown, reasonReconcileError, msgCountFailed, at(10)),
 			},
-			rule: RuleControlPlaneUnreachable, sev: SeverityWarning, cause: "cannot evaluate the workers' connections",
-			absent: []string{RuleKonnectivityDown},
+			rule: RuleConnectionUnknown, sev: SeverityWarning, cause: "cannot evaluate the workers' connections",
+			absent: []string{RuleKonnectivityDown, RuleControlPlaneUnreachable},
 		},
 		{
 			name:  "ReconcileError on DataPlaneConnectionAvailable alone (before 4.22, no ControlPlaneConnectionAvailable)",
 			conds: []event.Condition{cond(condDataPlaneConnection, event.ConditionUnknown, reasonReconcileError, msgCountFailed, at(10))},
-			rule:  RuleKonnectivityDown, sev: SeverityWarning, cause: "cannot count the workers",
+			rule:  RuleConnectionUnknown, sev: SeverityWarning, cause: "DataPlaneConnectionAvailable=Unknown, ReconcileError: Unable to count worker nodes",
+			absent: []string{RuleKonnectivityDown},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,13 +172,15 @@ func TestDay2ClusterLosesEveryWorker(t *testing.T) {
 	c.Apply(f.e, f.p)
 	checkBrief(t, c, at(0))
 	ds = Diagnose(c, at(0))
-	if !slices.Equal(rulesOf(ds), []string{RuleControlPlaneUnreachable, RuleNodesNotReady}) {
+	// nodes-notready stays the headline; the HCCO's blindness is a
+	// warning of its own.
+	if !slices.Equal(rulesOf(ds), []string{RuleNodesNotReady, RuleConnectionUnknown}) {
 		t.Fatalf("rules %v\n%s", rulesOf(ds), render(ds))
 	}
-	cp, _ := find(ds, RuleControlPlaneUnreachable)
+	cp, _ := find(ds, RuleConnectionUnknown)
 	if cp.Severity != SeverityWarning || !slices.Equal(cp.Symptoms, []string{"cond/ControlPlaneConnectionAvailable", "cond/DataPlaneConnectionAvailable"}) ||
 		!strings.Contains(cp.RootCause, "Unable to count worker nodes") || !cp.Began.Equal(lost) {
-		t.Errorf("control-plane-unreachable (Began %v, want %v):\n%s", cp.Began, lost, render([]Diagnosis{cp}))
+		t.Errorf("connection-unknown (Began %v, want %v):\n%s", cp.Began, lost, render([]Diagnosis{cp}))
 	}
 	if got := cp.Since(at(0)); at(0).Sub(got) != 3*24*time.Hour {
 		t.Errorf("Since %v: the status began three days ago", got)

@@ -22,6 +22,7 @@ const (
 	RuleKubeVirtVMs             = "kubevirt-vms"
 	RuleControlPlaneComponents  = "control-plane-components"
 	RuleNoWorkers               = "no-workers"
+	RuleConnectionUnknown       = "connection-unknown"
 )
 
 // DefaultRules returns the built-in rules in priority order. Adding a rule
@@ -43,6 +44,7 @@ func DefaultRules() RuleSet {
 		{RuleNodesNotReady, nodesNotReady},
 		{RuleNoWorkers, noWorkersAvailable},
 		{RuleKonnectivityDown, konnectivityDown},
+		{RuleConnectionUnknown, connectionUnknown},
 		{RuleKubeVirtVMs, kubevirtVMs},
 		{RuleOperatorCrashLoop, operatorCrashLoop},
 		{RuleManagementProxyLint, managementProxyLint},
@@ -83,6 +85,8 @@ func RuleSummary(id string) string {
 		return "control plane components not available"
 	case RuleNoWorkers:
 		return "no worker node available"
+	case RuleConnectionUnknown:
+		return "HyperShift cannot evaluate the workers' connections"
 	}
 	return ""
 }
@@ -107,7 +111,7 @@ func RuleInfo(id string) string {
 	case RuleProxyCAInvalid:
 		return "HostedCluster ValidProxyConfiguration=False (ProxyCABundleInvalid: missing, unusable, not yet valid or expired), or the trustedCA ConfigMap missing, unusable or expired"
 	case RuleControlPlaneUnreachable:
-		return "HostedCluster ControlPlaneConnectionAvailable=False (KASAccessFailed, ConnectionCheckStale: the workers fail to reach the API server) or Unknown (ReconcileError, ConfigMapNotFound: HyperShift cannot evaluate it)"
+		return "HostedCluster ControlPlaneConnectionAvailable=False (KASAccessFailed, ConnectionCheckStale: the workers fail to reach the API server), with the hosted cluster's connectivity-check record as evidence"
 	case RuleIgnitionUnreachable:
 		return "NodePool ReachedIgnitionEndpoint=False or IgnitionEndpointAvailable=False, or HostedCluster IgnitionEndpointAvailable=False (NotFound, WaitingForAvailable)"
 	case RuleNodesNotReady:
@@ -115,7 +119,9 @@ func RuleInfo(id string) string {
 	case RuleNoWorkers:
 		return "HostedCluster DataPlaneConnectionAvailable or ControlPlaneConnectionAvailable Unknown (NoWorkerNodesAvailable: no Ready, schedulable node) that no node rule explains"
 	case RuleKonnectivityDown:
-		return "HostedCluster DataPlaneConnectionAvailable=False (KonnectivityAgentPodsNotFound: no agent Running, or their logs unreadable through the tunnel; ReconciliationError) or Unknown (ReconcileError), with the hosted cluster's APIServices as evidence"
+		return "HostedCluster DataPlaneConnectionAvailable=False (KonnectivityAgentPodsNotFound: no agent Running, or their logs unreadable through the tunnel; ReconciliationError), with the hosted cluster's APIServices as evidence"
+	case RuleConnectionUnknown:
+		return "HostedCluster ControlPlaneConnectionAvailable or DataPlaneConnectionAvailable Unknown (ReconcileError, ConfigMapNotFound: the hosted-cluster-config-operator cannot evaluate them)"
 	case RuleKubeVirtVMs:
 		return "HostedCluster KubeVirtNodesLiveMigratable=False, ValidKubeVirtInfraNetworkMTU=False or ValidKubeVirtInfraNetworkPolicyRBAC=False (Pending virt-launcher pods as evidence)"
 	case RuleOperatorCrashLoop:

@@ -99,7 +99,7 @@ func checkShape(t *testing.T, d Diagnosis) {
 // conditionRules are the rules of issue 18, which checkShape holds to
 // its promises.
 var conditionRules = []string{RuleEtcdUnavailable, RuleProxyCAInvalid, RuleControlPlaneUnreachable, RuleIgnitionUnreachable, RuleKonnectivityDown, RuleKubeVirtVMs,
-	RuleControlPlaneComponents, RuleNoWorkers}
+	RuleControlPlaneComponents, RuleNoWorkers, RuleConnectionUnknown}
 
 // want runs Diagnose and checks whether rule fired.
 func want(t *testing.T, c *Cluster, now time.Time, rule string, fire bool) Diagnosis {
@@ -594,10 +594,10 @@ func TestInhibitionTable(t *testing.T) {
 		{RuleEtcdUnavailable, RuleHostedAPIUnreachable, []fact{hcFact(t, withConds(bypassing(), etcd, kas), at(16))}},
 		{RuleHostedAPIUnreachable, RuleControlPlaneUnreachable, []fact{hcFact(t, withConds(bypassing(), kas, cp), at(16))}},
 		{RuleHostedAPIUnreachable, RuleKonnectivityDown, []fact{hcFact(t, withConds(bypassing(), kas, dp), at(16))}},
-		{RuleHostedAPIUnreachable, RuleControlPlaneUnreachable, []fact{hcFact(t, withConds(bypassing(), kas, cpCount), at(16))}},
+		{RuleHostedAPIUnreachable, RuleConnectionUnknown, []fact{hcFact(t, withConds(bypassing(), kas, cpCount), at(16))}},
+		{RuleEtcdUnavailable, RuleConnectionUnknown, []fact{hcFact(t, withConds(bypassing(), etcd, dpCount), at(16))}},
 		{RuleHostedAPIUnreachable, RuleControlPlaneComponents, []fact{hcFact(t, replaceAvailable(withConds(bypassing(), kas), comps), at(16))}},
 		{RuleEtcdUnavailable, RuleHostedAPIUnreachable, []fact{hcFact(t, withConds(bypassing(), etcd, kas, dns), at(16))}},
-		{RuleControlPlaneUnreachable, RuleKonnectivityDown, []fact{hcFact(t, withConds(bypassing(), cpCount, dpCount), at(16))}},
 		{RuleIgnitionUnreachable, RuleNodesNotReady, []fact{hcFact(t, withConds(bypassing()), at(16)), poolConds(t, "example-np1", at(16), notReached("ignitionNotReached", "")), notJoiningFact(t, nodeA, at(13), at(30))}},
 		{RuleNodesNotReady, RuleNoWorkers, append([]fact{hcFact(t, withConds(bypassing(), noWorkers, cpNoWorkers), at(16))}, down...)},
 	}

@@ -29,35 +29,20 @@ const (
 // reaching the API server (HCCO manifests/kasconnectionchecker.go:10-17).
 const connectivityCheckName = "kube-system/control-plane-connectivity-check"
 
-// controlPlaneUnreachable reads ControlPlaneConnectionAvailable as the
-// HCCO writes it (HCCO:1874-1939): False/KASAccessFailed (no success
-// recorded, or an unparsable stamp) and False/ConnectionCheckStale (the
-// last success is older than 5 minutes: the checker stamps only on
-// success, so a stamp that stops moving is the workers failing to reach
-// the API server) are the connection failing; Unknown/ReconcileError and
-// Unknown/ConfigMapNotFound are the HCCO unable to evaluate it.
-// Unknown/NoWorkerNodesAvailable belongs to the rules about nodes.
+// controlPlaneUnreachable reads ControlPlaneConnectionAvailable=False as
+// the HCCO writes it (HCCO:1874-1939): KASAccessFailed (no success
+// recorded, or an unparsable stamp) and ConnectionCheckStale (the last
+// success is older than 5 minutes: the checker stamps only on success,
+// so a stamp that stops moving is the workers failing to reach the API
+// server) are the connection failing. Its Unknown shapes belong to
+// no-workers (NoWorkerNodesAvailable) and connection-unknown
+// (ReconcileError, ConfigMapNotFound).
 func controlPlaneUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
-	cd, ok := c.hcCondUnexplained(condControlPlaneConnection, func(cd event.Condition) bool {
-		return connectionFault(cd) || cannotEvaluate(cd)
-	}, x)
+	cd, ok := c.hcCondUnexplained(condControlPlaneConnection, connectionFault, x)
 	if !ok {
 		return Diagnosis{}, false
 	}
 	d := Diagnosis{Severity: SeverityCritical, Symptoms: []string{c.conditionKey(condControlPlaneConnection)}}
-	unsure := cannotEvaluate(cd)
-	if unsure {
-		d.Severity = SeverityWarning
-		if cd.Reason == reasonConfigMapNotFound {
-			d.Severity = SeverityInfo
-		}
-		// The HCCO's node count failed for both conditions: one cause.
-		if cd.Reason == reasonReconcileError {
-			c.explainCond(&d, condDataPlaneConnection, x, func(dp event.Condition) bool {
-				return dp.Status == event.ConditionUnknown && dp.Reason == reasonReconcileError
-			})
-		}
-	}
 	if x.brief {
 		return d, true
 	}
@@ -67,55 +52,39 @@ func controlPlaneUnreachable(c *Cluster, _ time.Time, x Explained) (Diagnosis, b
 	if check != nil {
 		d.Evidence = append(d.Evidence, *check)
 	}
-	hcco := fmt.Sprintf("oc logs -n %s deployment/hosted-cluster-config-operator --tail=100 (management cluster)", ns)
-	if unsure {
-		d.Title = fmt.Sprintf("HyperShift cannot tell whether the workers of %s reach the API server (%s)", c.label(), condShort(cd))
-		if cd.Reason == reasonConfigMapNotFound {
-			d.RootCause = fmt.Sprintf("The hosted-cluster-config-operator of %s has not found the ConfigMap %s, where the workers record reaching the API server, so it cannot evaluate ControlPlaneConnectionAvailable; it creates that ConfigMap itself, so right after creation or an upgrade this passes. If it stays, check the operator in %s (management cluster).", c.key.Cluster, connectivityCheckName, ns)
-		} else {
-			d.RootCause = fmt.Sprintf("The hosted-cluster-config-operator of %s cannot evaluate the workers' connections (%s: %s). It reaches the hosted cluster's API server from the control plane: when it cannot list the Nodes or read %s, the hosted API server is unreachable from %s or refuses it.", c.key.Cluster, condShort(cd), firstNonEmpty(cd.Message, "no message"), connectivityCheckName, ns)
+	d.Title = fmt.Sprintf("Workers of %s cannot reach the API server (%s)", c.label(), condShort(cd))
+	var what string
+	switch {
+	case cd.Reason == reasonConnectionStale:
+		what = "the workers' last successful request to the API server is older than 5 minutes: the kas-connection-checker pods stamp " + connectivityCheckName + " about every 60 s, only on success, so the stamp stopped moving because their requests fail"
+	case cd.Reason == reasonKASAccessFailed && strings.Contains(cd.Message, msgNoCheckRecorded):
+		what = "no request from the workers to the API server has ever succeeded: the kas-connection-checker pods have recorded no success in " + connectivityCheckName
+	case cd.Reason == reasonKASAccessFailed && strings.Contains(cd.Message, msgLastSucceededUnparsed):
+		what = "the workers' record of reaching the API server (" + connectivityCheckName + ") holds no readable time, so no success can be shown"
+	default:
+		what = "HyperShift reports the workers' connection to the API server failing (" + firstNonEmpty(cd.Reason, "no reason given") + ")"
+	}
+	d.RootCause = fmt.Sprintf("On %s, %s. Each request goes from the worker to kubernetes.default.svc through the kube-apiserver-proxy on the node to the API endpoint; check that path: a proxy refusing CONNECT, a firewall, or the API's Route, load balancer or NodePort.", c.key.Cluster, what)
+	d.Confidence = Confidence{ConfidenceMedium, "HyperShift's condition is observed directly; which hop of the path fails the bot does not see"}
+	failing := 0
+	for _, e := range c.apiProxies.live() {
+		if e.rec.connectFailure {
+			failing++
+			d.Evidence = append(d.Evidence, apiProxyEvidence(e))
 		}
-		d.Confidence = Confidence{ConfidenceMedium, "HyperShift says it could not check; whether the workers reach the API server is unknown"}
-		d.NextSteps = []string{
-			hcco,
-			fmt.Sprintf("oc get pods -n %s -l app=kube-apiserver (management cluster): is the hosted API server up?", ns),
-			"oc get cm -n kube-system control-plane-connectivity-check -o jsonpath='{.data.lastSucceeded}' (hosted cluster)",
-		}
-	} else {
-		d.Title = fmt.Sprintf("Workers of %s cannot reach the API server (%s)", c.label(), condShort(cd))
-		var what string
-		switch {
-		case cd.Reason == reasonConnectionStale:
-			what = "the workers' last successful request to the API server is older than 5 minutes: the kas-connection-checker pods stamp " + connectivityCheckName + " about every 60 s, only on success, so the stamp stopped moving because their requests fail"
-		case cd.Reason == reasonKASAccessFailed && strings.Contains(cd.Message, msgNoCheckRecorded):
-			what = "no request from the workers to the API server has ever succeeded: the kas-connection-checker pods have recorded no success in " + connectivityCheckName
-		case cd.Reason == reasonKASAccessFailed && strings.Contains(cd.Message, msgLastSucceededUnparsed):
-			what = "the workers' record of reaching the API server (" + connectivityCheckName + ") holds no readable time, so no success can be shown"
-		default:
-			what = "HyperShift reports the workers' connection to the API server failing (" + firstNonEmpty(cd.Reason, "no reason given") + ")"
-		}
-		d.RootCause = fmt.Sprintf("On %s, %s. Each request goes from the worker to kubernetes.default.svc through the kube-apiserver-proxy on the node to the API endpoint; check that path: a proxy refusing CONNECT, a firewall, or the API's Route, load balancer or NodePort.", c.key.Cluster, what)
-		d.Confidence = Confidence{ConfidenceMedium, "HyperShift's condition is observed directly; which hop of the path fails the bot does not see"}
-		failing := 0
-		for _, e := range c.apiProxies.live() {
-			if e.rec.connectFailure {
-				failing++
-				d.Evidence = append(d.Evidence, apiProxyEvidence(e))
-			}
-		}
-		switch {
-		case failing > 0:
-			d.Confidence = Confidence{ConfidenceHigh, fmt.Sprintf("HyperShift's condition and %s agree", plural(failing, "kube-apiserver-proxy with CONNECT failures", "kube-apiserver-proxies with CONNECT failures"))}
-		case check != nil && c.connectivity[""].rec.problem():
-			d.Confidence = Confidence{ConfidenceHigh, "HyperShift's condition and the hosted cluster's own connectivity record agree"}
-		}
-		d.NextSteps = []string{
-			"oc get cm -n kube-system control-plane-connectivity-check -o jsonpath='{.data.lastSucceeded}' (hosted cluster): the last success, UTC",
-			"oc get deploy,pods -n kube-system -l app=kas-connection-checker -o wide (hosted cluster): checker pods running on the workers?",
-			"oc get pods -n kube-system -l k8s-app=kube-apiserver-proxy -o wide (hosted cluster): one per worker, running?",
-			"oc logs -n kube-system kube-apiserver-proxy-<node> --all-containers --tail=50 (hosted cluster): CONNECT or dial errors?",
-			fmt.Sprintf("oc get pods -n %s -l app=kube-apiserver (management cluster): is the API server itself up?", ns),
-		}
+	}
+	switch {
+	case failing > 0:
+		d.Confidence = Confidence{ConfidenceHigh, fmt.Sprintf("HyperShift's condition and %s agree", plural(failing, "kube-apiserver-proxy with CONNECT failures", "kube-apiserver-proxies with CONNECT failures"))}
+	case check != nil && c.connectivity[""].rec.problem():
+		d.Confidence = Confidence{ConfidenceHigh, "HyperShift's condition and the hosted cluster's own connectivity record agree"}
+	}
+	d.NextSteps = []string{
+		"oc get cm -n kube-system control-plane-connectivity-check -o jsonpath='{.data.lastSucceeded}' (hosted cluster): the last success, UTC",
+		"oc get deploy,pods -n kube-system -l app=kas-connection-checker -o wide (hosted cluster): checker pods running on the workers?",
+		"oc get pods -n kube-system -l k8s-app=kube-apiserver-proxy -o wide (hosted cluster): one per worker, running?",
+		"oc logs -n kube-system kube-apiserver-proxy-<node> --all-containers --tail=50 (hosted cluster): CONNECT or dial errors?",
+		fmt.Sprintf("oc get pods -n %s -l app=kube-apiserver (management cluster): is the API server itself up?", ns),
 	}
 	d.NextSteps = append(d.NextSteps, fmt.Sprintf("oc get hostedcluster -n %s %s -o jsonpath='{.status.conditions[?(@.type==\"%s\")]}' (management cluster)", c.key.Cluster.Namespace, c.key.Cluster.Name, condControlPlaneConnection))
 	return d, true
@@ -233,9 +202,7 @@ func noWorkersAvailable(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) 
 // API server cannot read through the tunnel. The hosted cluster's
 // aggregated APIServices sharpen where the tunnel breaks.
 func konnectivityDown(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
-	cd, ok := c.hcCondUnexplained(condDataPlaneConnection, func(cd event.Condition) bool {
-		return connectionFault(cd) || (cd.Status == event.ConditionUnknown && cd.Reason == reasonReconcileError)
-	}, x)
+	cd, ok := c.hcCondUnexplained(condDataPlaneConnection, connectionFault, x)
 	if !ok {
 		return Diagnosis{}, false
 	}
@@ -254,10 +221,6 @@ func konnectivityDown(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	var cause, check string
 	agentsRun := false
 	switch {
-	case cd.Status == event.ConditionUnknown:
-		d.Title = fmt.Sprintf("HyperShift cannot evaluate konnectivity of %s (%s)", c.label(), condShort(cd))
-		cause = "the hosted-cluster-config-operator cannot count the workers (" + firstNonEmpty(cd.Message, "no message") + "), so whether konnectivity works is unknown"
-		check = "Check that the hosted API server is reachable from the control-plane namespace " + ns
 	case cd.Reason == reasonAgentPodsNotFound && strings.Contains(cd.Message, msgNoAgentRunning):
 		cause = "no konnectivity-agent pod is Running in kube-system of the hosted cluster"
 		check = "Check the konnectivity-agent DaemonSet in the hosted cluster: scheduling, image pulls, crashes"
@@ -276,9 +239,6 @@ func konnectivityDown(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 		check = "Check the konnectivity-agent pods in kube-system of the hosted cluster and the konnectivity server in " + ns
 	}
 	first := fmt.Sprintf("Konnectivity between the control plane and the workers of %s is down because %s, so oc logs, oc exec, port-forward and webhooks served on the workers fail.", c.key.Cluster, cause)
-	if cd.Status == event.ConditionUnknown {
-		first = fmt.Sprintf("On %s, %s.", c.key.Cluster, cause)
-	}
 	// Two sentences: the cause, then where to look; the hosted cluster's
 	// APIServices, when they fail, say where better than the condition.
 	parts := []string{first}
@@ -294,7 +254,7 @@ func konnectivityDown(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
 	}
 	d.RootCause = strings.Join(parts, " ")
 	d.Confidence = Confidence{ConfidenceMedium, "HyperShift's condition is observed directly; the agents' and the server's logs are not"}
-	if len(openshift)+len(dataPlane) > 0 && cd.Status == event.ConditionFalse {
+	if len(openshift)+len(dataPlane) > 0 {
 		d.Confidence.Why = "HyperShift's condition and the hosted cluster's APIServices agree; where the tunnel breaks is inferred from the routing, not seen"
 	}
 	d.NextSteps = append(d.NextSteps,
@@ -357,4 +317,49 @@ func apiServiceEvidence(e *entry[apiServiceRec]) Evidence {
 		text += ": " + r.message
 	}
 	return Evidence{At: firstTime(r.ltt, e.since), Kind: "apiservice", Object: "apiservice/" + r.name, Text: clip(text, maxEvidenceText)}
+}
+
+// connectionUnknown: the HCCO cannot evaluate the connection conditions
+// (Unknown/ReconcileError: it cannot list the hosted cluster's Nodes or
+// read the connectivity-check ConfigMap, HCCO:1668-1673, 1882-1887,
+// 1904-1908; Unknown/ConfigMapNotFound: the ConfigMap is not there yet,
+// HCCO:1894-1903). It comes late: what breaks the control plane (etcd,
+// the API server) explains ReconcileError first, and a cluster whose
+// nodes are all down is headlined by them.
+func connectionUnknown(c *Cluster, _ time.Time, x Explained) (Diagnosis, bool) {
+	d := Diagnosis{Severity: SeverityWarning}
+	cp := c.explainCond(&d, condControlPlaneConnection, x, cannotEvaluate)
+	dp := c.explainCond(&d, condDataPlaneConnection, x, cannotEvaluate)
+	if !cp && !dp {
+		return Diagnosis{}, false
+	}
+	t := condControlPlaneConnection
+	if !cp {
+		t = condDataPlaneConnection
+	}
+	cd, _ := c.hcCond(t, cannotEvaluate)
+	onlyCM := cd.Reason == reasonConfigMapNotFound && !dp
+	if onlyCM {
+		d.Severity = SeverityInfo
+	}
+	if x.brief {
+		return d, true
+	}
+	ns := c.controlPlaneNamespace()
+	if check := c.connectivityEvidence(); check != nil {
+		d.Evidence = append(d.Evidence, *check)
+	}
+	d.Title = fmt.Sprintf("HyperShift cannot tell whether the workers of %s are connected (%s)", c.label(), condShort(cd))
+	if onlyCM {
+		d.RootCause = fmt.Sprintf("The hosted-cluster-config-operator of %s has not found the ConfigMap %s, where the workers record reaching the API server, so it cannot evaluate ControlPlaneConnectionAvailable; it creates that ConfigMap itself, so right after creation or an upgrade this passes. If it stays, check the operator in %s (management cluster).", c.key.Cluster, connectivityCheckName, ns)
+	} else {
+		d.RootCause = fmt.Sprintf("The hosted-cluster-config-operator of %s cannot evaluate the workers' connections (%s: %s). It works through the hosted cluster's API server from %s: when it cannot list the Nodes or read %s, that API server is unreachable from there or refuses it (credentials, RBAC).", c.key.Cluster, condShort(cd), firstNonEmpty(cd.Message, "no message"), ns, connectivityCheckName)
+	}
+	d.Confidence = Confidence{ConfidenceMedium, "HyperShift says it could not check; whether the workers are connected is unknown"}
+	d.NextSteps = []string{
+		fmt.Sprintf("oc logs -n %s deployment/hosted-cluster-config-operator --tail=100 (management cluster)", ns),
+		fmt.Sprintf("oc get pods -n %s -l app=kube-apiserver (management cluster): is the hosted API server up?", ns),
+		"oc get cm -n kube-system control-plane-connectivity-check -o jsonpath='{.data.lastSucceeded}' (hosted cluster)",
+	}
+	return d, true
 }
