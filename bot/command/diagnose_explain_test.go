@@ -29,7 +29,8 @@ func TestDiagnoseExplainsRules(t *testing.T) {
 		TrustedCA: &event.CABundle{ConfigMap: "corp-ca", Found: true, Certificates: 1, Subject: "Corp Root CA", NotAfter: at.Add(9 * 24 * time.Hour)},
 		Conditions: []event.Condition{
 			{Type: "EtcdAvailable", Status: event.ConditionFalse, Reason: "EtcdWaitingForQuorum", Message: "Waiting for etcd to reach quorum", LastTransitionTime: at},
-			{Type: "ControlPlaneConnectionAvailable", Status: event.ConditionFalse, Reason: "KASAccessFailed", Message: "failed to reach the kube-apiserver", LastTransitionTime: at},
+			// HyperShift's message (hostedclusterconfigoperator resources.go:1911-1918 at 3ee9615).
+			{Type: "ControlPlaneConnectionAvailable", Status: event.ConditionFalse, Reason: "KASAccessFailed", Message: "Data plane to control plane connection is not available: no successful connectivity check recorded", LastTransitionTime: at},
 		}}
 	feed(t, b, &ref, hc, "hc", at)
 	c := &command.Handler{Bot: b, Now: func() time.Time { return at.Add(time.Hour) }}

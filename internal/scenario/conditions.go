@@ -2,12 +2,14 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -94,4 +96,26 @@ func setConditions(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVe
 	}
 	_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
 	return err
+}
+
+// SetPausedUntil sets spec.pausedUntil of a HostedCluster (gvr
+// hypershift.HostedClusterGVR) or NodePool (hypershift.NodePoolGVR) as
+// written: "true", an RFC3339 time, or anything the CRD's pattern lets
+// through (hostedcluster_types.go:791-799, nodepool_types.go:207-215);
+// "" removes it, like `oc patch … -p '{"spec":{"pausedUntil":null}}'`.
+// HyperShift's ReconciliationActive condition is the caller's to set
+// (SetHostedClusterConditions), as HyperShift writes it on its next pass.
+func SetPausedUntil(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVersionResource, namespace, name, value string) error {
+	patch := `{"spec":{"pausedUntil":null}}`
+	if value != "" {
+		b, err := json.Marshal(map[string]any{"spec": map[string]any{"pausedUntil": value}})
+		if err != nil {
+			return fmt.Errorf("pausedUntil %q: %w", value, err)
+		}
+		patch = string(b)
+	}
+	if _, err := dc.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("set pausedUntil of %s %s/%s: %w", gvr.Resource, namespace, name, err)
+	}
+	return nil
 }
