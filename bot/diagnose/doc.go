@@ -52,36 +52,142 @@
 //	 #  rule                       explains (leaves out of later rules)
 //	 1  proxy-tunnel               NotReady / not joining nodes, the operator's
 //	                               apiserver-connectivity crash (operator-crashloop),
-//	                               cond/ControlPlaneConnectionAvailable
+//	                               ControlPlaneConnectionAvailable=False
 //	                               (control-plane-unreachable), NodePools whose
 //	                               machines did not reach ignition
 //	                               (ignitionNotReached) when ignition goes through
 //	                               the proxy too (ignition-unreachable; its fix
 //	                               then adds the ignition host; the ignition
 //	                               server's own failures stay with
-//	                               ignition-unreachable), cond/DataPlaneConnectionAvailable
-//	                               with NoWorkerNodesAvailable when every node is
-//	                               down (konnectivity-down), the proxy spec
-//	                               (risky-proxy-change)
+//	                               ignition-unreachable), both connection
+//	                               conditions Unknown/NoWorkerNodesAvailable when
+//	                               no node is available (no-workers), the proxy
+//	                               spec (risky-proxy-change)
 //	 2  risky-proxy-change         the proxy spec
 //	 3  hosted-not-watched         -
 //	 4  etcd-unavailable           the API server (hosted-api-unreachable) when
 //	                               KubeAPIServerAvailable=False, the connection
-//	                               conditions (control-plane-unreachable,
-//	                               konnectivity-down)
-//	 5  hosted-api-unreachable     the connection conditions (control-plane-
-//	                               unreachable, konnectivity-down)
-//	 6  proxy-ca-invalid           its condition and ConfigMap
-//	 7  control-plane-unreachable  its condition
-//	 8  ignition-unreachable       the nodes not joining of its NodePools
+//	                               conditions False or Unknown/ReconcileError
+//	                               (control-plane-unreachable, konnectivity-down,
+//	                               connection-unknown)
+//	 5  hosted-api-unreachable     cond/Available and cond/ExternalDNSReachable it
+//	                               reads (control-plane-components), the
+//	                               connection conditions False or
+//	                               Unknown/ReconcileError (control-plane-
+//	                               unreachable, konnectivity-down,
+//	                               connection-unknown)
+//	 6  control-plane-components   cond/Available (ComponentsNotAvailable)
+//	 7  proxy-ca-invalid           its condition and ConfigMap
+//	 8  control-plane-unreachable  ControlPlaneConnectionAvailable=False
+//	 9  ignition-unreachable       the nodes not joining of its NodePools
 //	                               (nodes-notready)
-//	 9  nodes-notready             cond/DataPlaneConnectionAvailable with
-//	                               NoWorkerNodesAvailable when every node is down
-//	                               (konnectivity-down)
-//	10  konnectivity-down          its condition
-//	11  kubevirt-vms               its conditions, Pending virt-launcher pods
-//	12  operator-crashloop         the crashlooping pods
-//	13  management-proxy-lint      proxy/cluster
+//	10  nodes-notready             both connection conditions
+//	                               Unknown/NoWorkerNodesAvailable when no node is
+//	                               available (no-workers)
+//	11  no-workers                 both connection conditions
+//	                               Unknown/NoWorkerNodesAvailable
+//	12  konnectivity-down          DataPlaneConnectionAvailable=False
+//	13  connection-unknown         the connection conditions Unknown
+//	                               (ReconcileError, ConfigMapNotFound)
+//	14  kubevirt-vms               its conditions, Pending virt-launcher pods
+//	15  operator-crashloop         the crashlooping pods
+//	16  management-proxy-lint      proxy/cluster
+//
+// # HyperShift's conditions as the rules read them
+//
+// Every rule reads a condition by its status and reason as HyperShift
+// writes it (openshift/hypershift 3ee9615; HO =
+// hypershift-operator/controllers/hostedcluster/hostedcluster_controller.go,
+// CPO = control-plane-operator/controllers/hostedcontrolplane/hostedcontrolplane_controller.go,
+// HCCO = control-plane-operator/hostedclusterconfigoperator/controllers/resources/resources.go,
+// NP = hypershift-operator/controllers/nodepool/conditions.go, API =
+// api/hypershift/v1beta1/hostedcluster_conditions.go). A message is read
+// only where the reason is ambiguous (marked msg). Texts print the
+// condition as observed ("Type=Status, Reason"), never a fixed status.
+// The lastTransitionTime moves only when the status changes
+// (apimachinery meta.SetStatusCondition), so it is the start of the
+// status, older than the reason: Diagnosis.Began takes it.
+//
+//	condition / status / reason                   meaning                                   rule                      source
+//	any / Unknown / StatusUnknown                 not reported (no HCP, or the condition    -                         HO:823-836, CPO:812-814
+//	                                              not in it: older control plane; external
+//	                                              DNS not configured)
+//	DataPlaneConn / Unknown / NoWorkerNodes...    no Ready, schedulable node                nodes-notready, no-workers HCCO:1675-1680, util.go:568-590
+//	ControlPlaneConn / Unknown / NoWorkerNodes... same                                      nodes-notready, no-workers HCCO:1888-1892
+//	DataPlaneConn / Unknown / ReconcileError      HCCO cannot list the nodes                connection-unknown        HCCO:1668-1673
+//	ControlPlaneConn / Unknown / ReconcileError   same, or cannot read the check ConfigMap  connection-unknown        HCCO:1882-1887, 1904-1908
+//	ControlPlaneConn / Unknown / ConfigMapNotFound the check's ConfigMap is not there yet   connection-unknown (info) HCCO:1894-1903
+//	DataPlaneConn / False / ReconciliationError   HCCO cannot list konnectivity-agent pods  konnectivity-down         HCCO:1681-1687
+//	DataPlaneConn / False / KonnectivityAgent-    msg "Couldn't find any ... running": no   konnectivity-down         HCCO:1707-1709
+//	  PodsNotFound                                agent pod Running
+//	DataPlaneConn / False / KonnectivityAgent-    msg "failed to read ... logs": agents     konnectivity-down         HCCO:1710-1713
+//	  PodsNotFound                                Running, API server → konnectivity →
+//	                                              kubelet path broken
+//	DataPlaneConn / False / LogsAccessFailed      as the previous (declared, never set:     konnectivity-down         API:349
+//	                                              forward compatibility)
+//	ControlPlaneConn / False / KASAccessFailed    msg: no success ever recorded, or the     control-plane-unreachable HCCO:1911-1926
+//	                                              stamp unreadable
+//	ControlPlaneConn / False / ConnectionCheck-   last success > 5 min ago: the workers     control-plane-unreachable HCCO:1928-1933, API:252-253
+//	  Stale                                       fail to reach the API server
+//	EtcdAvailable / False / (any)                 etcd down                                 etcd-unavailable          CPO (copied, HO:805-841)
+//	KubeAPIServerAvailable / False / (any)        API server down                           hosted-api-unreachable    CPO (copied, HO:805-841)
+//	Available / False / KASLoadBalancerNot-       the API endpoint's LB/Route/NodePort      hosted-api-unreachable    CPO:929-931, 955-1043
+//	  Reachable                                   health check fails (critical)
+//	Available / False / ComponentsNotAvailable    msg names the components; bring-up        control-plane-components  CPO:825-829, 932-937, 1073-1097
+//	ExternalDNSReachable / False / ExternalDNS-   msg = the resolver's error for the API    hosted-api-unreachable    CPO:788-818, netutil/iputil.go:49-59
+//	  HostNotReachable                            hostname
+//	IgnitionEndpointAvailable (HC) / False /      the ignition-server Deployment is missing ignition-unreachable      HO:1146-1152
+//	  NotFound
+//	IgnitionEndpointAvailable (HC) / False /      the ignition-server Deployment is not     ignition-unreachable      HO:1157-1163
+//	  WaitingForAvailable                         Available
+//	IgnitionEndpointAvailable (NodePool) / False  IgnitionEndpointMissing,                  ignition-unreachable      NP:272-348,
+//	                                              IgnitionCACertMissing,                                              nodepool_conditions.go:130-131
+//	                                              ExternalDNSHostNotReachable
+//	ReachedIgnitionEndpoint (NodePool) / False    machines did not fetch ignition           ignition-unreachable,     NP
+//	                                                                                        proxy-tunnel
+//	ValidProxyConfiguration / False / ProxyCA-    msg: missing (ConfigMap or key),          proxy-ca-invalid          HO:1039-1063,
+//	  BundleInvalid                               unusable, "is not yet valid" (NotBefore                             proxy/validation.go:24-69
+//	                                              in the future: clock skew or a pre-dated
+//	                                              CA, not expired), "was no longer valid"
+//	                                              (expired)
+//	ValidKubeVirtInfraNetworkPolicyRBAC / False / weaker tenant isolation, a grant on      kubevirt-vms (warning)    network_policies.go:1099-1119
+//	  InfraClusterNetworkReadFailed               networks.config.openshift.io needed
+//	ValidKubeVirtInfraNetworkPolicyRBAC / False / the virt-launcher NetworkPolicy cannot   kubevirt-vms (warning)    network_policies.go:1073-1087
+//	  InfraClusterNetworkPolicyCreateFailed       be created: grant on networkpolicies
+//	KubeVirtNodesLiveMigratable, ValidKubeVirt-   not live-migratable, MTU too small        kubevirt-vms              HO
+//	  InfraNetworkMTU / False
+//	ReconciliationActive (HC, NodePool) / False / paused: stated in every diagnosis        every rule (evidence)     pausereconcile.go:52-82, HO:1179,
+//	  ReconciliationPaused                                                                                            NP:127-160
+//	ReconciliationActive / True / InvalidPaused-  spec.pausedUntil set but not paused       every rule (evidence)     pausereconcile.go:71-73
+//	  UntilValue
+//
+// The hosted cluster's own evidence, from the agent: the aggregated
+// APIServices that are not Available (event.APIServiceState; v1.*.openshift.io
+// with FailedDiscoveryCheck means the API server does not reach
+// openshift-apiserver through konnectivity-server and the control-plane
+// konnectivity-agent, hypershift#313 — an inference from the routing,
+// hedged in the text) for konnectivity-down, and the connectivity-check
+// record kube-system/control-plane-connectivity-check (event.ConnectivityCheck:
+// lastSucceeded, stale) for control-plane-unreachable and
+// connection-unknown. HyperShift counts only Ready, schedulable nodes as
+// available workers, so NodeCount.Available (Ready minus cordoned) is what
+// its NoWorkerNodesAvailable sees.
+//
+// # Paused reconciliation
+//
+// spec.pausedUntil of the HostedCluster or a NodePool is read with
+// event.ReadPausedUntil ("true", or an RFC3339 time in the future; any
+// other value pauses nothing). [Cluster.Paused] lists what is paused;
+// every diagnosis of a paused cluster carries it ([Diagnosis.Paused]), an
+// evidence line, a sentence of its root cause and the lift command
+// (oc patch -n <ns> hostedclusters/<name> --type=merge -p
+// '{"spec":{"pausedUntil":null}}', nodepools likewise) in its next steps;
+// its fix says the rollout waits for the pause ([Fix.Waits]). While the
+// HostedCluster is paused the hosted-cluster-config-operator does not run
+// (HCCO:357-360): the connection conditions are marked frozen and a
+// diagnosis resting on them has low confidence. [Cluster.Rollout] lists
+// the pauses too, so the bot's remediation tracking says a fix waits for
+// the pause instead of rolling out or failing.
 //
 // TestInhibitionTable holds a case for each rule named in parentheses. [RuleSet.Explain] tells, per
 // rule, whether it fired, was explained by an earlier rule (the rule runs
@@ -91,9 +197,11 @@
 // The output is a pure function of the state and now: evidence is sorted,
 // every string is built from facts (no "5 minutes ago"), so the
 // correlator can compare two results to see whether anything changed.
-// Only proxy-ca-invalid depends on now (a trusted CA whose NotAfter has
-// passed), so the correlator, which diagnoses after a change, reports an
-// expiry at the cluster's next change, not at the very second; the agent
+// Only proxy-ca-invalid (a trusted CA whose NotAfter has passed) and the
+// pause note (a spec.pausedUntil time that has passed) depend on now, so
+// the correlator, which diagnoses after a change, reports an expiry or a
+// pause's end at the cluster's next change, not at the very second (the
+// remediation tracking looks again when a timed pause ends); the agent
 // judges nothing itself, so its fact does not change as time passes.
 // Otherwise re-running Diagnose is only needed after Apply reported a
 // change.
@@ -152,13 +260,15 @@
 // proxy change), rules_hosted.go (not watched, API unreachable),
 // rules_nodes.go (nodes NotReady or not joining), rules_operator.go
 // (operator crashloop, management proxy lint), rules_conditions.go (the
-// condition helpers and keys; etcd, control-plane connection,
-// konnectivity), rules_ignition.go (ignition) and rules_infra.go (proxy
-// CA bundle, KubeVirt VMs). warnings.go holds the proactive findings
+// status-aware condition lookup, keys and etcd), rules_connection.go
+// (control-plane connection, no workers, konnectivity, connections not
+// evaluated), rules_ignition.go (ignition) and rules_infra.go (proxy
+// CA bundle, KubeVirt VMs); pause.go reads paused reconciliation and
+// when a problem began. warnings.go holds the proactive findings
 // (Warnings: a proxy CA about to expire, ignition or konnectivity sent
 // through the proxy) and the endpoint check risky-proxy-change shares
 // with them. views.go holds the read
-// views the rules share. cluster.go (about 490 lines) and views.go (about
+// views the rules share. cluster.go (about 530 lines) and views.go (about
 // 450) stay whole on purpose: each is one type's methods over the same
 // records, and split further they would scatter the invariants of Apply
 // (idempotent, newest fact wins, tombstones) across files.
