@@ -67,16 +67,8 @@ type condMatch func(event.Condition) bool
 // isFalse matches status False.
 func isFalse(cd event.Condition) bool { return cd.Status == event.ConditionFalse }
 
-// notReported is Unknown/StatusUnknown: HyperShift has nothing to say.
-func notReported(cd event.Condition) bool {
-	return cd.Status == event.ConditionUnknown && cd.Reason == reasonStatusUnknown
-}
-
-// failing matches False, and Unknown with a reason of its own (a check
-// HyperShift could not make is a fact too), never Unknown/StatusUnknown.
-func failing(cd event.Condition) bool {
-	return cd.Status == event.ConditionFalse || (cd.Status == event.ConditionUnknown && !notReported(cd))
-}
+// No matcher accepts Unknown/StatusUnknown: every Unknown a rule reads
+// names its own reason.
 
 // noWorkers matches a connection condition that says no node is Ready
 // and schedulable: Unknown/NoWorkerNodesAvailable (False before 2025-11).

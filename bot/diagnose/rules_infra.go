@@ -104,7 +104,10 @@ func proxyCAInvalid(c *Cluster, now time.Time, x Explained) (Diagnosis, bool) {
 		}
 	default:
 		d.Title = fmt.Sprintf("HyperShift rejects the proxy CA bundle %s of %s", cm, c.label())
-		d.RootCause = fmt.Sprintf("HyperShift rejects the proxy's trusted CA bundle of %s (ValidProxyConfiguration=False), so the proxy configuration does not roll out. Check ConfigMap %s, key ca-bundle.crt: it must hold valid, unexpired PEM certificates.", c.key.Cluster, cm)
+		cd, _ := c.hcCond(condValidProxyConfiguration, isFalse)
+		// HyperShift only reports it (hostedcluster_controller.go:1039-1063):
+		// nothing waits on it, but the workers cannot use the bundle.
+		d.RootCause = fmt.Sprintf("HyperShift rejects the proxy's trusted CA bundle of %s (%s: %s), so workers cannot trust a TLS-intercepting proxy with it. Check ConfigMap %s, key ca-bundle.crt: it must hold valid, current PEM certificates.", c.key.Cluster, condShort(cd), clip(withoutPEM(cd.Message), maxTitleReason), cm)
 	}
 	if problem != "not-yet-valid" {
 		d.Confidence = Confidence{ConfidenceHigh, "the agent read the ConfigMap, or HyperShift validated it"}
