@@ -203,9 +203,21 @@ func (a *Changes) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.H
 		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},
 		Expose:  &params,
 	}
-	p, warning, refused, ok := a.propose(ctx, k, req, user, opts...)
+	p, err := a.Flow.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
+	if pc := (*actions.PortCollisionError)(nil); errors.As(err, &pc) {
+		// Found by the agent's preflight: nothing is proposed, so the
+		// reply names no id; the words are the execution's refusal's.
+		a.auditRefusal(ctx, k, user, err)
+		p := approval.Proposal{Source: k.Source, Change: req}
+		return chatops.Reply{Text: fmt.Sprintf("Cannot propose exposing `%s/%s` of %s: %s%s",
+			esc(params.Namespace), esc(params.Service), esc(k.String()), errText(pc), collisionAdvice(p, pc))}
+	}
+	warning, refused, ok := a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
 	if !ok {
 		return refused
+	}
+	if p.PreflightNote != "" {
+		warning = "\n" + esc(p.PreflightNote) + warning
 	}
 	infraID := "&lt;spec.infraID&gt;"
 	if hc != nil && hc.InfraID != "" {
