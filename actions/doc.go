@@ -11,7 +11,9 @@
 //     NodePort copy created in the hosted cluster, on node ports the
 //     request may choose. Node ports out of range or already allocated are
 //     refused before any write, with the nearest free ones
-//     (PortCollisionError);
+//     (PortCollisionError); Preflight asks the same, reading only, when
+//     the exposure is proposed (the agent answers the bot's preflight,
+//     package approval);
 //   - Rollback undoes either, using the Undo data a Result carries.
 //
 // Every change is guarded: a proposal is computed from a value the user saw,

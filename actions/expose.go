@@ -128,17 +128,7 @@ func (x *Executor) nodePortRange() PortRange {
 func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result, error) {
 	req := c.req
 	p := req.Expose
-	hc, err := x.getHostedCluster(ctx, req.Cluster)
-	if err != nil {
-		return nil, err
-	}
-	if hc.Spec.Platform.Type != hypershift.PlatformKubeVirt {
-		return nil, fmt.Errorf("%w: HostedCluster %s runs on platform %q; NodePort exposure forwards to KubeVirt virt-launcher pods in the management cluster, which only the KubeVirt platform has", ErrNotKubeVirt, req.Cluster, hc.Spec.Platform.Type)
-	}
-	if hc.Spec.InfraID == "" {
-		return nil, fmt.Errorf("%w: HostedCluster %s has no spec.infraID, so its virt-launcher pods cannot be selected", ErrNotKubeVirt, req.Cluster)
-	}
-	hosted, err := x.hostedClient(ctx, hc)
+	hc, hosted, err := x.kubevirtCluster(ctx, req.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -189,12 +179,7 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 			if len(mgmtSvcs.Items) == 1 {
 				return nil, fmt.Errorf("%w: action %s left management Service %s/%s without its hosted Service; roll it back first", ErrConflict, req.ID, cpNS, mgmtSvcs.Items[0].Name)
 			}
-			if len(app.Spec.Selector) == 0 {
-				// Without a selector the Service's endpoints are managed
-				// by hand; a copy would select nothing.
-				return nil, fmt.Errorf("%w: hosted Service %s/%s has no selector", ErrInvalid, p.Namespace, p.Service)
-			}
-			ports, err := selectPorts(app, p)
+			ports, err := copyPorts(app, p)
 			if err != nil {
 				return nil, err
 			}
@@ -296,6 +281,26 @@ func (x *Executor) expose(ctx context.Context, c checked, observe bool) (*Result
 	}
 	res.Summary = exposeSummary(req, hostedSvc, mgmtSvc, res, len(ips), forward, !wrote)
 	return res, nil
+}
+
+// kubevirtCluster reads the HostedCluster ref names, refuses it unless
+// its VMs' virt-launcher pods can be selected, and reaches its API server.
+func (x *Executor) kubevirtCluster(ctx context.Context, ref ClusterRef) (*hypershift.HostedCluster, kubernetes.Interface, error) {
+	hc, err := x.getHostedCluster(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if hc.Spec.Platform.Type != hypershift.PlatformKubeVirt {
+		return nil, nil, fmt.Errorf("%w: HostedCluster %s runs on platform %q; NodePort exposure forwards to KubeVirt virt-launcher pods in the management cluster, which only the KubeVirt platform has", ErrNotKubeVirt, ref, hc.Spec.Platform.Type)
+	}
+	if hc.Spec.InfraID == "" {
+		return nil, nil, fmt.Errorf("%w: HostedCluster %s has no spec.infraID, so its virt-launcher pods cannot be selected", ErrNotKubeVirt, ref)
+	}
+	hosted, err := x.hostedClient(ctx, hc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return hc, hosted, nil
 }
 
 // permitsHostedFound: acting as the approver in hc's hosted cluster, the
@@ -425,6 +430,17 @@ func (x *Executor) createHostedService(ctx context.Context, hosted kubernetes.In
 		return nil, fmt.Errorf("%w: hosted cluster: %w", ErrRejected, err)
 	}
 	return nil, fmt.Errorf("create hosted Service %s/%s: %w", p.Namespace, svc.Name, err)
+}
+
+// copyPorts are the ports of the NodePort copy of app that Expose
+// creates in the hosted cluster.
+func copyPorts(app *corev1.Service, p *ExposeParams) ([]corev1.ServicePort, error) {
+	if len(app.Spec.Selector) == 0 {
+		// Without a selector the Service's endpoints are managed by
+		// hand; a copy would select nothing.
+		return nil, fmt.Errorf("%w: hosted Service %s/%s has no selector", ErrInvalid, p.Namespace, p.Service)
+	}
+	return selectPorts(app, p)
 }
 
 // selectPorts copies the wanted ports of app, asking for the requested
@@ -654,8 +670,23 @@ func (x *Executor) checkPorts(ctx context.Context, u *portUsage, req Change, hc 
 		}
 		return nil
 	}
+	if problems := u.problems(want, hosted); len(problems) > 0 {
+		return u.collision(problems, want, nil)
+	}
+	dry := managementService(req, hc, cpNS, want)
+	if _, err := x.writeKube().CoreV1().Services(cpNS).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
+		return managementCreateError(err, want, u)
+	}
+	return nil
+}
+
+// problems are the node ports of svc (all set) that are out of range or
+// allocated in the management cluster (and, with hosted, in the hosted
+// cluster), the holder named: the reads of checkPorts, without its dry
+// run, so that Preflight asks the same before anyone approves.
+func (u *portUsage) problems(svc *corev1.Service, hosted bool) []PortProblem {
 	var problems []PortProblem
-	for _, sp := range want.Spec.Ports {
+	for _, sp := range svc.Spec.Ports {
 		n := sp.NodePort
 		if !u.rng.Contains(n) {
 			problems = append(problems, PortProblem{NodePort: n, Reason: PortOutOfRange})
@@ -665,14 +696,7 @@ func (x *Executor) checkPorts(ctx context.Context, u *portUsage, req Change, hc 
 			problems = append(problems, PortProblem{NodePort: n, Reason: PortAllocatedHosted, Holder: holder})
 		}
 	}
-	if len(problems) > 0 {
-		return u.collision(problems, want, nil)
-	}
-	dry := managementService(req, hc, cpNS, want)
-	if _, err := x.writeKube().CoreV1().Services(cpNS).Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager}); err != nil {
-		return managementCreateError(err, want, u)
-	}
-	return nil
+	return problems
 }
 
 // collision is the error for problems among the node ports of svc, with

@@ -30,6 +30,8 @@
 // # The flow
 //
 //	chat ─ Propose / Approve / Reject ─▶ Flow: seal, compare-and-set in the bucket, audit; answer at once
+//	        (Propose of an exposure asks the agent first whether its node ports are free: preflight.go;
+//	         Approve asks whether the approver's identity may make the change: identity.go)
 //	Flow.Run (every bot replica): Permit ─▶ seal Request ─▶ wire ─▶ agent
 //	agent (Serve, the leader): open Request ─▶ read record ─▶ Permit ─▶ mark running ─▶ executor
 //	        ─▶ answer in the results bucket ─▶ Kubernetes Event + agent audit ─▶ ack

@@ -22,3 +22,17 @@ const DecisionContext = decisionContext
 
 // Digest is p's terms digest, which requests name.
 func Digest(p Proposal) string { return p.digest }
+
+// SealPreflight seals c as the bot seals an exposure's preflight (for
+// tests that replay one, or hold the bot's key).
+func SealPreflight(s *Signer, c PreflightCheck) []byte {
+	seal, err := s.seal(preflightContext, c)
+	if err != nil {
+		panic(err)
+	}
+	b, _ := json.Marshal(seal)
+	return b
+}
+
+// PreflightContext is the context string of preflights.
+const PreflightContext = preflightContext

@@ -271,7 +271,12 @@ func InChannel(channel string) ProposeOption {
 // audits it. An empty ch.ID gets a fresh one (NewID); ch.RequestedBy is
 // set to requestedBy, the authenticated user, whatever the caller put
 // there. The change must pass actions' Validate: an approver must never
-// be shown something the executor would refuse.
+// be shown something the executor would refuse. An exposure is first
+// checked by the agent of its source (preflight): one whose node ports
+// are taken there is not proposed (a *actions.PortCollisionError naming
+// each port and the Service holding it, with free ones), nor one the
+// agent finds invalid; one the agent does not answer for is proposed
+// with Proposal.PreflightNote saying so.
 func (f *Flow) Propose(ctx context.Context, ch actions.Change, requestedBy string, opts ...ProposeOption) (Proposal, error) {
 	var o proposeOptions
 	for _, opt := range opts {
@@ -286,6 +291,14 @@ func (f *Flow) Propose(ctx context.Context, ch actions.Change, requestedBy strin
 	}
 	if _, err := wire.Subject(o.source); err != nil {
 		return Proposal{}, fmt.Errorf("approval: propose %s: no usable management cluster: %w", ch.ID, err)
+	}
+	var note string
+	if ch.Type == actions.TypeExposeNodePort {
+		// A taken node port is found now, not after two people approved.
+		var err error
+		if note, err = f.preflight(ctx, o.source, ch); err != nil {
+			return Proposal{}, fmt.Errorf("approval: propose %s: %w", ch.ID, err)
+		}
 	}
 	now := f.now().UTC()
 	p := Proposal{
@@ -305,6 +318,7 @@ func (f *Flow) Propose(ctx context.Context, ch actions.Change, requestedBy strin
 	if err != nil {
 		return p, fmt.Errorf("approval: propose %s: %w", ch.ID, err)
 	}
+	p.PreflightNote = note
 	summary, diff := Describe(p.Change)
 	return p, f.record(ctx, p, audit.KindProposed, requestedBy, "", now, func(r *audit.Record) {
 		r.Summary, r.Diff = summary, diff

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -200,6 +201,36 @@ func (e *env) records(id string) []audit.Record {
 		}
 	}
 	return out
+}
+
+// approvedRunsOnce approves id for real (approver) and checks that it
+// runs once: nothing an attack left decides it.
+func (e *env) approvedRunsOnce(f *approval.Flow, id string) {
+	e.t.Helper()
+	var got outcome
+	if _, err := f.Approve(testContext(e.t), id, approver, approval.OnOutcome(got.fn)); err != nil {
+		e.t.Fatal(err)
+	}
+	waitFor(e.t, 30*time.Second, "the genuine approval's outcome", func() bool { return len(got.got()) == 1 })
+	if o := got.got()[0]; o.State != approval.StateExecuted || e.x.runs(id) != 1 {
+		e.t.Fatalf("outcome %s %s, %d runs", o.State, o.Reason, e.x.runs(id))
+	}
+}
+
+// refusedByAgent counts the refusals the agent audited.
+func (e *env) refusedByAgent() int {
+	e.t.Helper()
+	recent, err := e.trail.Recent(testContext(e.t), 100)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, r := range recent {
+		if r.Kind == audit.KindRefused && strings.HasPrefix(r.Summary, approval.RefusedByAgent) {
+			n++
+		}
+	}
+	return n
 }
 
 func kinds(rs []audit.Record) []audit.Kind {

@@ -160,20 +160,17 @@ func (f *Flow) approverIdentity(ctx context.Context, source, userID string) (via
 // agent writes as the approver), so an answer forged by someone who also
 // read the nonce gains the attacker only the note's absence.
 func (f *Flow) checkIdentity(ctx context.Context, p Proposal, userID, via, email string) (note string, err error) {
-	subject, err := event.IdentityCheckSubject(p.Source)
-	if err != nil {
-		return "", err
-	}
 	nonce := newNonce()
-	s, err := f.signer.seal(identityContext, Check{Source: p.Source, Change: p.Change, Approver: userID, Via: via, Email: email, IssuedAt: f.now().UTC(), Required: true, Nonce: nonce})
+	subject, data, err := f.sealCheck(p.Source, identityContext, Check{Source: p.Source, Change: p.Change, Approver: userID, Via: via, Email: email, IssuedAt: f.now().UTC(), Required: true, Nonce: nonce})
 	if err != nil {
 		return "", err
 	}
-	data, err := json.Marshal(s)
-	if err != nil {
-		return "", err
-	}
-	a, ignored, err := f.askCheck(ctx, subject, data, nonce)
+	var a CheckAnswer
+	ignored, err := f.askCheck(ctx, subject, data, checkTimeout, func(b []byte) bool {
+		got, err := decodeAnswer(b, nonce)
+		a = got
+		return err == nil
+	})
 	if ignored > 0 {
 		f.log.Warn().Int("ignored", ignored).Str("action", p.ID).Str("source", p.Source).
 			Msg("replies to the identity check that were no answer to it ignored (a stream capturing the checks, or a forged reply)")
@@ -203,24 +200,38 @@ func (f *Flow) checkIdentity(ctx context.Context, p Proposal, userID, via, email
 	return "", nil
 }
 
+// sealCheck seals v, a question for the agent of source, under context:
+// the subject to ask on and the bytes to send.
+func (f *Flow) sealCheck(source, context string, v any) (subject string, data []byte, err error) {
+	if subject, err = event.IdentityCheckSubject(source); err != nil {
+		return "", nil, err
+	}
+	s, err := f.signer.seal(context, v)
+	if err != nil {
+		return "", nil, err
+	}
+	data, err = json.Marshal(s)
+	return subject, data, err
+}
+
 // askCheck sends the sealed check data on subject and waits, until
-// checkTimeout, for the first reply that answers it: a CheckAnswer with
-// no field it does not know, echoing nonce. ignored counts the replies
-// that did not; err is the wait's end without an answer (nats.ErrNoResponders
-// at once when nobody listens on subject).
-func (f *Flow) askCheck(ctx context.Context, subject string, data []byte, nonce string) (a CheckAnswer, ignored int, err error) {
+// timeout, for the first reply that answers it (answers, which decodes
+// it strictly and checks that it echoes the check's nonce). ignored
+// counts the replies that did not; err is the wait's end without an
+// answer (nats.ErrNoResponders at once when nobody listens on subject).
+func (f *Flow) askCheck(ctx context.Context, subject string, data []byte, timeout time.Duration, answers func([]byte) bool) (ignored int, err error) {
 	// A reply subject of its own (the bot's inbox prefix), not the
 	// connection's request mux: every reply is seen, not just the first.
 	inbox := f.nc.NewInbox()
 	sub, err := f.nc.SubscribeSync(inbox)
 	if err != nil {
-		return a, 0, fmt.Errorf("the identity check's reply subject: %w", err)
+		return 0, fmt.Errorf("the check's reply subject: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := f.nc.PublishRequest(subject, inbox, data); err != nil {
-		return a, 0, fmt.Errorf("the identity check: %w", err)
+		return 0, fmt.Errorf("the check: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		msg, err := sub.NextMsgWithContext(cctx)
@@ -230,12 +241,12 @@ func (f *Flow) askCheck(ctx context.Context, subject string, data []byte, nonce 
 			ignored++
 			continue
 		case err != nil:
-			return a, ignored, err
+			return ignored, err
 		case len(msg.Data) == 0 && msg.Header.Get("Status") == noRespondersStatus:
-			return a, ignored, nats.ErrNoResponders
+			return ignored, nats.ErrNoResponders
 		}
-		if a, err := decodeAnswer(msg.Data, nonce); err == nil {
-			return a, ignored, nil
+		if answers(msg.Data) {
+			return ignored, nil
 		}
 		ignored++
 	}
@@ -282,14 +293,20 @@ type CheckConfig struct {
 	Identities identity.Map
 	// Access runs the SubjectAccessReviews of ch as id.
 	Access func(ctx context.Context, id identity.Identity, ch actions.Change) (missing []string, err error)
-	Log    zerolog.Logger
-	Now    func() time.Time
+	// Preflight reads, writing nothing, whether an exposure's node ports
+	// are free (actions.Executor.Preflight); nil, the agent says it
+	// cannot tell and the bot proposes with a note.
+	Preflight func(ctx context.Context, ch actions.Change) (*actions.Preflight, error)
+	Log       zerolog.Logger
+	Now       func() time.Time
 }
 
 // ServeChecks answers the bots' identity checks for cfg.Source until ctx
 // ends: the approver's identity by the agent's own map, then whether it
 // may make the change. Only a check sealed by a trusted key, fresh, for
-// this agent, is answered.
+// this agent, is answered. It answers the preflights of exposures on the
+// same subject (a seal of their own, each nonce once per replica:
+// answerPreflight).
 func ServeChecks(ctx context.Context, nc *nats.Conn, cfg CheckConfig) error {
 	subject, err := event.IdentityCheckSubject(cfg.Source)
 	if err != nil {
@@ -301,8 +318,9 @@ func ServeChecks(ctx context.Context, nc *nats.Conn, cfg CheckConfig) error {
 	}
 	// Every replica answers (a check reads, it changes nothing); one of
 	// them each time.
+	var seen nonces
 	sub, err := nc.QueueSubscribe(subject, "agents", func(m *nats.Msg) {
-		a := answerCheck(ctx, cfg, now(), m.Data)
+		a := answerCheck(ctx, cfg, &seen, now(), m.Data)
 		data, err := json.Marshal(a)
 		if err != nil {
 			return
@@ -318,13 +336,19 @@ func ServeChecks(ctx context.Context, nc *nats.Conn, cfg CheckConfig) error {
 	return sub.Unsubscribe()
 }
 
-func answerCheck(ctx context.Context, cfg CheckConfig, now time.Time, data []byte) CheckAnswer {
+// answerCheck answers data: a CheckAnswer, or a PreflightAnswer for a
+// sealed preflight.
+func answerCheck(ctx context.Context, cfg CheckConfig, seen *nonces, now time.Time, data []byte) any {
 	var s Seal
 	if err := decodeStrict(data, &s); err != nil {
 		return CheckAnswer{Error: "not a sealed check"}
 	}
 	var c Check
 	if err := s.open(identityContext, cfg.Keys, &c); err != nil {
+		var pc PreflightCheck
+		if s.open(preflightContext, cfg.Keys, &pc) == nil {
+			return answerPreflight(ctx, cfg, seen, now, pc)
+		}
 		// The nonce echoed all the same, so that the bot shows why (a key
 		// it has rotated, a newer bot's field) rather than "no answer it
 		// could trust": an error grants nothing.

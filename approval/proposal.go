@@ -140,6 +140,10 @@ type Proposal struct {
 	// answer the bot could trust): the change runs as that identity, and
 	// RBAC decides then.
 	IdentityNote string `json:"-"`
+	// PreflightNote, after Propose of an exposure, says what the agent
+	// found of its node ports (free now), or that they could not be
+	// checked and are checked when it runs.
+	PreflightNote string `json:"-"`
 
 	// digest names the sealed terms; decisions chain on it.
 	digest string

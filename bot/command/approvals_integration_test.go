@@ -154,7 +154,7 @@ func TestNoProxyEditedBeforeApprovalLive(t *testing.T) {
 	acts := e.cmds.Changes
 	k := diagnose.Key{Source: "mgmt-" + e.ns, Cluster: event.ClusterRef{Namespace: e.ns, Name: "kv"}}
 	fix := &diagnose.Fix{Kind: "noproxy", Target: "HostedCluster/" + e.ns + "/kv", Before: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16"}}
-	r := acts.ProposeNoProxy(ctx, k, fix, nil, requester)
+	r := acts.ProposeNoProxy(ctx, k, nil, fix, nil, requester)
 	id := actionID.FindString(r.Text)
 	if id == "" || !slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + id, chatops.ActionReject + "=" + id}) {
 		t.Fatalf("proposal: %q %v", r.Text, buttons(r))

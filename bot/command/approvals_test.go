@@ -97,7 +97,7 @@ func (e *approvalsEnv) propose(t *testing.T, source string, add ...string) (stri
 
 func proposeWith(t *testing.T, c *command.Changes, source string, add ...string) (string, chatops.Reply) {
 	t.Helper()
-	r := c.ProposeNoProxy(context.Background(), key(source), fix(), add, requester)
+	r := c.ProposeNoProxy(context.Background(), key(source), nil, fix(), add, requester)
 	id := actionID.FindString(r.Text)
 	if id == "" {
 		t.Fatalf("no action id in the proposal reply: %s", r.Text)
@@ -235,7 +235,7 @@ func TestApprovalsFailures(t *testing.T) {
 	}
 
 	// An extra entry the executor would refuse is never proposed.
-	r = e.approvals.ProposeNoProxy(context.Background(), key("mgmt-1"), fix(), []string{"*"}, requester)
+	r = e.approvals.ProposeNoProxy(context.Background(), key("mgmt-1"), nil, fix(), []string{"*"}, requester)
 	if !strings.Contains(r.Text, "Cannot propose") || actionID.MatchString(r.Text) {
 		t.Errorf("wildcard proposal: %q", r.Text)
 	}
@@ -419,7 +419,7 @@ func TestTwoApprovalsKeepTheButtons(t *testing.T) {
 		t.Errorf("outcome %q", out.Text)
 	}
 
-	r = e.approvals.ApproveFix(context.Background(), key("mgmt-1"), fix(), approver1)
+	r = e.approvals.ApproveFix(context.Background(), key("mgmt-1"), nil, fix(), approver1)
 	if !strings.Contains(r.Text, "(1 of 3 approvals)") || !strings.Contains(r.Text, "2 more approvers are needed") {
 		t.Errorf("first press on the incident: %q", r.Text)
 	}

@@ -52,7 +52,7 @@ func (a *Changes) stored(ctx context.Context, k diagnose.Key, user string, p app
 		return "\n_Warning: the audit record of this proposal could not be written._", chatops.Reply{}, true
 	case err != nil:
 		a.auditRefusal(ctx, k, user, err)
-		if errors.Is(err, actions.ErrInvalid) {
+		if errors.Is(err, actions.ErrInvalid) || errors.Is(err, actions.ErrNotKubeVirt) {
 			return "", chatops.Reply{Text: "Cannot propose that change: " + errText(err)}, false
 		}
 		return "", chatops.Reply{Text: couldNot + errText(err)}, false

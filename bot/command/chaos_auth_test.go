@@ -76,7 +76,7 @@ func TestChaosAuthorisation(t *testing.T) {
 	proposeOn := func(t *testing.T, c *command.Changes, cluster string) string {
 		t.Helper()
 		f := &diagnose.Fix{Kind: "noproxy", Target: "HostedCluster/clusters/" + cluster, Before: ".cluster.local", Add: []string{"kubernetes"}}
-		r := c.ProposeNoProxy(ctx, clusterKey(cluster), f, nil, requester)
+		r := c.ProposeNoProxy(ctx, clusterKey(cluster), nil, f, nil, requester)
 		id := actionID.FindString(r.Text)
 		if id == "" {
 			t.Fatalf("no action id in the proposal reply: %s", r.Text)

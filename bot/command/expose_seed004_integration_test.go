@@ -2,10 +2,14 @@ package command_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,8 +20,10 @@ import (
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
 )
 
 // outcomeOf accepts the outcome of approval id posted after the
@@ -46,7 +52,10 @@ func serviceVersions(t *testing.T, kc kubernetes.Interface) map[string]string {
 // nodePort, selecting the VMs by cluster.x-k8s.io/cluster-name=<infraID>)
 // and nothing in the hosted cluster; the approved rollback deletes that
 // Service only. With 30002 then held by another management Service, the
-// approval's outcome is the collision and the nearest free port, and no
+// exposure is refused when proposed (the agent's preflight, issue 29),
+// naming that Service and the nearest free port, and no proposal is
+// stored; proposed while 30002 is free and taken after the approval,
+// before the agent runs it, the outcome is the same collision, and no
 // object is created or changed on either side.
 func TestExposeSeed004Live(t *testing.T) {
 	e := newLiveEnv(t)
@@ -108,27 +117,52 @@ func TestExposeSeed004Live(t *testing.T) {
 		t.Errorf("hosted Services after rollback:\n got %v\nwant %v", got, hostedBefore)
 	}
 
-	// 30002 taken in the management cluster: refused before any write.
-	holder := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cpNS, Name: "holds-30002"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "other"},
-			Ports: []corev1.ServicePort{{Port: 80, NodePort: 30002}}},
-	}
-	if _, err := env.Kube.CoreV1().Services(cpNS).Create(ctx, holder, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.Kube.CoreV1().Services(cpNS).Delete(context.Background(), holder.Name, metav1.DeleteOptions{})
-	})
+	// 30002 taken in the management cluster (and 30009 by a Service that
+	// has nothing to do with the exposure): found when the exposure is
+	// proposed (issue 29), by a channel member who is no approver. The
+	// proposal is refused naming the port, the Service holding it and
+	// the nearest free port, and nothing else; no proposal is stored.
+	holder := takePort(t, cpNS, "holds-30002", 30002)
+	takePort(t, cpNS, "unrelated-30009", 30009)
 	mgmtBefore := serviceVersions(t, env.Kube)
+	proposals := proposalKeys(t, e)
+	reply = e.slack.command("expose "+e.cluster+" "+appNS+"/petclinic", requester, func(s string) bool { return strings.Contains(s, "Cannot propose") || hasID(s) })
+	t.Logf("refused proposal: %s", reply)
+	collision := "30002 is already allocated in the management cluster (Service " + cpNS + "/holds-30002)"
+	for _, want := range []string{
+		"Cannot propose exposing `petclinic/petclinic` of " + e.source + "/" + e.cluster, collision,
+		"nearest free node ports (range 30000-32767): 30004", "give it free ones there (nearest: 30004)",
+	} {
+		if !strings.Contains(reply, want) {
+			t.Errorf("refused proposal lacks %q", want)
+		}
+	}
+	if hasID(reply) || strings.Contains(reply, "unrelated-30009") {
+		t.Errorf("refused proposal: %q", reply)
+	}
+	if got := proposalKeys(t, e); !slices.Equal(got, proposals) {
+		t.Errorf("proposals after the refusal: %v, before %v", got, proposals)
+	}
+
+	// Free when proposed, taken after the approval and before the agent
+	// runs it: refused at execution with the same words, nothing created
+	// on either side, and the outcome says so.
+	deleteService(t, holder)
 	reply = e.slack.command("expose "+e.cluster+" "+appNS+"/petclinic", requester, hasID)
 	id = actionID.FindString(reply)
+	if !strings.Contains(reply, "Node ports 30001, 30002, 30003 are free in the management cluster now (checked by the agent of "+e.source+")") {
+		t.Errorf("proposal on free ports: %q", reply)
+	}
+	e.agentStop()
 	conv = e.slack.pressIn(approver1, chatops.ActionApprove, id)
 	conv.approvedAtOnce(t, approver1, e.source)
+	takePort(t, cpNS, "holds-30002", 30002)
+	mgmtBefore = serviceVersions(t, env.Kube)
+	e.agentStop = e.serveAgent()
 	txt = conv.posted(outcomeOf(id)).Form.Get("text")
 	t.Logf("collision outcome: %s", txt)
 	for _, want := range []string{
-		"was not applied", "30002 is already allocated in the management cluster (Service " + cpNS + "/holds-30002)",
+		"was not applied", collision,
 		"nearest free node ports (range 30000-32767): 30004", "give it free ones there (nearest: 30004)",
 	} {
 		if !strings.Contains(txt, want) {
@@ -144,4 +178,49 @@ func TestExposeSeed004Live(t *testing.T) {
 	if s := stateOf(t, e.flow, id); s != approval.StateFailed {
 		t.Errorf("refused exposure is %s, want failed", s)
 	}
+}
+
+// takePort creates a NodePort Service in the management cluster holding
+// nodePort, deleted with the test.
+func takePort(t *testing.T, ns, name string, nodePort int32) *corev1.Service {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "other"},
+			Ports: []corev1.ServicePort{{Port: 80, NodePort: nodePort}}},
+	}
+	if _, err := env.Kube.CoreV1().Services(ns).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteService(t, svc) })
+	return svc
+}
+
+func deleteService(t *testing.T, svc *corev1.Service) {
+	t.Helper()
+	err := env.Kube.CoreV1().Services(svc.Namespace).Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	// The API server releases the node port with the Service.
+	testenv.Eventually(t, 30*time.Second, "Service "+svc.Name+" gone", func() bool {
+		_, err := env.Kube.CoreV1().Services(svc.Namespace).Get(context.Background(), svc.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}
+
+// proposalKeys lists the keys of the approval store.
+func proposalKeys(t *testing.T, e *liveEnv) []string {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := e.botJS.KeyValue(ctx, bus.ProposalsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	return keys
 }

@@ -310,7 +310,7 @@ func TestForgedActionRequestsLive(t *testing.T) {
 	}
 	propose := func(c *command.Changes, add string) approval.Proposal {
 		t.Helper()
-		id := actionID.FindString(c.ProposeNoProxy(ctx, k, fix(add), nil, requester).Text)
+		id := actionID.FindString(c.ProposeNoProxy(ctx, k, nil, fix(add), nil, requester).Text)
 		p, err := e.flow.Get(ctx, id)
 		if err != nil {
 			t.Fatalf("proposal %q: %v", id, err)

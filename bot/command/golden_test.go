@@ -34,7 +34,7 @@ func TestGoldenBlockKit(t *testing.T) {
 	id, r := e.propose(t, "mgmt-1", "example.com")
 	golden.BlockKit(t, "proposal", r.Text, r.Blocks, fixed...)
 
-	r = e.approvals.ApproveFix(ctx, key("mgmt-1"), fix(), approver1)
+	r = e.approvals.ApproveFix(ctx, key("mgmt-1"), nil, fix(), approver1)
 	golden.BlockKit(t, "fix-first-approval", r.Text, r.Blocks, fixed...)
 
 	var conv later

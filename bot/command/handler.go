@@ -125,7 +125,7 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		diags, _ := c.Bot.Diagnose(k)
 		for _, d := range diags {
 			if d.Fix != nil && d.Fix.Kind == "noproxy" {
-				return c.Changes.ProposeNoProxy(ctx, k, d.Fix, cmd.Add, r.UserID, forDiagnosis(d), approval.InChannel(r.ChannelID))
+				return c.Changes.ProposeNoProxy(ctx, k, c.hostedCluster(k), d.Fix, cmd.Add, r.UserID, forDiagnosis(d), approval.InChannel(r.ChannelID))
 			}
 		}
 		return chatops.Reply{Text: fmt.Sprintf("No noProxy fix is proposed for %s: its noProxy already makes HyperShift bypass the proxy, or no proxy is set.", k)}
@@ -227,7 +227,7 @@ func (c *Handler) approveIncidentFix(ctx context.Context, r chatops.ActionReques
 	diags, _ := c.Bot.Diagnose(inc.Cluster)
 	for _, d := range diags {
 		if d.Fix != nil && d.Fix.Kind == "noproxy" {
-			return c.Changes.ApproveFix(ctx, inc.Cluster, d.Fix, r.UserID, forDiagnosis(d), approval.InChannel(r.ChannelID))
+			return c.Changes.ApproveFix(ctx, inc.Cluster, c.hostedCluster(inc.Cluster), d.Fix, r.UserID, forDiagnosis(d), approval.InChannel(r.ChannelID))
 		}
 	}
 	return chatops.Reply{Text: fmt.Sprintf("No fix to approve for %s any more: its noProxy no longer needs one.", esc(inc.Cluster.String()))}
@@ -276,15 +276,19 @@ func (c *Handler) expose(ctx context.Context, cmd chatops.Expose, user, channel 
 	if c.Changes == nil {
 		return unavailable(cmd)
 	}
-	var hc *event.HostedClusterState
-	if s, ok := c.Bot.HostedCluster(k); ok {
-		hc = &s
-	}
 	p, err := exposeParams(cmd)
 	if err != nil {
 		return chatops.Reply{Text: "Cannot propose that change: " + errText(err)}
 	}
-	return c.Changes.ProposeExpose(ctx, k, hc, p, user, approval.InChannel(channel))
+	return c.Changes.ProposeExpose(ctx, k, c.hostedCluster(k), p, user, approval.InChannel(channel))
+}
+
+// hostedCluster is the bot's view of k's HostedCluster, nil if it has none.
+func (c *Handler) hostedCluster(k diagnose.Key) *event.HostedClusterState {
+	if s, ok := c.Bot.HostedCluster(k); ok {
+		return &s
+	}
+	return nil
 }
 
 // exposeParams turns the command into the request's parameters: chosen

@@ -304,6 +304,9 @@ func newLiveEnv(t *testing.T, opts ...liveOption) *liveEnv {
 	x := &actions.Executor{Dynamic: env.Dynamic, Kube: env.Kube}
 	var flowMods []func(*approval.Config)
 	var agentMods []func(*approval.AgentConfig)
+	// The agent answers exposure preflights always, identity checks when
+	// it maps approvers (as cmd/hcpbot's agent does).
+	checks := approval.CheckConfig{Source: source, Keys: []string{signer.PublicKey()}, Log: natstest.Logger(t)}
 	if !lc.identities.Empty() {
 		x = executorFor(t, env.DeployAgent(t, ns, lc.identities))
 		m := lc.identities
@@ -314,12 +317,11 @@ func newLiveEnv(t *testing.T, opts ...liveOption) *liveEnv {
 				return x.As(id, extra)
 			}
 		})
-		runUntil(t, func(ctx context.Context) {
-			_ = approval.ServeChecks(ctx, agentConn.NC, approval.CheckConfig{
-				Source: source, Keys: []string{signer.PublicKey()}, Identities: m, Access: x.Access, Log: natstest.Logger(t),
-			})
-		})
+		checks.Identities, checks.Access = m, x.Access
 	}
+	checks.Preflight = x.Preflight
+	runUntil(t, func(ctx context.Context) { _ = approval.ServeChecks(ctx, agentConn.NC, checks) })
+	answering(t, botConn.NC, source)
 	flow := runFlow(t, botConn.JS, signer, log, pol, flowMods...)
 	start := func() func() { return serveAgent(t, agentConn.JS, source, signer, x, agentMods...) }
 	stop := start()
@@ -332,6 +334,19 @@ func newLiveEnv(t *testing.T, opts ...liveOption) *liveEnv {
 	cmds := &command.Handler{Bot: b, Audit: log, Changes: &command.Changes{Flow: flow, Audit: log, Log: natstest.Logger(t)}}
 	return &liveEnv{ns: ns, c: c, hosted: hosted, flow: flow, log: log, cmds: cmds, slack: newSlackFront(t, cmds), cluster: ns + "/kv",
 		source: source, signer: signer, seal: kp, botNC: botConn.NC, botJS: botConn.JS, serveAgent: start, agentStop: stop}
+}
+
+// answering waits until the agent of source answers checks on nc.
+func answering(t *testing.T, nc *nats.Conn, source string) {
+	t.Helper()
+	subject, err := event.IdentityCheckSubject(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the agent answering checks", func() bool {
+		_, err := nc.Request(subject, []byte("{}"), time.Second)
+		return err == nil
+	})
 }
 
 // executorFor is the agent's executor on cfg: its clients, and cfg as the

@@ -23,17 +23,44 @@ import (
 // ProposeNoProxy proposes the diagnosis' noProxy
 // fix, plus the entries the user added, computed from the value the
 // diagnosis saw (fix.Before) so that the agent refuses it if the cluster
-// has changed since.
-func (a *Changes) ProposeNoProxy(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, add []string, user string, opts ...approval.ProposeOption) chatops.Reply {
+// has changed since. hc is the bot's view of the HostedCluster (nil if it
+// has none): a paused one is said to roll the fix out only after the
+// pause (pausedRollout).
+func (a *Changes) ProposeNoProxy(ctx context.Context, k diagnose.Key, hc *event.HostedClusterState, fix *diagnose.Fix, add []string, user string, opts ...approval.ProposeOption) chatops.Reply {
 	req := noProxyRequest(k, fix, add)
 	p, warning, refused, ok := a.propose(ctx, k, req, user, opts...)
 	if !ok {
 		return refused
 	}
 	_, diff := noProxyDiff(req.NoProxy)
-	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\n%s%s",
-		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), howToDecide(p), warning)
+	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\n%s%s%s",
+		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), howToDecide(p), pausedRollout(hc, req, time.Now()), warning)
 	return proposalReply(p.ID, text)
+}
+
+// pausedRollout says, for a noProxy fix of a HostedCluster whose
+// spec.pausedUntil pauses it now (event.ReadPausedUntil, HyperShift's
+// reading), that the fix is written but reaches the nodes only once the
+// pause ends, and how to lift it; "" otherwise. While paused, the
+// HostedCluster controller returns before it passes the HostedCluster's
+// spec to its control plane and pauses the CAPI Cluster
+// (hypershift-operator/controllers/hostedcluster/hostedcluster_controller.go:1307-1317
+// at openshift/hypershift 3ee9615); the command is HyperShift's own
+// (docs/content/how-to/pause-reconciliation.md:23-26).
+func pausedRollout(hc *event.HostedClusterState, req actions.Change, now time.Time) string {
+	if hc == nil || req.NoProxy == nil || req.NoProxy.Target == actions.TargetProxy {
+		return ""
+	}
+	pause := event.ReadPausedUntil(hc.PausedUntil, now)
+	if !pause.Paused {
+		return ""
+	}
+	until := "until `spec.pausedUntil` is removed"
+	if !pause.Until.IsZero() {
+		until = "until " + pause.Until.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	return fmt.Sprintf("\n*HostedCluster %s is paused* (`spec.pausedUntil: %s`): HyperShift rolls nothing out %s, so once applied the new noProxy waits for the pause to end before it reaches the control plane and the nodes. To lift the pause: `oc patch -n %s hostedclusters/%s --type=merge -p '{\"spec\":{\"pausedUntil\":null}}'`",
+		esc(req.Cluster.String()), escCode(hc.PausedUntil), until, escCode(req.Cluster.Namespace), escCode(req.Cluster.Name))
 }
 
 // DiagnosisRequester is who requested a fix approved straight from its
@@ -56,7 +83,7 @@ const fixPrefix = "fix-"
 // approver, on this button or the proposal's, approves it and runs it. The
 // proposal of a fix has an id derived from its content, so that every
 // press on the incident meets the same pending proposal.
-func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.Fix, user string, opts ...approval.ProposeOption) chatops.Reply {
+func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, hc *event.HostedClusterState, fix *diagnose.Fix, user string, opts ...approval.ProposeOption) chatops.Reply {
 	if err := a.Flow.Authorize(ctx, user); err != nil {
 		a.auditRefusal(ctx, k, user, fmt.Errorf("approve the diagnosed fix: %w", err))
 		text, _ := refusal("approve", "the fix of "+esc(k.String()), approval.Proposal{}, err)
@@ -69,7 +96,7 @@ func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.
 			return refused
 		}
 		r := a.Approve(ctx, p.ID, user)
-		r.Text += warning
+		r.Text += pausedRollout(hc, req, time.Now()) + warning
 		return r
 	}
 	// The proposal of this fix is the first of its ids (fixID, by
@@ -97,7 +124,7 @@ func (a *Changes) ApproveFix(ctx context.Context, k diagnose.Key, fix *diagnose.
 			attempt++
 			continue
 		}
-		return a.firstApproval(ctx, k, req, p, user, err)
+		return a.firstApproval(ctx, k, hc, req, p, user, err)
 	}
 	return chatops.Reply{Text: fmt.Sprintf("The fix of %s was proposed %d times already; propose it with `/hcp fix noproxy %s`.", esc(k.String()), maxFixGenerations, esc(k.Cluster.String()))}
 }
@@ -108,7 +135,7 @@ const maxFixGenerations = 16
 
 // firstApproval answers the first press under four-eyes: the proposal
 // Propose stored (or why not).
-func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, req actions.Change, p approval.Proposal, user string, err error) chatops.Reply {
+func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, hc *event.HostedClusterState, req actions.Change, p approval.Proposal, user string, err error) chatops.Reply {
 	warning, refused, ok := a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
 	if !ok {
 		return refused
@@ -121,9 +148,9 @@ func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, req actions
 		more = fmt.Sprintf("%d more approvers are needed", n)
 	}
 	text := fmt.Sprintf("%s approved the fix of %s as `%s` (1 of %d approvals): add %s to the noProxy.\n```%s```\n"+
-		"Four-eyes rule: %s — press Approve (here or on the incident) or `/hcp approve %s`; reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s",
+		"Four-eyes rule: %s — press Approve (here or on the incident) or `/hcp approve %s`; reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s%s",
 		mention(user), esc(k.String()), p.ID, p.Needed()+1, esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), more, p.ID, p.ID,
-		p.ExpiresAt.UTC().Format("15:04 UTC"), warning)
+		p.ExpiresAt.UTC().Format("15:04 UTC"), pausedRollout(hc, req, time.Now()), warning)
 	return proposalReply(p.ID, text)
 }
 
@@ -203,9 +230,21 @@ func (a *Changes) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.H
 		Cluster: actions.ClusterRef{Namespace: k.Cluster.Namespace, Name: k.Cluster.Name},
 		Expose:  &params,
 	}
-	p, warning, refused, ok := a.propose(ctx, k, req, user, opts...)
+	p, err := a.Flow.Propose(ctx, req, user, append(opts, approval.ForSource(k.Source))...)
+	if pc := (*actions.PortCollisionError)(nil); errors.As(err, &pc) {
+		// Found by the agent's preflight: nothing is proposed, so the
+		// reply names no id; the words are the execution's refusal's.
+		a.auditRefusal(ctx, k, user, err)
+		p := approval.Proposal{Source: k.Source, Change: req}
+		return chatops.Reply{Text: fmt.Sprintf("Cannot propose exposing `%s/%s` of %s: %s%s",
+			esc(params.Namespace), esc(params.Service), esc(k.String()), errText(pc), collisionAdvice(p, pc))}
+	}
+	warning, refused, ok := a.stored(ctx, k, user, p, err, "Could not store the proposal: ")
 	if !ok {
 		return refused
+	}
+	if p.PreflightNote != "" {
+		warning = "\n" + esc(p.PreflightNote) + warning
 	}
 	infraID := "&lt;spec.infraID&gt;"
 	if hc != nil && hc.InfraID != "" {

@@ -397,13 +397,16 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 		// write (an unanswered check at approval counted with a note).
 		Access: executor.Access,
 	}
-	// Every replica answers the bots' identity checks (any one may): they
-	// read, they write nothing. An agent without identities answers too,
+	// Every replica answers the bots' identity checks and exposure
+	// preflights (any one may): they read, they write nothing. An agent without identities answers too,
 	// so that a bot requiring them hears at approval, not at execution,
 	// that this agent acts as nobody.
 	wg.Go(func() {
 		err := approval.ServeChecks(ctx, conn.NC, approval.CheckConfig{
 			Source: f.source, Keys: f.trustedKeys, Identities: f.identities, Access: executor.Access, Log: log,
+			// An exposure's node ports, checked when it is proposed
+			// (reads only; execution checks them again).
+			Preflight: executor.Preflight,
 		})
 		if err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("not answering identity checks")

@@ -15,10 +15,11 @@ import (
 )
 
 // agent.serviceNodePortRange takes effect in `hcpbot all`: with the
-// management cluster's range given as 30000-30099, an approved
+// management cluster's range given as 30000-30099,
 // `/hcp expose ... nodeports 30100` (inside Kubernetes' default range) is
-// refused by the agent before anything is written, and the reply names
-// that range and the nearest free port inside it.
+// refused when proposed (the agent's preflight, issue 29), before anyone
+// approves and before anything is written, and the reply names that
+// range and the command on the nearest free port inside it.
 func TestAllAgentNodePortRange(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -42,19 +43,22 @@ func TestAllAgentNodePortRange(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var id string
-	testenv.Eventually(t, 60*time.Second, "exposure proposed", func() bool {
-		reply := hcp.run(ctx, "expose "+ns+"/range default/web nodeports 30100", "U0RANGE001", func(s string) bool {
-			return actionIDPattern.MatchString(s) || strings.Contains(s, "Unknown cluster")
+	// Until the bot knows the cluster and the agent answers (a proposal
+	// made before that carries a note and stays pending).
+	var reply string
+	testenv.Eventually(t, 60*time.Second, "exposure refused when proposed", func() bool {
+		reply = hcp.run(ctx, "expose "+ns+"/range default/web nodeports 30100", "U0RANGE001", func(s string) bool {
+			return actionIDPattern.MatchString(s) || strings.Contains(s, "Unknown cluster") || strings.Contains(s, "Cannot propose")
 		})
-		id = actionIDPattern.FindString(reply)
-		return id != ""
+		return strings.Contains(reply, "Cannot propose")
 	})
-	reply := hcp.run(ctx, "approve "+id, "U0RANGE002", outcomeOf(id))
-	for _, want := range []string{"was not applied", "30100 is outside the node-port range 30000-30099", "nodeports 30099`"} {
+	for _, want := range []string{"30100 is outside the node-port range 30000-30099", "nodeports 30099`"} {
 		if !strings.Contains(reply, want) {
-			t.Errorf("approve answered %q, want %q\n%s", reply, want, tail(logs.String(), 3000))
+			t.Errorf("expose answered %q, want %q\n%s", reply, want, tail(logs.String(), 3000))
 		}
+	}
+	if actionIDPattern.MatchString(reply) {
+		t.Errorf("a refused exposure names a proposal: %q", reply)
 	}
 	if got, err := scenario.ServiceVersions(ctx, hosted.Kube); err != nil || !maps.Equal(got, hostedBefore) {
 		t.Errorf("hosted Services changed (%v):\n got %v\nwant %v", err, got, hostedBefore)
