@@ -2,12 +2,14 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -94,4 +96,26 @@ func setConditions(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVe
 	}
 	_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
 	return err
+}
+
+// SetPausedUntil sets spec.pausedUntil of a HostedCluster or NodePool
+// (gvr), or removes it when value is nil, as the documented
+// `oc patch --type=merge -p '{"spec":{"pausedUntil":...}}'` does
+// (hypershift docs/content/how-to/pause-reconciliation.md:23-26). It
+// returns the object's new metadata.generation (a spec change bumps it).
+func SetPausedUntil(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVersionResource, namespace, name string, value *string) (int64, error) {
+	v := "null"
+	if value != nil {
+		b, err := json.Marshal(*value)
+		if err != nil {
+			return 0, err
+		}
+		v = string(b)
+	}
+	patch := []byte(`{"spec":{"pausedUntil":` + v + `}}`)
+	u, err := dc.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("set pausedUntil of %s %s/%s: %w", gvr.Resource, namespace, name, err)
+	}
+	return u.GetGeneration(), nil
 }
