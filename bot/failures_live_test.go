@@ -191,7 +191,7 @@ func TestHostedClusterFailuresLive(t *testing.T) {
 			name: "kubevirt network policy RBAC", spec: func(ns string) scenario.Cluster { return scenario.Healthy(ns, "netpol") },
 			setup: func(ctx context.Context, t *testing.T, c scenario.Cluster) {
 				t.Helper()
-				if err := scenario.SetPausedUntil(ctx, env.Dynamic, hypershift.HostedClusterGVR, c.Namespace, c.Name, "2099-01-01T00:00:00"); err != nil {
+				if _, err := scenario.SetPausedUntil(ctx, env.Dynamic, hypershift.HostedClusterGVR, c.Namespace, c.Name, new("2099-01-01T00:00:00")); err != nil {
 					t.Fatal(err)
 				}
 				hcConditions(scenario.Condition{Type: "ValidKubeVirtInfraNetworkPolicyRBAC", Status: "False", Reason: "InfraClusterNetworkReadFailed",
@@ -213,7 +213,7 @@ func TestHostedClusterFailuresLive(t *testing.T) {
 			name: "no workers, paused", spec: func(ns string) scenario.Cluster { return scenario.Healthy(ns, "noworkers") },
 			setup: func(ctx context.Context, t *testing.T, c scenario.Cluster) {
 				t.Helper()
-				if err := scenario.SetPausedUntil(ctx, env.Dynamic, hypershift.HostedClusterGVR, c.Namespace, c.Name, "true"); err != nil {
+				if _, err := scenario.SetPausedUntil(ctx, env.Dynamic, hypershift.HostedClusterGVR, c.Namespace, c.Name, new("true")); err != nil {
 					t.Fatal(err)
 				}
 				hcConditions(dpNoWorkers, cpNoWorkers, pausedForever)(ctx, t, c)
@@ -233,7 +233,7 @@ func TestHostedClusterFailuresLive(t *testing.T) {
 			setup: func(ctx context.Context, t *testing.T, c scenario.Cluster) {
 				t.Helper()
 				until := time.Now().Add(48 * time.Hour).UTC().Format(time.RFC3339)
-				if err := scenario.SetPausedUntil(ctx, env.Dynamic, hypershift.HostedClusterGVR, c.Namespace, c.Name, until); err != nil {
+				if _, err := scenario.SetPausedUntil(ctx, env.Dynamic, hypershift.HostedClusterGVR, c.Namespace, c.Name, new(until)); err != nil {
 					t.Fatal(err)
 				}
 				if err := scenario.SetHostedClusterStatusField(ctx, env.Dynamic, c.Namespace, c.Name, "ignitionEndpoint", "ignition-server-"+c.Namespace+"-ignp.apps.mgmt.example.com"); err != nil {

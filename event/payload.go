@@ -274,7 +274,11 @@ type NodePoolState struct {
 	// HostedClusterState.PausedUntil); a NodePool does not read its
 	// HostedCluster's.
 	PausedUntil string `json:"pausedUntil,omitempty"`
-	Deleted     bool   `json:"deleted,omitempty"`
+	// Generation is metadata.generation: a condition whose
+	// observedGeneration is older was written before the last spec
+	// change (a pause set or lifted, a fix applied).
+	Generation int64 `json:"generation,omitempty"`
+	Deleted    bool  `json:"deleted,omitempty"`
 }
 
 // EventType implements Payload.

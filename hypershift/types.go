@@ -272,6 +272,9 @@ type NodePoolCondition struct {
 	Reason             string      `json:"reason,omitempty"`
 	Message            string      `json:"message,omitempty"`
 	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
+	// ObservedGeneration: the NodePool controller stamps every condition
+	// with the NodePool's generation (nodepool/conditions.go:43-73).
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // Proxy is OpenShift's config.openshift.io/v1 Proxy (standalone clusters).

@@ -56,6 +56,12 @@ type Config struct {
 	// at its end, so a flood of requests costs one snapshot per gap;
 	// default DefaultRestateMinGap.
 	RestateMinGap time.Duration
+	// ConnectivityStaleAfter is the age past which a hosted cluster's
+	// connectivity-check stamp is stale; default
+	// DefaultConnectivityStaleAfter (HyperShift's). ConnectivityInterval
+	// is how often the agent re-judges every cached stamp; default
+	// DefaultConnectivityInterval.
+	ConnectivityStaleAfter, ConnectivityInterval time.Duration
 }
 
 // Restatement defaults.
@@ -125,6 +131,12 @@ func (c *Config) defaults() error {
 	if c.RestateMinGap <= 0 {
 		c.RestateMinGap = DefaultRestateMinGap
 	}
+	if c.ConnectivityStaleAfter <= 0 {
+		c.ConnectivityStaleAfter = DefaultConnectivityStaleAfter
+	}
+	if c.ConnectivityInterval <= 0 {
+		c.ConnectivityInterval = DefaultConnectivityInterval
+	}
 	return nil
 }
 
@@ -140,11 +152,14 @@ const (
 	kindServiceCAPod
 	kindAPIProxyPod
 	kindNodeSummary // one per hosted cluster: its state in Agent.states
+	kindAPIService
+	kindConnectivity // the connectivity-check ConfigMap of a hosted cluster
 )
 
 var kindNames = map[kind]string{
 	kindHostedCluster: "HostedCluster", kindNodePool: "NodePool", kindVirtLauncher: "Pod", kindOCPProxy: "Proxy",
 	kindSecret: "Secret", kindNode: "Node", kindServiceCAPod: "Pod", kindAPIProxyPod: "Pod", kindNodeSummary: "HostedCluster",
+	kindAPIService: "APIService", kindConnectivity: "ConfigMap",
 }
 
 // key is a work item: an object of a kind, in the management cluster or

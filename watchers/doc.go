@@ -32,12 +32,38 @@
 //
 // Per-node events carry problems only; so that the bot knows each hosted
 // cluster's real size, the agent also publishes a node summary (total,
-// Ready, NotReady, Unknown, joining, not joining) when its counts change,
+// Ready, NotReady, Unknown, joining, not joining, and Ready nodes that are
+// cordoned: HyperShift counts only Ready, schedulable nodes as available
+// workers, support/util/util.go:568-590) when its counts change,
 // at most once per NodeSummaryInterval per cluster (nodesummary.go), and in
 // every snapshot. A Node without a Ready condition is joining (not a
 // problem, not published) for NodeJoinGrace after its creation; the node is
 // requeued for the moment the grace runs out and is then published as not
 // joining.
+//
+// Two records of each hosted cluster are its own evidence of its control
+// plane's reachability (evidence.go):
+//   - its aggregated APIServices (apiregistration.k8s.io/v1 with
+//     spec.service, through a dynamic informer caching name, spec.service
+//     and the Available condition only). kube-aggregator marks one
+//     Available=False (FailedDiscoveryCheck, MissingEndpoints,
+//     ServiceNotFound, ...) when it cannot reach its server; HyperShift's
+//     openshift APIServices are reached through konnectivity
+//     (hypershift#313). Published (APIServiceState) when (status, reason)
+//     changes, a problem while not True; True again or deleted, Cleared.
+//   - the ConfigMap kube-system/control-plane-connectivity-check (watched
+//     by name, data.lastSucceeded only), stamped about every 60 s by the
+//     workers' kas-connection-checker pods when they reach the API server
+//     through the path workloads use. Published (ConnectivityCheck) only
+//     when its state changes: missing, no record, unparsable, fresh, or
+//     stale (older than Config.ConnectivityStaleAfter, HyperShift's 5
+//     minutes). A stamp that stops moving changes nothing in the API, so
+//     one ticker (Config.ConnectivityInterval) re-judges every cached
+//     stamp at the agent's clock; a fresh stamp after a fresh one is no
+//     news, and a cluster whose API server is unreachable is not judged
+//     (its cache cannot move).
+//
+// Both are problem facts restated in snapshots, like the others.
 //
 // The publisher holds events NATS refuses and retries them. A refusal that
 // retrying alone does not cure (no stream, permissions, too large) lasting

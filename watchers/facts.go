@@ -123,7 +123,7 @@ func proxyChangeFact(target event.ProxyTarget, old, cur hypershift.ProxySpec, re
 func nodePoolFact(np *hypershift.NodePool) fact {
 	p := event.NodePoolState{
 		Name: np.Name, ClusterName: np.Spec.ClusterName, Platform: np.Spec.Platform.Type,
-		Replicas: np.Spec.Replicas, CurrentReplicas: np.Status.Replicas,
+		Replicas: np.Spec.Replicas, CurrentReplicas: np.Status.Replicas, Generation: np.Generation,
 	}
 	problem := false
 	// The state leaves out messages and times: NodePool messages churn
@@ -139,6 +139,7 @@ func nodePoolFact(np *hypershift.NodePool) fact {
 		p.Conditions = append(p.Conditions, event.Condition{
 			Type: c.Type, Status: event.ConditionStatus(c.Status), Severity: c.Severity,
 			Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time,
+			ObservedGeneration: c.ObservedGeneration,
 		})
 		state.WriteString(c.Type + "=" + c.Status + ";")
 		if c.Type != "UpdatingConfig" && c.Status == "False" {

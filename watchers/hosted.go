@@ -14,8 +14,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
@@ -62,6 +65,9 @@ type hostedCluster struct {
 	unusable string
 
 	summary summaryTimer
+	// connCheckRV is the resourceVersion of the connectivity-check
+	// record last seen: the key of its absence (evidence.go).
+	connCheckRV string
 }
 
 // hostedConn is the informers of one set of credentials; a rotated Secret
@@ -72,13 +78,17 @@ type hostedConn struct {
 	client     kubernetes.Interface
 	httpClient *http.Client
 	cancel     context.CancelFunc
-	factories  []informers.SharedInformerFactory
+	factories  []factory
 	nodes      listerscorev1.NodeLister
 	scaPods    listerscorev1.PodLister
 	apiProxy   listerscorev1.PodLister
-	synced     []cache.InformerSynced
-	probeDone  chan struct{}
-	nudge      chan struct{}
+	// apiServices caches slim APIServices (evidence.go), connCheck the
+	// one connectivity-check ConfigMap.
+	apiServices cache.GenericLister
+	connCheck   listerscorev1.ConfigMapLister
+	synced      []cache.InformerSynced
+	probeDone   chan struct{}
+	nudge       chan struct{}
 	// stale is set when the API server came back after an outage: the
 	// informers would wait out client-go's watch backoff (up to a minute
 	// and more, then a 410 and a re-list), so the conn is rebuilt.
@@ -143,12 +153,18 @@ func (c *hostedConn) stop() {
 // informerStopWait bounds how long stopping waits for informers to return.
 const informerStopWait = 5 * time.Second
 
+// factory is a typed or dynamic informer factory.
+type factory interface {
+	Start(stopCh <-chan struct{})
+	Shutdown()
+}
+
 // shutdown stops factories whose context is cancelled, waiting at most
 // informerStopWait. client-go's reflector sleeps out a watch-list backoff
 // (up to 30 s against an unreachable API server) without looking at its
 // context, and a worker or the agent's shutdown must not wait for that;
 // such informers end on their own once the backoff is over.
-func shutdown(factories ...informers.SharedInformerFactory) {
+func shutdown(factories ...factory) {
 	done := make(chan struct{})
 	go func() {
 		for _, f := range factories {
@@ -279,6 +295,10 @@ func (a *Agent) connectHosted(ctx context.Context, hc *hostedCluster, data []byt
 	if err != nil {
 		return nil, err
 	}
+	dc, err := dynamic.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	conn := &hostedConn{credsHash: hash, endpoint: endpointOf(cfg), client: kc, httpClient: httpClient,
 		cancel: cancel, probeDone: make(chan struct{}), nudge: make(chan struct{}, 1), dialer: dialer}
@@ -288,7 +308,16 @@ func (a *Agent) connectHosted(ctx context.Context, hc *hostedCluster, data []byt
 	proxyF := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithNamespace(APIServerProxyNamespace),
 		informers.WithTransform(transformPod),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = APIServerProxySelector }))
-	conn.factories = []informers.SharedInformerFactory{nodeF, scaF, proxyF}
+	// One ConfigMap, by name: nothing else of kube-system is cached.
+	connF := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithNamespace(ConnectivityCheckNamespace),
+		informers.WithTransform(transformConnectivityCheck),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ConnectivityCheckName).String()
+		}))
+	// APIServices through the dynamic client: no kube-aggregator module
+	// for one condition.
+	apiF := dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
+	conn.factories = []factory{nodeF, scaF, proxyF, connF, apiF}
 
 	onErr := func(*cache.Reflector, error) { a.watchFailed(conn) }
 	add := func(inf cache.SharedIndexInformer, k kind) {
@@ -309,6 +338,13 @@ func (a *Agent) connectHosted(ctx context.Context, hc *hostedCluster, data []byt
 	ap := proxyF.Core().V1().Pods()
 	add(ap.Informer(), kindAPIProxyPod)
 	conn.apiProxy = ap.Lister()
+	cc := connF.Core().V1().ConfigMaps()
+	add(cc.Informer(), kindConnectivity)
+	conn.connCheck = cc.Lister()
+	as := apiF.ForResource(APIServiceGVR)
+	_ = as.Informer().SetTransform(transformAPIService)
+	add(as.Informer(), kindAPIService)
+	conn.apiServices = as.Lister()
 	for _, f := range conn.factories {
 		f.Start(cctx.Done())
 	}
@@ -439,6 +475,8 @@ func (c *hostedConn) get(k key) (any, error) {
 		return c.scaPods.Pods(k.namespace).Get(k.name)
 	case kindAPIProxyPod:
 		return c.apiProxy.Pods(k.namespace).Get(k.name)
+	case kindAPIService:
+		return c.apiServices.Get(k.name)
 	}
 	return nil, fmt.Errorf("unknown hosted kind %d", k.kind)
 }
@@ -448,6 +486,18 @@ func (c *hostedConn) list() (nodes []*corev1.Node, sca []*corev1.Pod, apiProxy [
 	sca, _ = c.scaPods.List(labels.Everything())
 	apiProxy, _ = c.apiProxy.List(labels.Everything())
 	return
+}
+
+// listAPIServices reads the cached APIServices.
+func (c *hostedConn) listAPIServices() []apiServiceView {
+	objs, _ := c.apiServices.List(labels.Everything())
+	out := make([]apiServiceView, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, readAPIService(u))
+		}
+	}
+	return out
 }
 
 func (c *hostedConn) hasSynced() bool {

@@ -90,6 +90,14 @@ func (a *Agent) nodeSummaryFact(nodes []*corev1.Node, now time.Time) fact {
 			p.NotJoining++
 		case c.Status == corev1.ConditionTrue:
 			p.Ready++
+			// HyperShift counts a cordoned Ready node as no available
+			// worker (support/util/util.go:568-590): its connection
+			// conditions turn Unknown/NoWorkerNodesAvailable once every
+			// Ready node is cordoned, which the bot can only tell with
+			// this count.
+			if n.Spec.Unschedulable {
+				p.Cordoned++
+			}
 		case c.Status == corev1.ConditionFalse:
 			p.NotReady++
 		default:
@@ -105,8 +113,8 @@ func (a *Agent) nodeSummaryFact(nodes []*corev1.Node, now time.Time) fact {
 			maxRVText = n.ResourceVersion
 		}
 	}
-	state := fmt.Sprintf("total=%d ready=%d notready=%d unknown=%d joining=%d notjoining=%d",
-		p.Total, p.Ready, p.NotReady, p.Unknown, p.Joining, p.NotJoining)
+	state := fmt.Sprintf("total=%d ready=%d notready=%d unknown=%d joining=%d notjoining=%d cordoned=%d",
+		p.Total, p.Ready, p.NotReady, p.Unknown, p.Joining, p.NotJoining, p.Cordoned)
 	rv := maxRVText
 	if maxRV > 0 {
 		rv = strconv.FormatUint(maxRV, 10)

@@ -2,12 +2,15 @@ package watchers_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/event"
@@ -157,4 +160,26 @@ func TestNodeNotJoiningAfterGrace(t *testing.T) {
 	}
 	s.waitFor(t, "the node Ready", 1, nodeState(cluster, stuck[0], event.ConditionTrue))
 	s.waitFor(t, "a summary of 3 Ready nodes", 1, summaryIs(cluster, func(n event.NodeSummary) bool { return n.Total == 3 && n.Ready == 3 }))
+
+	// kubectl cordon / uncordon (a merge patch of spec.unschedulable): the
+	// node stays Ready, which HyperShift no longer counts as an available
+	// worker (support/util/util.go:568-590), so the summary says so.
+	setUnschedulable := func(v bool) {
+		t.Helper()
+		patch := []byte(`{"spec":{"unschedulable":` + strconv.FormatBool(v) + `}}`)
+		if _, err := hosted.Kube.CoreV1().Nodes().Patch(ctx, stuck[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUnschedulable(true)
+	s.waitFor(t, "a summary with the node cordoned", 1, summaryIs(cluster, func(n event.NodeSummary) bool {
+		return n.Total == 3 && n.Ready == 3 && n.Cordoned == 1 && n.Available() == 2
+	}))
+	setUnschedulable(false)
+	testenv.Eventually(t, 30*time.Second, "a summary with the node uncordoned", func() bool {
+		all := s.matching(isType[event.NodeSummary](cluster))
+		p, _ := all[len(all)-1].DecodePayload()
+		n := p.(event.NodeSummary)
+		return n.Cordoned == 0 && n.Ready == 3
+	})
 }

@@ -52,6 +52,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	periodic := time.NewTicker(a.cfg.RestateInterval)
 	defer periodic.Stop()
+	// One ticker for every cluster's connectivity-check stamp.
+	connTick := time.NewTicker(a.cfg.ConnectivityInterval)
+	defer connTick.Stop()
 	// Restatements run here, one at a time. lastFresh is when the last
 	// one with fresh IDs started; a request inside RestateMinGap of it
 	// arms gap, and the requests until it fires are folded into one run.
@@ -72,6 +75,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.snapshot(ctx, false)
 		case <-periodic.C:
 			fresh()
+		case <-connTick.C:
+			a.judgeAllConnectivity(ctx)
 		case <-a.restate:
 			if gap != nil {
 				continue // already scheduled
@@ -195,7 +200,7 @@ func (a *Agent) syncOne(ctx context.Context, k key, quiet bool) error {
 		return a.syncOpenShiftProxy(ctx, k)
 	case kindSecret:
 		return a.syncSecret(ctx, k.cluster)
-	case kindNode, kindServiceCAPod, kindAPIProxyPod:
+	case kindNode, kindServiceCAPod, kindAPIProxyPod, kindAPIService, kindConnectivity:
 		return a.syncHostedObject(ctx, k)
 	}
 	return nil

@@ -131,6 +131,18 @@ func (a *Agent) snapshot(ctx context.Context, fresh bool) {
 		for _, p := range apiProxy {
 			emit(sc, key{kind: kindAPIProxyPod, cluster: ref, namespace: p.Namespace, name: p.Name}, &ref, podRef(p, true), apiServerProxyFact(p))
 		}
+		sc.types = append(sc.types, event.TypeAPIService)
+		for _, v := range conn.listAPIServices() {
+			if f, ok := apiServiceFact(v); ok {
+				emit(sc, key{kind: kindAPIService, cluster: ref, name: v.name}, &ref, apiServiceRef(v), f)
+			}
+		}
+		// A record that cannot be judged now (the cluster is unreachable)
+		// is neither restated nor cleared: its type is left out.
+		if f, obj, ok := a.readConnectivity(hc, conn); ok {
+			sc.types = append(sc.types, event.TypeConnectivity)
+			emit(sc, connectivityKey(ref), &ref, obj, f)
+		}
 		scopes = append(scopes, sc)
 	}
 	total := 0

@@ -187,9 +187,17 @@ func (a *Agent) syncHostedObject(ctx context.Context, k key) error {
 	if conn == nil {
 		return nil
 	}
+	if k.kind == kindConnectivity {
+		a.judgeConnectivity(ctx, hc, conn)
+		return nil
+	}
 	obj, err := conn.get(k)
 	ref := k.cluster
 	if apierrors.IsNotFound(err) {
+		if k.kind == kindAPIService {
+			a.apiServiceGone(ctx, k)
+			return nil
+		}
 		a.objectGone(ctx, k, &ref)
 		if k.kind == kindNode {
 			a.nodesChanged(ctx, hc)
@@ -200,6 +208,8 @@ func (a *Agent) syncHostedObject(ctx context.Context, k key) error {
 		return err
 	}
 	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		a.syncAPIService(ctx, k, o)
 	case *corev1.Node:
 		now := a.now()
 		if wait := joinWait(o, now, a.cfg.NodeJoinGrace); wait > 0 {

@@ -22,7 +22,9 @@ func transformNode(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Node{ObjectMeta: slimMeta(n.ObjectMeta), Spec: corev1.NodeSpec{ProviderID: n.Spec.ProviderID}}
+	// Unschedulable: a cordoned Ready node is no available worker to
+	// HyperShift (nodesummary.go).
+	out := &corev1.Node{ObjectMeta: slimMeta(n.ObjectMeta), Spec: corev1.NodeSpec{ProviderID: n.Spec.ProviderID, Unschedulable: n.Spec.Unschedulable}}
 	out.Labels = nil
 	// A node without status is "joining" for a grace after its creation.
 	out.CreationTimestamp = n.CreationTimestamp

@@ -98,24 +98,24 @@ func setConditions(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVe
 	return err
 }
 
-// SetPausedUntil sets spec.pausedUntil of a HostedCluster (gvr
-// hypershift.HostedClusterGVR) or NodePool (hypershift.NodePoolGVR) as
-// written: "true", an RFC3339 time, or anything the CRD's pattern lets
-// through (hostedcluster_types.go:791-799, nodepool_types.go:207-215);
-// "" removes it, like `oc patch … -p '{"spec":{"pausedUntil":null}}'`.
-// HyperShift's ReconciliationActive condition is the caller's to set
-// (SetHostedClusterConditions), as HyperShift writes it on its next pass.
-func SetPausedUntil(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVersionResource, namespace, name, value string) error {
-	patch := `{"spec":{"pausedUntil":null}}`
-	if value != "" {
-		b, err := json.Marshal(map[string]any{"spec": map[string]any{"pausedUntil": value}})
+// SetPausedUntil sets spec.pausedUntil of a HostedCluster or NodePool
+// (gvr), or removes it when value is nil, as the documented
+// `oc patch --type=merge -p '{"spec":{"pausedUntil":...}}'` does
+// (hypershift docs/content/how-to/pause-reconciliation.md:23-26). It
+// returns the object's new metadata.generation (a spec change bumps it).
+func SetPausedUntil(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVersionResource, namespace, name string, value *string) (int64, error) {
+	v := "null"
+	if value != nil {
+		b, err := json.Marshal(*value)
 		if err != nil {
-			return fmt.Errorf("pausedUntil %q: %w", value, err)
+			return 0, err
 		}
-		patch = string(b)
+		v = string(b)
 	}
-	if _, err := dc.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("set pausedUntil of %s %s/%s: %w", gvr.Resource, namespace, name, err)
+	patch := []byte(`{"spec":{"pausedUntil":` + v + `}}`)
+	u, err := dc.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("set pausedUntil of %s %s/%s: %w", gvr.Resource, namespace, name, err)
 	}
-	return nil
+	return u.GetGeneration(), nil
 }
