@@ -9,15 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
-	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 )
 
 // B3-burst — the opposite of a storm: six unrelated failures on six
@@ -127,16 +124,7 @@ func b3BurstTrial(b *testing.B, cfg bot.Config, trial int) (post, handed []time.
 	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		b.Fatal(err)
 	}
-	rec := slackrec.New(b, slackrec.WithRate(b3PostRate, b3PostBurst), slackrec.WithUpdateRate(b3UpdateRate, b3UpdateBurst))
-	store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-bench", rec.APIURL(), nil), Store: store, Log: log, Registerer: reg})
-	if err != nil {
-		b.Fatal(err)
-	}
+	rec, n, reg := b3Slack(ctx, b, conn.JS, log)
 	hand := &b3Handed{Notifier: n, at: make([]time.Time, b3BurstClusters)}
 	bt := bot.New(cfg, conn.JS, hand, reg, log)
 	var wg sync.WaitGroup
