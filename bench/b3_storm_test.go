@@ -122,16 +122,7 @@ func b3Storm(b *testing.B) {
 	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0)); err != nil {
 		b.Fatal(err)
 	}
-	rec := slackrec.New(b, slackrec.WithRate(b3PostRate, b3PostBurst), slackrec.WithUpdateRate(b3UpdateRate, b3UpdateBurst))
-	store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-bench", rec.APIURL(), nil), Store: store, Log: log, Registerer: reg})
-	if err != nil {
-		b.Fatal(err)
-	}
+	rec, n, reg := b3Slack(ctx, b, conn.JS, log)
 	bt := bot.New(cfg, conn.JS, n, reg, log)
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -332,6 +323,24 @@ func b3Storm(b *testing.B) {
 			b.ReportMetric(v, f)
 		}
 	}
+}
+
+// b3Slack is the notifier of B3's bots: the real Slack notifier with its
+// NATS KV store on js, against a recorder of its own with Slack's posting
+// limits (b3PostRate, b3UpdateRate), its metrics in reg.
+func b3Slack(ctx context.Context, b *testing.B, js jetstream.JetStream, log zerolog.Logger) (*slackrec.Recorder, *notify.Slack, *prometheus.Registry) {
+	b.Helper()
+	rec := slackrec.New(b, slackrec.WithRate(b3PostRate, b3PostBurst), slackrec.WithUpdateRate(b3UpdateRate, b3UpdateBurst))
+	store, err := notify.NewKVStore(ctx, js, notify.KVConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-bench", rec.APIURL(), nil), Store: store, Log: log, Registerer: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rec, n, reg
 }
 
 // b3Events are the storm's events for clusters clusters.

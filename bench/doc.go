@@ -26,6 +26,11 @@
 // minus the group wait, B2-approve a signed /hcp approve to the
 // HostedCluster patched and the confirmation posted, stage by stage.
 //
+// B3-burst is the opposite of B3's storm: six unrelated failures on six
+// clusters, which must each be posted right after the group wait, not
+// held for the storm window (first post minus publication, relative to
+// the group wait).
+//
 // B6 (cold start) fills an embedded JetStream with a fleet's 72 hours,
 // 100,000 and 1,000,000 events, and times a bot started on it. B7 (fleet)
 // runs 20 management clusters × 100 hosted clusters × 24 nodes on three

@@ -67,8 +67,12 @@
 //     edit, the same proxy, the same management cluster: bot/storm) within
 //     StormWindow, StormThreshold or more of them, become one storm
 //     message, listing every cluster in its thread, StormPage per reply.
-//     While a storm may be brewing, new incidents are held back for up to
-//     StormWindow rather than posted one by one. Members stay incidents of
+//     While a storm may be brewing around a new incident (incidents
+//     sharing a cause with it could still reach StormThreshold within
+//     StormWindow at the pace they opened at, and the newest of them is
+//     younger than GroupWait), it is held back, for StormWindow at most,
+//     rather than posted one by one; incidents with no cause in common
+//     never hold each other back. Members stay incidents of
 //     their own: /hcp incidents and /hcp diagnose reach each one.
 //
 // # Following the fix to the end

@@ -28,7 +28,7 @@ const (
 	reasonReplaying        reason = "replaying"         // the stream was not replayed yet: nothing is sent from a half-built picture
 	reasonRootLookup       reason = "root-lookup"       // resolved before the notifier was asked whether it has a message
 	reasonGroupWait        reason = "group-wait"        // a new incident gathers signals for GroupWait
-	reasonStormBrewing     reason = "storm-brewing"     // held for up to StormWindow while a storm may form
+	reasonStormBrewing     reason = "storm-brewing"     // a storm may still form around it and is growing: held, StormWindow at most
 	reasonStormMember      reason = "storm-member"      // its storm's message speaks for it
 	reasonResolvedUnposted reason = "resolved-unposted" // resolved before anyone was told: nothing to say
 	reasonSilenced         reason = "silenced"          // a silence covers it (its message said so once)

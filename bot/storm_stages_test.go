@@ -40,6 +40,21 @@ func TestStormStage(t *testing.T) {
 	m2 := members(2, t0.Add(-5*time.Second))
 	old2 := members(2, t0.Add(-time.Minute))
 	off := members(3, t0.Add(-time.Minute))
+	// Six incidents a second apart, each on a management cluster of its
+	// own, no proxy: nothing in common.
+	unrelated := members(6, t0.Add(-6*time.Second))
+	for i, inc := range unrelated {
+		inc.Cluster.Source = fmt.Sprintf("mgmt-%d", i)
+	}
+	stopped := members(6, t0.Add(-15*time.Second)) // newest seen 10 s ago
+	growing := members(6, t0.Add(-6*time.Second))  // newest seen 1 s ago
+	trickle := members(3, t0.Add(-20*time.Second), func(inc *Incident) {
+		// 10 s apart: at that pace 17 more need 170 s of a 30 s window.
+		step := inc.Opened.Sub(t0.Add(-20*time.Second)) * 10
+		inc.Opened = t0.Add(-20*time.Second + step)
+		inc.n.seen = inc.Opened
+	})
+	all6 := []string{"m00", "m01", "m02", "m03", "m04", "m05"}
 	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.stormStage }, []stageCase{
 		{name: "threshold reached: one storm, all let on (as members) and handled", cfg: Config{StormThreshold: 3},
 			in: m3, out: []string{"m00", "m01", "m02"},
@@ -51,8 +66,20 @@ func TestStormStage(t *testing.T) {
 					}
 				}
 			}},
-		{name: "a storm brewing: held for up to the storm window", cfg: Config{StormThreshold: 8},
-			in: m2, held: map[reason]float64{reasonStormBrewing: 2}, next: t0.Add(maxFlush), check: inStorm(0)},
+		// Held until the group wait has passed since the newest of them
+		// (seen 4 s ago), the storm window at most.
+		{name: "a storm brewing: held while it grows", cfg: Config{StormThreshold: 8, GroupWait: 10 * time.Second},
+			in: m2, held: map[reason]float64{reasonStormBrewing: 2}, check: inStorm(0)},
+		{name: "unrelated incidents do not hold each other", cfg: Config{StormThreshold: 8, GroupWait: 10 * time.Second},
+			in: unrelated, out: all6, check: inStorm(0)},
+		{name: "a burst that stopped growing: each on its own", cfg: Config{StormThreshold: 20, GroupWait: 5 * time.Second},
+			in: stopped, out: all6, check: inStorm(0)},
+		{name: "a burst still growing: held for the group wait after its newest", cfg: Config{StormThreshold: 20, GroupWait: 5 * time.Second},
+			in: growing, held: map[reason]float64{reasonStormBrewing: 6}, check: inStorm(0)},
+		{name: "too slow to reach the threshold: each on its own", cfg: Config{StormThreshold: 20, GroupWait: 15 * time.Second},
+			in: trickle, out: []string{"m00", "m01", "m02"}, check: inStorm(0)},
+		{name: "group wait 0: nothing held", cfg: Config{StormThreshold: 8},
+			in: members(2, t0.Add(-5*time.Second)), out: []string{"m00", "m01"}, check: inStorm(0)},
 		{name: "storm window over: each on its own", cfg: Config{StormThreshold: 8},
 			in: old2, out: []string{"m00", "m01"}, check: inStorm(0)},
 		{name: "storms off", cfg: Config{StormThreshold: -1}, in: off, out: []string{"m00", "m01", "m02"}, check: inStorm(0)},

@@ -3,6 +3,7 @@ package bot_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +43,13 @@ func startBot(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg 
 // replaying the stream (cmd/hcpbot feeds it the approval store's fixes).
 func startBotWith(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config, before func(*bot.Bot)) *botRun {
 	t.Helper()
+	return runBot(t, js, rec, cfg, before, nil)
+}
+
+// runBot is startBotWith with the bot handing its notifications to
+// wrap(notifier) when wrap is not nil (the notifier still delivers them).
+func runBot(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config, before func(*bot.Bot), wrap func(notify.Notifier) notify.Notifier) *botRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := natstest.Logger(t)
 	store, err := notify.NewKVStore(ctx, js, notify.KVConfig{})
@@ -53,7 +61,11 @@ func startBotWith(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bot.New(cfg, js, n, reg, log)
+	var out notify.Notifier = n
+	if wrap != nil {
+		out = wrap(n)
+	}
+	b := bot.New(cfg, js, out, reg, log)
 	if before != nil {
 		before(b)
 	}
@@ -423,4 +435,112 @@ func TestRouteByLabels(t *testing.T) {
 	if m := rootsIn(rec, "C0PROD")[0]; !strings.Contains(m.Text, "hc-0") {
 		t.Errorf("prod channel got %q", m.Text)
 	}
+}
+
+// A burst of six unrelated failures on six clusters, each on its own
+// management cluster and all behind the fleet's proxy (scenario.Burst),
+// published back to back as six agents reporting in the same second: far
+// fewer than the storm threshold, so each is posted on its own once the
+// group wait has passed, not after the storm window (30 s: the old rule
+// held all six for it, five sharing the proxy being "a quarter of the
+// threshold"). Measured from each cluster's publication to the bot
+// handing its first message to the notifier, and to the recorder
+// accepting it under Slack's per-channel post limit (1/s, burst 3): six
+// roots and their first thread replies in one channel need a few seconds
+// of that limit themselves, which the second bound allows for.
+func TestUnrelatedBurstPostsAfterGroupWait(t *testing.T) {
+	ctx := context.Background()
+	js := natsJS(t)
+	rec := slackrec.New(t)
+	cfg := stormConfig()
+	cfg.GroupWait = time.Second
+	handed := &handOff{first: map[string]time.Time{}}
+	runBot(t, js, rec, cfg, nil, func(n notify.Notifier) notify.Notifier { handed.Notifier = n; return handed })
+
+	const clusters = 6
+	bound := cfg.GroupWait + 5*time.Second
+	// Slack's own floor for the roots past the burst, one a second.
+	slackFloor := time.Duration(clusters-3) * time.Second
+	burst, err := scenario.Burst("mgmt-burst", clusters, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := make([]time.Time, clusters)
+	for i, evs := range burst {
+		published[i] = time.Now()
+		if err := scenario.Publish(ctx, js, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var posted []time.Time
+	rec.WaitFor(t, 45*time.Second, func(r *slackrec.Recorder) bool {
+		posted = firstRoots(r, clusters)
+		return !slices.Contains(posted, time.Time{})
+	})
+	for i := range clusters {
+		toBot, toSlack := handed.at(fmt.Sprintf("/hc-%d", i)).Sub(published[i]), posted[i].Sub(published[i])
+		t.Logf("hc-%d (mgmt-burst-%d): handed to the notifier %.2fs, posted %.2fs after publication (group wait %v)",
+			i, i, toBot.Seconds(), toSlack.Seconds(), cfg.GroupWait)
+		if toBot > bound {
+			t.Errorf("hc-%d handed to the notifier %v after publication, want within group wait + 5s = %v", i, toBot, bound)
+		}
+		if toSlack > bound+slackFloor {
+			t.Errorf("hc-%d posted %v after publication, want within group wait + 5s + Slack's floor %v", i, toSlack, slackFloor)
+		}
+	}
+	if rs := roots(rec); len(rs) != clusters {
+		t.Errorf("%d root messages, want one per cluster", len(rs))
+	}
+	for _, m := range roots(rec) {
+		if strings.Contains(m.Text, "STORM") {
+			t.Errorf("unrelated failures made a storm: %s", m.Text)
+		}
+	}
+}
+
+// handOff records when the bot first handed a rendering naming each
+// cluster to the notifier.
+type handOff struct {
+	notify.Notifier
+	mu    sync.Mutex
+	first map[string]time.Time // by rendering text
+}
+
+func (h *handOff) Upsert(ctx context.Context, m notify.Message) error {
+	h.mu.Lock()
+	if _, ok := h.first[m.Text]; !ok {
+		h.first[m.Text] = time.Now()
+	}
+	h.mu.Unlock()
+	return h.Notifier.Upsert(ctx, m)
+}
+
+// at is when a rendering whose text holds name was first handed over.
+func (h *handOff) at(name string) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var first time.Time
+	for text, at := range h.first {
+		if strings.Contains(text, name) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
+// firstRoots returns when the recorder first accepted a root message of
+// each of the clusters hc-0 … hc-<n-1>; zero for one not posted yet.
+func firstRoots(r *slackrec.Recorder, n int) []time.Time {
+	out := make([]time.Time, n)
+	for _, c := range r.CallsTo("chat.postMessage") {
+		if c.Status != 200 || c.Form.Get("thread_ts") != "" {
+			continue
+		}
+		for i := range out {
+			if out[i].IsZero() && strings.Contains(c.Form.Get("text"), fmt.Sprintf("/hc-%d", i)) {
+				out[i] = c.Time
+			}
+		}
+	}
+	return out
 }

@@ -122,12 +122,17 @@ func (b *Bot) revive(s *Storm) {
 // first is zero) into storms: into an open storm of their channel whose
 // cause they share, else into a new one when at least StormThreshold
 // incidents of the channel share a cause within StormWindow. The others
-// are handled on their own, except that while a storm may be brewing (a
-// quarter of the threshold already shares a cause with the incident) an
-// incident is held back, for at most StormWindow: agents report a storm
-// over seconds, and posting its first clusters one by one is exactly the
-// flood storms exist to prevent. It lets on every incident it does not
-// hold; storm members go on to the storm-member stage.
+// are handled on their own, except that while a storm may be brewing
+// around an incident it is held back, for at most StormWindow: agents
+// report a storm over seconds, and posting its first clusters one by one
+// is exactly the flood storms exist to prevent. A storm is brewing
+// (storm.Brewing) only while the incidents sharing one of the incident's
+// causes can still reach StormThreshold within the window at the pace they
+// opened at, and the newest of them is younger than GroupWait: incidents
+// with no cause in common never hold each other, and a burst of unrelated
+// failures on one management cluster posts GroupWait after its last
+// incident, not after the storm window. It lets on every incident it does
+// not hold; storm members go on to the storm-member stage.
 func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
 	var fresh []*Incident
 	for _, inc := range due {
@@ -170,7 +175,7 @@ func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
 			inc.n.causes = b.causesOf(inc)
 		}
 		byKey[inc.Key] = inc
-		byChannel[inc.Channel] = append(byChannel[inc.Channel], storm.Member{Key: inc.Key, Opened: inc.Opened, Causes: inc.n.causes})
+		byChannel[inc.Channel] = append(byChannel[inc.Channel], storm.Member{Key: inc.Key, Opened: inc.Opened, Causes: inc.n.causes, Seen: inc.n.seen})
 	}
 	channels := make([]string, 0, len(byChannel))
 	for ch := range byChannel {
@@ -198,15 +203,14 @@ func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
 			}
 		}
 	}
-	brew := max(2, b.cfg.StormThreshold/4)
 	held := map[*Incident]bool{}
 	for _, inc := range rest {
 		if inc.Storm != "" {
 			continue
 		}
-		if hold := inc.n.seen.Add(b.cfg.StormWindow); f.now.Before(hold) &&
-			storm.Brewing(inc.n.causes, inc.Opened, byChannel[inc.Channel], brew, b.cfg.StormWindow) {
-			f.lookAgain(f.now.Add(maxFlush))
+		until := storm.Brewing(inc.n.causes, inc.Opened, byChannel[inc.Channel], b.cfg.StormThreshold, b.cfg.StormWindow, b.cfg.GroupWait)
+		if until = earliest(until, inc.n.seen.Add(b.cfg.StormWindow)); f.now.Before(until) {
+			f.lookAgain(until)
 			b.hold(&inc.n.held, "incident", inc.Key, reasonStormBrewing)
 			held[inc] = true
 			continue

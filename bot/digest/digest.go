@@ -86,12 +86,17 @@ type Input struct {
 type Snapshot struct {
 	At       time.Time `json:"at"`
 	Findings []string  `json:"findings"` // FindingID, sorted
+	// Since is when each finding was first seen, by FindingID (absent
+	// from snapshots written before it was kept).
+	Since map[string]time.Time `json:"since,omitempty"`
 }
 
 // Finding is a lint finding of one cluster.
 type Finding struct {
 	noproxy.Finding
-	New bool // not in the previous digest
+	New   bool      // not in the previous digest
+	Class Class     // whether it needs action (Classify)
+	Since time.Time // first seen in a digest (this one's time when New or First)
 }
 
 // ClusterReport is the digest of one hosted cluster.
@@ -111,14 +116,19 @@ type ClusterReport struct {
 	Actions        []audit.Record
 }
 
-// Compliant reports whether the cluster has no critical or warning finding.
-func (r ClusterReport) Compliant() bool {
+// Compliant reports whether the cluster has no finding that needs
+// action; informational findings never make it non-compliant.
+func (r ClusterReport) Compliant() bool { return r.NeedingAction() == 0 }
+
+// NeedingAction counts the cluster's findings that need action.
+func (r ClusterReport) NeedingAction() int {
+	n := 0
 	for _, f := range r.Findings {
-		if f.Severity != noproxy.SeverityInfo {
-			return false
+		if f.Class == NeedsAction {
+			n++
 		}
 	}
-	return true
+	return n
 }
 
 // Source groups the clusters of one management cluster.
@@ -131,8 +141,11 @@ type Source struct {
 type Digest struct {
 	At      time.Time
 	Sources []Source
-	// Counts of findings by severity over all clusters.
-	Counts map[noproxy.Severity]int
+	// Counts of findings by severity over all clusters; Action of those
+	// that need action, by severity; Informational of the others.
+	Counts        map[noproxy.Severity]int
+	Action        map[noproxy.Severity]int
+	Informational int
 	// New and Fixed count the trend against the previous digest; First
 	// is true when there was none.
 	New, Fixed int
@@ -164,7 +177,7 @@ func (s Source) counts() (incidents, silences, exposures, unwatched int) {
 	return incidents, silences, exposures, unwatched
 }
 
-// NonCompliant returns the clusters with critical or warning findings.
+// NonCompliant returns the clusters with a finding that needs action.
 func (d Digest) NonCompliant() []ClusterReport {
 	var out []ClusterReport
 	for _, s := range d.Sources {
@@ -179,11 +192,13 @@ func (d Digest) NonCompliant() []ClusterReport {
 
 // Snapshot returns what the next digest compares with.
 func (d Digest) Snapshot() Snapshot {
-	s := Snapshot{At: d.At, Findings: []string{}}
+	s := Snapshot{At: d.At, Findings: []string{}, Since: map[string]time.Time{}}
 	for _, src := range d.Sources {
 		for _, c := range src.Clusters {
 			for _, f := range c.Findings {
-				s.Findings = append(s.Findings, FindingID(c.Key, f.Finding))
+				id := FindingID(c.Key, f.Finding)
+				s.Findings = append(s.Findings, id)
+				s.Since[id] = f.Since
 			}
 		}
 	}
@@ -202,7 +217,8 @@ var actionKinds = map[audit.Kind]bool{audit.KindExecuted: true, audit.KindFailed
 
 // Build makes the digest at now. It is pure.
 func Build(now time.Time, in Input) Digest {
-	d := Digest{At: now, Counts: map[noproxy.Severity]int{}, First: in.Previous == nil, ExposuresIncomplete: in.ExposuresIncomplete}
+	d := Digest{At: now, Counts: map[noproxy.Severity]int{}, Action: map[noproxy.Severity]int{}, First: in.Previous == nil,
+		ExposuresIncomplete: in.ExposuresIncomplete}
 	prev := map[string]bool{}
 	if in.Previous != nil {
 		d.Since = in.Previous.At
@@ -238,7 +254,13 @@ func Build(now time.Time, in Input) Digest {
 				d.New++
 			}
 			d.Counts[f.Severity]++
-			r.Findings = append(r.Findings, Finding{Finding: f, New: isNew})
+			class := Classify(f)
+			if class == NeedsAction {
+				d.Action[f.Severity]++
+			} else {
+				d.Informational++
+			}
+			r.Findings = append(r.Findings, Finding{Finding: f, New: isNew, Class: class, Since: sinceOf(id, now, in.Previous, prev[id])})
 		}
 		for _, diag := range c.Diagnoses {
 			for _, s := range diag.Symptoms {

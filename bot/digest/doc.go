@@ -10,6 +10,32 @@
 // with the trend (new and fixed findings) against the previous digest's
 // finding set.
 //
+// # What needs action, and what "compliant" means
+//
+// Each finding is classified ([Classify], with the reason for each code in
+// classify.go): it needs action when something is broken, will break or
+// is unsafe and a change to the cluster's configuration fixes it (the API
+// tunnelled through the proxy, an unusable proxy URL, credentials in it,
+// a proxy CA expiring, ignition sent through the proxy, an entry no
+// client matches, ...); it is informational otherwise (an entry HyperShift
+// adds to the rendered list by itself, a CIDR that urllib cannot read
+// while the platform's Go clients can, a repetition, a suggested list).
+// A cluster is compliant when it has no finding that needs action;
+// informational findings never make it non-compliant. Open incidents,
+// silences, NodePort exposures and actions taken are listed, not judged;
+// an unwatched cluster and an exposure on no cluster the bot knows are
+// listed under "needs action" all the same. Every digest says so in a
+// line ([CompliantLine]).
+//
+// The root lists what needs action ([Digest.NeedsAction]) ranked: most
+// severe first (critical, then warning), then clusters with an open
+// incident (hurting now), then the oldest (first seen in an earlier
+// digest: the snapshot keeps first sightings), then by cluster, code and
+// entry. Each cluster's thread reply shows its findings that need action
+// (with their fixes) before its informational ones, so Slack's bound cuts
+// the informational ones first; a compliant cluster with nothing in place
+// gets no reply in Slack (the console digest lists everything).
+//
 // [Runner] fires each configured digest at the ticks of its cron schedule,
 // read in the digest's time zone. Every bot replica runs one; the first to
 // create the key "<name>.<tick unix>" in a NATS KV bucket takes the tick,

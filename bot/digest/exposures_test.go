@@ -118,7 +118,7 @@ func TestExposuresAndSilences(t *testing.T) {
 	for _, mode := range []digest.Mode{digest.Compact, digest.Full} {
 		root, replies := digest.Render(d, "daily", mode)
 		summary := sectionsText(root.Blocks)
-		if !strings.Contains(summary, "• *mgmt-1*: not compliant: `clusters/bad` (") ||
+		if !strings.Contains(summary, "• *mgmt-1*: needs action: `clusters/bad` (") ||
 			!strings.Contains(summary, " · 🚨 1 open incident · 🔕 2 silences · 🔌 2 NodePort exposures\n") ||
 			!strings.Contains(summary, "• On no cluster the bot knows: 🔌 1 NodePort exposure · 🔕 1 silence\n") {
 			t.Errorf("mode %d summary:\n%s", mode, summary)

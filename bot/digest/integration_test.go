@@ -244,7 +244,7 @@ func TestDigestThreeClusters(t *testing.T) {
 	}
 	summary := root.Text + string(root.Blocks)
 	// Other tests' clusters may be listed too; ours must be counted right.
-	for _, want := range []string{"not compliant", "`" + ns + "/creds` (2)", "`" + ns + "/missing`", "🔕 1 silence", "🔌 1 NodePort exposure"} {
+	for _, want := range []string{"needs action", "`" + ns + "/creds` (2)", "`" + ns + "/missing`", "🔕 1 silence", "🔌 1 NodePort exposure"} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("summary lacks %q: %s", want, summary)
 		}

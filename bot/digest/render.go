@@ -22,7 +22,7 @@ type Mode int
 
 const (
 	// Compact is for Slack: a summary root and one thread reply per
-	// non-compliant cluster, each bounded.
+	// cluster that needs action or has something in place, each bounded.
 	Compact Mode = iota
 	// Full is for the console: every cluster, every finding.
 	Full
@@ -53,10 +53,12 @@ func Render(d Digest, name string, mode Mode) (notify.Message, []notify.Reply) {
 	var replies []notify.Reply
 	for _, s := range d.Sources {
 		for _, c := range s.Clusters {
+			// A compliant cluster with nothing in place gets no reply in
+			// Slack: its informational findings are in the console digest.
 			if mode == Compact && c.Compliant() && len(c.Fixed) == 0 && c.Incident == "" && len(c.Silences) == 0 && len(c.Exposures) == 0 && c.Unwatched == "" {
 				continue
 			}
-			body := clean(clusterText(c, mode))
+			body := clean(clusterText(c, d, mode))
 			limit := maxChunks
 			if mode == Full {
 				limit = 0
@@ -90,31 +92,67 @@ func Render(d Digest, name string, mode Mode) (notify.Message, []notify.Reply) {
 	return root, replies
 }
 
+// CompliantLine says in every digest what "compliant" means.
+const CompliantLine = "_Compliant: no finding that needs action (🔴 🟠). Informational findings (🔵) never make a cluster non-compliant; incidents, silences, exposures and actions are listed, not judged._"
+
+// maxSummaryItems bounds the findings the root lists under "Needs action";
+// the clusters' replies have the rest.
+const maxSummaryItems = 10
+
 func summaryText(d Digest, name string) string {
 	var b strings.Builder
-	clusters, bad := 0, d.NonCompliant()
+	clusters, bad := 0, len(d.NonCompliant())
+	var unwatched []ClusterReport
 	for _, s := range d.Sources {
 		clusters += len(s.Clusters)
+		for _, c := range s.Clusters {
+			if c.Unwatched != "" {
+				unwatched = append(unwatched, c)
+			}
+		}
 	}
-	fmt.Fprintf(&b, "📋 Proxy digest %s · %d hosted clusters, %d not compliant\n", name, clusters, len(bad))
-	fmt.Fprintf(&b, "Findings: %s %d critical · %s %d warning · %s %d info\n",
-		icon[noproxy.SeverityCritical], d.Counts[noproxy.SeverityCritical],
-		icon[noproxy.SeverityWarning], d.Counts[noproxy.SeverityWarning],
-		icon[noproxy.SeverityInfo], d.Counts[noproxy.SeverityInfo])
+	fmt.Fprintf(&b, "📋 Proxy digest %s · %d %s: %d %s action, %d compliant\n", name, clusters, plural(clusters, "hosted cluster"), bad, oneOrMany(bad, "needs", "need"), clusters-bad)
+	b.WriteString(CompliantLine + "\n")
+	fmt.Fprintf(&b, "Findings that need action: %s %d critical · %s %d warning · informational: %s %d\n",
+		icon[noproxy.SeverityCritical], d.Action[noproxy.SeverityCritical],
+		icon[noproxy.SeverityWarning], d.Action[noproxy.SeverityWarning],
+		icon[noproxy.SeverityInfo], d.Informational)
 	if d.First {
 		b.WriteString("Trend: first digest, nothing to compare with\n")
 	} else {
 		fmt.Fprintf(&b, "Trend since %s: %d new, %d fixed\n", d.Since.UTC().Format(time.RFC3339), d.New, d.Fixed)
 	}
+	items := d.NeedsAction()
+	if len(items)+len(unwatched)+len(d.OtherExposures) > 0 {
+		b.WriteString("*Needs action* — most severe first, then clusters with an open incident, then the oldest:\n")
+		for i, it := range items {
+			if i == maxSummaryItems {
+				fmt.Fprintf(&b, "… and %d more in the clusters' replies\n", len(items)-i)
+				break
+			}
+			fmt.Fprintf(&b, "%d. %s `%s` on %s: `%s`%s%s", i+1, icon[it.Finding.Severity], it.Key.Cluster, it.Key.Source, it.Finding.Code,
+				entryText(it.Finding.Entry), age(it.Finding, d))
+			if it.Incident != "" {
+				b.WriteString(" · 🚨 open incident")
+			}
+			b.WriteString("\n")
+		}
+		for _, c := range unwatched {
+			fmt.Fprintf(&b, "🙈 `%s` on %s is not watched by hcpbot: give the agent its admin kubeconfig (why in its reply)\n", c.Key.Cluster, c.Key.Source)
+		}
+		if n := len(d.OtherExposures); n > 0 {
+			fmt.Fprintf(&b, "🔌 %d %s on no cluster the bot knows: nobody watches %s (below)\n", n, plural(n, "NodePort exposure"), oneOrMany(n, "it", "them"))
+		}
+	}
 	for _, s := range d.Sources {
 		var names []string
 		for _, c := range s.Clusters {
 			if !c.Compliant() {
-				names = append(names, fmt.Sprintf("`%s` (%d)", c.Key.Cluster, len(c.Findings)))
+				names = append(names, fmt.Sprintf("`%s` (%d)", c.Key.Cluster, c.NeedingAction()))
 			}
 		}
 		if len(names) > 0 {
-			fmt.Fprintf(&b, "• *%s*: not compliant: %s", s.Name, strings.Join(names, ", "))
+			fmt.Fprintf(&b, "• *%s*: needs action: %s · %d compliant", s.Name, strings.Join(names, ", "), len(s.Clusters)-len(names))
 		} else {
 			fmt.Fprintf(&b, "• *%s*: %d clusters, all compliant", s.Name, len(s.Clusters))
 		}
@@ -148,11 +186,35 @@ func summaryText(d Digest, name string) string {
 	return b.String()
 }
 
-func clusterText(c ClusterReport, mode Mode) string {
+// maxEntryText bounds a finding's entry in a line (runes).
+const maxEntryText = 80
+
+func entryText(entry string) string {
+	if entry == "" {
+		return ""
+	}
+	// Redacted before cutting, so no cut can hide a credential from
+	// clean's redaction.
+	return fmt.Sprintf(" (`%s`)", notify.Truncate(redact.RedactText(entry), maxEntryText))
+}
+
+// age says how long a finding has been seen: new, or since its first
+// digest; nothing in a first digest.
+func age(f Finding, d Digest) string {
+	switch {
+	case f.New:
+		return " 🆕"
+	case d.First || !f.Since.Before(d.At):
+		return ""
+	}
+	return " · since " + f.Since.UTC().Format(time.DateOnly)
+}
+
+func clusterText(c ClusterReport, d Digest, mode Mode) string {
 	var b strings.Builder
 	state := "✅ compliant"
-	if !c.Compliant() {
-		state = "❌ not compliant"
+	if n := c.NeedingAction(); n > 0 {
+		state = fmt.Sprintf("❌ needs action (%d)", n)
 	}
 	if !c.Proxy {
 		state += " (no proxy)"
@@ -169,19 +231,30 @@ func clusterText(c ClusterReport, mode Mode) string {
 	}
 	writeExposures(&b, c.Exposures, mode, false)
 	writeSilences(&b, c.Silences, mode)
+	// What needs action, ranked as in the root, before what is only
+	// informational: Compact's bound cuts the informational ones first.
+	var action []Item
+	var info []Finding
 	for _, f := range c.Findings {
-		isNew := ""
-		if f.New {
-			isNew = " 🆕"
+		if f.Class == NeedsAction {
+			action = append(action, Item{Key: c.Key, Finding: f, Incident: c.Incident})
+		} else {
+			info = append(info, f)
 		}
-		fmt.Fprintf(&b, "%s `%s`%s %s", icon[f.Severity], f.Code, isNew, f.Reason)
-		if f.Entry != "" {
-			fmt.Fprintf(&b, " (`%s`)", f.Entry)
-		}
-		b.WriteString("\n")
-		if mode == Full && f.Fix != "" {
-			fmt.Fprintf(&b, "    fix: %s\n", f.Fix)
-		}
+	}
+	sortItems(action)
+	if len(action) > 0 {
+		b.WriteString("*Needs action*\n")
+	}
+	for _, it := range action {
+		// The fix is what makes it actionable: shown in Slack too.
+		writeFinding(&b, it.Finding, d, true)
+	}
+	if len(info) > 0 {
+		b.WriteString("*Informational*\n")
+	}
+	for _, f := range info {
+		writeFinding(&b, f, d, mode == Full)
 	}
 	for _, fx := range c.Fixed {
 		fmt.Fprintf(&b, "✅ fixed: `%s`\n", fx)
@@ -199,6 +272,33 @@ func clusterText(c ClusterReport, mode Mode) string {
 		writeAction(&b, a)
 	}
 	return b.String()
+}
+
+func writeFinding(b *strings.Builder, f Finding, d Digest, fix bool) {
+	// Informational findings all wear 🔵, as the compliant line says; a
+	// lint's own severity stays readable in words.
+	mark, sev := icon[f.Severity], ""
+	if f.Class == Informational {
+		mark = icon[noproxy.SeverityInfo]
+		if f.Severity != noproxy.SeverityInfo {
+			sev = fmt.Sprintf(" (lint: %s)", f.Severity)
+		}
+	}
+	fmt.Fprintf(b, "%s `%s`%s%s %s", mark, f.Code, sev, age(f, d), f.Reason)
+	if f.Entry != "" {
+		fmt.Fprintf(b, " (`%s`)", f.Entry)
+	}
+	b.WriteString("\n")
+	if fix && f.Fix != "" {
+		fmt.Fprintf(b, "    fix: %s\n", f.Fix)
+	}
+}
+
+func oneOrMany(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func plural(n int, what string) string {

@@ -7,7 +7,9 @@
 // returns the groups of at least Threshold members that share one cause and
 // opened within one Window of each other. Times are the incidents' own
 // (event) times, never the wall clock, so the same events give the same
-// storms whenever they are replayed — after a restart too.
+// storms whenever they are replayed — after a restart too. Only how long
+// an incident is held back while a storm may form (Brewing) reads when the
+// correlator saw it.
 package storm
 
 import (
@@ -63,6 +65,10 @@ type Member struct {
 	Key    string    // the incident key
 	Opened time.Time // when the incident's first signal was observed
 	Causes []Cause
+	// Seen is when the correlator learned of the incident (its own
+	// clock). Only Brewing reads it, to tell whether a storm is still
+	// growing; which storm an incident belongs to never depends on it.
+	Seen time.Time
 }
 
 // Group is a storm: members sharing Cause, sorted by Opened then Key.
@@ -158,22 +164,85 @@ func Joins(c Cause, last time.Time, causes []Cause, opened time.Time, window tim
 	return slices.ContainsFunc(causes, c.same)
 }
 
-// Brewing reports whether a storm may be forming around an incident with
-// causes, opened at opened: at least n of members (the incident among
-// them) share one of its causes and opened within window of it, either
-// side.
-func Brewing(causes []Cause, opened time.Time, members []Member, n int, window time.Duration) bool {
+// Brewing returns until when an incident with causes, opened at opened,
+// is held back because a storm may be forming around it; zero when none
+// may. For each of its causes, the members sharing it that opened within
+// window of it (either side, the incident among them) are the storm in the
+// making, and one is brewing while both hold:
+//
+//   - It can still form: some run of them that holds the incident, opened
+//     within window of its first member (as Find's runs are) and has at
+//     least two members, would reach threshold before that window closes
+//     if the members still missing arrived at the pace the run's members
+//     opened at. A few incidents trickling in can never make a storm, and
+//     counting them (as a fixed share of the threshold did) held unrelated
+//     incidents for the whole window.
+//   - It is still growing: its newest member was seen less than quiet ago
+//     (the correlator passes its group wait: as an incident's group wait
+//     gathers its signals, a storm's gathers its members). Agents report a
+//     real storm over seconds, member after member; a burst of unrelated
+//     failures stops, and is let go quiet after its last member.
+//
+// The result is the latest such newest Seen plus quiet; the caller caps
+// the hold at the window. quiet ≤ 0 holds nothing (group wait 0 posts at
+// once).
+func Brewing(causes []Cause, opened time.Time, members []Member, threshold int, window, quiet time.Duration) time.Time {
+	var until time.Time
+	if quiet <= 0 {
+		return until
+	}
+	threshold = max(threshold, 2)
 	for _, c := range causes {
-		count := 0
+		var ms []Member
 		for _, m := range members {
 			if d := m.Opened.Sub(opened); d > window || -d > window {
 				continue
 			}
 			if slices.ContainsFunc(m.Causes, c.same) {
-				if count++; count >= n {
-					return true
-				}
+				ms = append(ms, m)
 			}
+		}
+		if len(ms) < 2 || !canForm(ms, opened, threshold, window) {
+			continue
+		}
+		newest := slices.MaxFunc(ms, func(a, b Member) int { return a.Seen.Compare(b.Seen) })
+		if at := newest.Seen.Add(quiet); at.After(until) {
+			until = at
+		}
+	}
+	return until
+}
+
+// canForm reports whether a run of ms holding the incident opened at
+// opened can reach threshold within window of its first member at the
+// pace its members opened at: k members over span arrive one every
+// span/(k-1), so the threshold-k missing ones need span*(threshold-k)/(k-1)
+// of what is left of the window. It sorts ms.
+func canForm(ms []Member, opened time.Time, threshold int, window time.Duration) bool {
+	slices.SortFunc(ms, compareMembers)
+	for i, m := range ms {
+		first := m.Opened
+		if first.After(opened) {
+			break
+		}
+		if opened.Sub(first) > window {
+			continue
+		}
+		j := i
+		for j < len(ms) && ms[j].Opened.Sub(first) <= window {
+			j++
+		}
+		k := j - i
+		if k >= threshold {
+			return true
+		}
+		if k < 2 {
+			continue
+		}
+		last := ms[j-1].Opened
+		span, left := last.Sub(first), first.Add(window).Sub(last)
+		if span*time.Duration(threshold-k) <= left*time.Duration(k-1) {
+			return true
 		}
 	}
 	return false

@@ -15,7 +15,8 @@ var t0 = time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
 func members(n int, step time.Duration, causes ...Cause) []Member {
 	out := make([]Member, n)
 	for i := range out {
-		out[i] = Member{Key: fmt.Sprintf("inc-%03d", i), Opened: t0.Add(time.Duration(i) * step), Causes: causes}
+		at := t0.Add(time.Duration(i) * step)
+		out[i] = Member{Key: fmt.Sprintf("inc-%03d", i), Opened: at, Causes: causes, Seen: at}
 	}
 	return out
 }
@@ -123,22 +124,43 @@ func TestCausesOf(t *testing.T) {
 	}
 }
 
+// Brewing holds an incident only while a storm can still form around it
+// (the members sharing one of its causes reach the threshold at their
+// pace within the window) and is growing (its newest member seen less
+// than quiet ago); the hold ends quiet after the newest member.
 func TestBrewing(t *testing.T) {
+	const quiet = 5 * time.Second
 	window := 30 * time.Second
+	seenAt := func(ms []Member, at time.Time) []Member {
+		for i := range ms {
+			ms[i].Seen = at.Add(time.Duration(i) * time.Millisecond)
+		}
+		return ms
+	}
 	for _, tc := range []struct {
-		name    string
-		members []Member
-		n       int
-		want    bool
+		name      string
+		members   []Member
+		threshold int
+		quiet     time.Duration
+		want      time.Time // zero: not brewing
 	}{
-		{"enough share a cause", members(3, time.Second, proxyA, mgmt), 3, true},
-		{"too few", members(2, time.Second, proxyA, mgmt), 3, false},
-		{"another cause", members(3, time.Second, proxyB), 3, false},
-		{"beyond the window", members(3, 20*time.Second, proxyA), 3, false},
-		{"either side of the incident", rename(members(3, -10*time.Second, proxyA), "b"), 3, true},
+		{"enough share a cause", members(3, time.Second, proxyA, mgmt), 3, quiet, t0.Add(2*time.Second + quiet)},
+		{"a burst that could grow into a storm", members(6, 100*time.Millisecond, mgmt), 20, quiet, t0.Add(500*time.Millisecond + quiet)},
+		{"alone", members(1, time.Second, proxyA, mgmt), 3, quiet, time.Time{}},
+		{"another cause", members(3, time.Second, proxyB), 3, quiet, time.Time{}},
+		{"beyond the window", members(3, 20*time.Second, proxyA), 3, quiet, time.Time{}},
+		{"either side of the incident", rename(members(3, -10*time.Second, proxyA), "b"), 3, quiet, t0.Add(quiet)},
+		// 4 incidents 5 s apart: 16 more at that pace need 80 s, and
+		// 15 s of the window are left.
+		{"a trickle too slow for the threshold", members(4, 5*time.Second, mgmt), 20, quiet, time.Time{}},
+		// The same pace reaches a threshold of 6 in time.
+		{"a trickle fast enough for a small threshold", members(4, 5*time.Second, mgmt), 6, quiet, t0.Add(15*time.Second + quiet)},
+		{"seen long ago: no longer growing", seenAt(members(6, 10*time.Millisecond, mgmt), t0.Add(-time.Minute)), 20, quiet,
+			t0.Add(-time.Minute + 5*time.Millisecond + quiet)},
+		{"group wait 0 holds nothing", members(6, 10*time.Millisecond, mgmt), 20, 0, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Brewing([]Cause{proxyA, mgmt}, t0, tc.members, tc.n, window); got != tc.want {
+			if got := Brewing([]Cause{proxyA, mgmt}, t0, tc.members, tc.threshold, window, tc.quiet); !got.Equal(tc.want) {
 				t.Errorf("Brewing = %v, want %v", got, tc.want)
 			}
 		})
