@@ -26,6 +26,9 @@ func TestSeed000FixWaitsForPause(t *testing.T) {
 	for _, at := range []time.Duration{3 * time.Minute, 45 * time.Minute, 3 * time.Hour} {
 		m, ok := s.flushAt(fixedAt.Add(at))
 		said = said || (ok && strings.Contains(shown(m), "the rollout waits for the pause"))
+		if ok && (strings.Contains(m.Text, "ROLLING OUT") || !strings.Contains(m.Text, "WAITING FOR THE PAUSE")) {
+			t.Errorf("%s after the fix, headline %q: want it waiting for the pause, never rolling out", at, m.Text)
+		}
 		rem := s.incident().Remedy
 		if rem == nil || rem.Status != StatusPaused || !strings.Contains(rem.Why, lift) {
 			t.Fatalf("%s after the fix: remedy %+v, want it waiting for the pause", at, rem)

@@ -55,6 +55,8 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 		state = "⚠️ FIX APPLIED, NOT HEALED"
 	case rem.Status == StatusRolledBack:
 		state = "↩️ FIX ROLLED BACK"
+	case rem.Status == StatusPaused:
+		state = "⏸ FIX APPLIED, WAITING FOR THE PAUSE"
 	}
 	head := fmt.Sprintf("%s · %s — %s", state, inc.Cluster, title)
 	blocks := []slack.Block{
@@ -70,8 +72,11 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 	if rem != nil {
 		blocks = append(blocks, slack.NewSectionBlock(md(remedyText(rem)), nil, nil))
 	} else if d.Fix != nil {
-		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf("*Proposed fix* — %s `%s` noProxy:\n```%s```",
-			d.Fix.Kind, d.Fix.Target, d.Fix.Diff)), nil, nil))
+		fix := fmt.Sprintf("*Proposed fix* — %s `%s` noProxy:\n```%s```", d.Fix.Kind, d.Fix.Target, d.Fix.Diff)
+		if d.Fix.Waits != "" {
+			fix += "\n⏸ " + chatops.EscapeText(d.Fix.Waits)
+		}
+		blocks = append(blocks, slack.NewSectionBlock(md(fix), nil, nil))
 	}
 	if groups := groupEvidence(inc); len(groups) > 0 {
 		label := "*Evidence*"
@@ -124,6 +129,9 @@ func remedyText(rem *Remedy) string {
 		fmt.Fprintf(&b, "*Fix applied, not healed* — %s. Roll it back below (approved as any change), or look at the evidence.\n", chatops.EscapeText(rem.Why))
 	case StatusRolledBack:
 		fmt.Fprintf(&b, "*Fix rolled back* %s by %s.\n", rem.RolledBackAt.UTC().Format("15:04 UTC"), who(rem.RolledBackBy))
+	case StatusPaused:
+		// Progress below says what waits and the command that lifts it.
+		b.WriteString("*Fix applied — waiting for the pause:* HyperShift rolls nothing out while reconciliation is paused\n")
 	default:
 		b.WriteString("*Fix applied — rolling out*\n")
 	}

@@ -59,8 +59,9 @@ func pausedRollout(hc *event.HostedClusterState, req actions.Change, now time.Ti
 	if !pause.Until.IsZero() {
 		until = "until " + pause.Until.UTC().Format("2006-01-02 15:04 UTC")
 	}
-	return fmt.Sprintf("\n*HostedCluster %s is paused* (`spec.pausedUntil: %s`): HyperShift rolls nothing out %s, so once applied the new noProxy waits for the pause to end before it reaches the control plane and the nodes. To lift the pause: `oc patch -n %s hostedclusters/%s --type=merge -p '{\"spec\":{\"pausedUntil\":null}}'`",
-		esc(req.Cluster.String()), escCode(hc.PausedUntil), until, escCode(req.Cluster.Namespace), escCode(req.Cluster.Name))
+	return fmt.Sprintf("\n*HostedCluster %s is paused* (`spec.pausedUntil: %s`): HyperShift rolls nothing out %s, so once applied the new noProxy waits for the pause to end before it reaches the control plane and the nodes. To lift the pause: `%s`",
+		esc(req.Cluster.String()), escCode(hc.PausedUntil), until,
+		escCode(diagnose.PausedObject{Resource: "hostedclusters", Namespace: req.Cluster.Namespace, Name: req.Cluster.Name}.LiftCommand()))
 }
 
 // DiagnosisRequester is who requested a fix approved straight from its

@@ -46,8 +46,9 @@
 // priorities: new roots first (people must learn about a new incident),
 // then updates and replies. Updates have their own budget and flow
 // alongside posts. Roots and replies share the channel's post budget;
-// during a storm of new roots a waiting reply still gets every fourth post
-// (ReplyShare), so replies are delayed, never starved.
+// during a run of new roots a reply that has waited ReplyPatience (10 s)
+// gets every fourth post (ReplyShare), so replies are delayed, never
+// starved, and a short burst of new incidents posts every root first.
 //
 // # One root per Key, across restarts and replicas
 //

@@ -201,6 +201,16 @@ func (q *chanQueue) popReply(k *keyQ, rep *replyItem) {
 	q.s.pending.Add(-1)
 }
 
+// replyDue says whether k's waiting reply takes its share of the post
+// budget ahead of a waiting root: after ReplyShare roots in a row, once it
+// has waited ReplyPatience. The patience keeps a short burst of new
+// incidents (people must learn of each within seconds) free of the
+// details of the first ones; a longer run of roots still lets replies
+// through, so they are delayed, never starved.
+func (q *chanQueue) replyDue(k *keyQ, now time.Time) bool {
+	return q.postsSinceReply >= q.s.cfg.ReplyShare && len(k.replies) > 0 && now.Sub(k.replies[0].since) >= q.s.cfg.ReplyPatience
+}
+
 // pick chooses the next operation, or says until when nothing can be done
 // (zero: until something is queued). Priorities, from first to last:
 // store look-ups (cheap, no Slack call), new roots (people must learn of
@@ -248,7 +258,7 @@ func (q *chanQueue) pick(now time.Time) (task, time.Time) {
 			soonest(at)
 		} else {
 			i, kind := root, opRoot
-			if rep >= 0 && (root < 0 || q.postsSinceReply >= q.s.cfg.ReplyShare) {
+			if rep >= 0 && (root < 0 || q.replyDue(q.ring[rep], now)) {
 				i, kind = rep, opReply
 			}
 			return q.task(kind, i), time.Time{}

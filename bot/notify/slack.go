@@ -40,7 +40,11 @@ const (
 	// DefaultReplyShare lets a waiting reply through after this many root
 	// posts in a row, so a storm of new roots delays replies but cannot
 	// starve them.
-	DefaultReplyShare        = 3
+	DefaultReplyShare = 3
+	// DefaultReplyPatience is how long a reply yields to new roots before
+	// it takes its share: a burst of six unrelated incidents posts all
+	// six roots (one a second) before the first one's details.
+	DefaultReplyPatience     = 10 * time.Second
 	DefaultMaxPendingReplies = 10000
 )
 
@@ -102,8 +106,9 @@ type SlackConfig struct {
 	ClaimLease time.Duration // after this, another instance takes a claim over
 	ClaimPoll  time.Duration // how often to look for another instance's root
 
-	ReplyShare        int // see DefaultReplyShare
-	MaxPendingReplies int // beyond this Reply returns ErrQueueFull; < 0: no limit
+	ReplyShare        int           // see DefaultReplyShare
+	ReplyPatience     time.Duration // see DefaultReplyPatience; negative: none
+	MaxPendingReplies int           // beyond this Reply returns ErrQueueFull; < 0: no limit
 	// InstanceID names this process in claims; default random. Two live
 	// instances must never share one.
 	InstanceID string
@@ -135,6 +140,9 @@ func (c *SlackConfig) defaults() {
 	orD(&c.ClaimLease, DefaultClaimLease)
 	orD(&c.ClaimPoll, DefaultClaimPoll)
 	orI(&c.ReplyShare, DefaultReplyShare)
+	if c.ReplyPatience == 0 {
+		c.ReplyPatience = DefaultReplyPatience
+	}
 	orI(&c.MaxPendingReplies, DefaultMaxPendingReplies)
 	if c.InstanceID == "" {
 		var b [8]byte
