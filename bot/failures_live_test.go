@@ -207,6 +207,15 @@ func TestHostedClusterFailuresLive(t *testing.T) {
 			rule:  diagnose.RuleConnectionUnknown, evidence: "Unable to count worker nodes",
 		},
 		{
+			// The HCCO has not created the connectivity-check ConfigMap
+			// yet (resources.go:1894-1903); the shared hosted API server
+			// indeed has none, and the agent says so.
+			name: "connectivity check not reconciled", spec: func(ns string) scenario.Cluster { return scenario.Healthy(ns, "nocheck") },
+			setup: hcConditions(scenario.Condition{Type: "ControlPlaneConnectionAvailable", Status: "Unknown", Reason: "ConfigMapNotFound",
+				Message: "Connectivity check ConfigMap kube-system/control-plane-connectivity-check not found; the hosted cluster config operator may not have reconciled it yet"}),
+			rule: diagnose.RuleConnectionUnknown, evidence: "ConfigMapNotFound",
+		},
+		{
 			// A day-2 cluster whose workers are all gone (this hosted API
 			// server has no Node), paused with "true": both connection
 			// conditions Unknown/NoWorkerNodesAvailable, frozen.
