@@ -36,3 +36,6 @@ func SealPreflight(s *Signer, c PreflightCheck) []byte {
 
 // PreflightContext is the context string of preflights.
 const PreflightContext = preflightContext
+
+// MaxPreflights is how many preflights an agent replica reads at once.
+const MaxPreflights = maxPreflights

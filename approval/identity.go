@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -306,7 +307,8 @@ type CheckConfig struct {
 // may make the change. Only a check sealed by a trusted key, fresh, for
 // this agent, is answered. It answers the preflights of exposures on the
 // same subject (a seal of their own, each nonce once per replica:
-// answerPreflight).
+// admitPreflight), a few at a time beside the checks (readPreflight).
+// It answers only on a bot's inbox.
 func ServeChecks(ctx context.Context, nc *nats.Conn, cfg CheckConfig) error {
 	subject, err := event.IdentityCheckSubject(cfg.Source)
 	if err != nil {
@@ -319,8 +321,14 @@ func ServeChecks(ctx context.Context, nc *nats.Conn, cfg CheckConfig) error {
 	// Every replica answers (a check reads, it changes nothing); one of
 	// them each time.
 	var seen nonces
-	sub, err := nc.QueueSubscribe(subject, "agents", func(m *nats.Msg) {
-		a := answerCheck(ctx, cfg, &seen, now(), m.Data)
+	// Preflights read both clusters for up to preflightWork, and any
+	// channel member can have the bot ask one (/hcp expose): they are read
+	// beside the subscription, a few at a time, so that the approvals'
+	// identity checks never wait behind them; past that, one is answered
+	// busy at once (the bot proposes with its note).
+	slots := make(chan struct{}, maxPreflights)
+	var reading sync.WaitGroup
+	respond := func(m *nats.Msg, a any) {
 		data, err := json.Marshal(a)
 		if err != nil {
 			return
@@ -328,26 +336,57 @@ func ServeChecks(ctx context.Context, nc *nats.Conn, cfg CheckConfig) error {
 		if err := m.Respond(data); err != nil {
 			cfg.Log.Warn().Err(err).Msg("identity check not answered")
 		}
+	}
+	sub, err := nc.QueueSubscribe(subject, "agents", func(m *nats.Msg) {
+		// NATS lets a responder publish once on a request's reply subject
+		// whatever its permissions deny: answered elsewhere than a bot's
+		// inbox, an answer would be the agent writing, in its name, where
+		// whoever sent the request chose (another cluster's audit subject
+		// or answers).
+		if !strings.HasPrefix(m.Reply, event.BotInboxPrefix+".") {
+			cfg.Log.Warn().Str("reply", m.Reply).Msg("a check whose reply subject is no bot's inbox not answered")
+			return
+		}
+		a, read := answerCheck(ctx, cfg, &seen, now(), m.Data)
+		if read == nil {
+			respond(m, a)
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+			reading.Go(func() {
+				defer func() { <-slots }()
+				respond(m, readPreflight(ctx, cfg, *read))
+			})
+		default:
+			respond(m, PreflightAnswer{Check: read.Nonce, Error: "busy reading other preflights"})
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("approval: identity checks: %w", err)
 	}
 	<-ctx.Done()
-	return sub.Unsubscribe()
+	err = sub.Unsubscribe()
+	reading.Wait()
+	return err
 }
 
-// answerCheck answers data: a CheckAnswer, or a PreflightAnswer for a
-// sealed preflight.
-func answerCheck(ctx context.Context, cfg CheckConfig, seen *nonces, now time.Time, data []byte) any {
+// answerCheck answers data: a CheckAnswer, or a PreflightAnswer refusing a
+// sealed preflight; read is the preflight admitted, to be answered by
+// reading (readPreflight).
+func answerCheck(ctx context.Context, cfg CheckConfig, seen *nonces, now time.Time, data []byte) (a any, read *PreflightCheck) {
 	var s Seal
 	if err := decodeStrict(data, &s); err != nil {
-		return CheckAnswer{Error: "not a sealed check"}
+		return CheckAnswer{Error: "not a sealed check"}, nil
 	}
 	var c Check
 	if err := s.open(identityContext, cfg.Keys, &c); err != nil {
 		var pc PreflightCheck
 		if s.open(preflightContext, cfg.Keys, &pc) == nil {
-			return answerPreflight(ctx, cfg, seen, now, pc)
+			if refused := admitPreflight(cfg, seen, now, pc); refused != nil {
+				return *refused, nil
+			}
+			return nil, &pc
 		}
 		// The nonce echoed all the same, so that the bot shows why (a key
 		// it has rotated, a newer bot's field) rather than "no answer it
@@ -356,11 +395,11 @@ func answerCheck(ctx context.Context, cfg CheckConfig, seen *nonces, now time.Ti
 			Nonce string `json:"nonce"`
 		}
 		_ = json.Unmarshal(s.Body, &n)
-		return CheckAnswer{Check: n.Nonce, Error: "the check does not verify: " + err.Error()}
+		return CheckAnswer{Check: n.Nonce, Error: "the check does not verify: " + err.Error()}, nil
 	}
-	a := judgeCheck(ctx, cfg, now, c)
-	a.Check = c.Nonce
-	return a
+	ca := judgeCheck(ctx, cfg, now, c)
+	ca.Check = c.Nonce
+	return ca, nil
 }
 
 // judgeCheck answers the verified check c.

@@ -127,23 +127,32 @@ func freeNote(source string, pf *actions.Preflight) string {
 	return strings.Join(parts, " ")
 }
 
-// answerPreflight answers the verified preflight c: read-only, once per
-// nonce, for this agent's own cluster only.
-func answerPreflight(ctx context.Context, cfg CheckConfig, seen *nonces, now time.Time, c PreflightCheck) PreflightAnswer {
-	a := PreflightAnswer{Check: c.Nonce}
+// admitPreflight refuses the verified preflight c (the answer) unless
+// it is for this agent's own cluster, fresh, and its nonce new to this
+// replica; nil admits it, to be read (readPreflight).
+func admitPreflight(cfg CheckConfig, seen *nonces, now time.Time, c PreflightCheck) *PreflightAnswer {
+	refuse := func(why string) *PreflightAnswer { return &PreflightAnswer{Check: c.Nonce, Error: why} }
 	switch {
 	case c.Source != cfg.Source || now.Sub(c.IssuedAt) > time.Minute || c.IssuedAt.After(now.Add(time.Minute)):
-		a.Error = "a preflight for another agent, or stale"
-		return a
-	case !seen.first(c.Nonce, now):
+		return refuse("a preflight for another agent, or stale")
+	case cfg.Preflight == nil:
+		return refuse("this agent cannot check exposures")
+	}
+	switch err := seen.first(c.Nonce, now); {
+	case errors.Is(err, errTooManyNonces):
+		return refuse(err.Error())
+	case err != nil:
 		// The bot asks each nonce once; a second copy is a replay
 		// (anyone who can publish on the subject and read a preflight).
-		a.Error = "a preflight already answered (replayed)"
-		return a
-	case cfg.Preflight == nil:
-		a.Error = "this agent cannot check exposures"
-		return a
+		return refuse("a preflight already answered (replayed)")
 	}
+	return nil
+}
+
+// readPreflight answers the admitted preflight c by reading, within
+// preflightWork.
+func readPreflight(ctx context.Context, cfg CheckConfig, c PreflightCheck) PreflightAnswer {
+	a := PreflightAnswer{Check: c.Nonce}
 	pctx, cancel := context.WithTimeout(ctx, preflightWork)
 	defer cancel()
 	pf, err := cfg.Preflight(pctx, c.Change)
@@ -173,15 +182,20 @@ type nonces struct {
 // note) rather than answered twice.
 const maxNonces = 4096
 
-// first reports whether nonce is new, and remembers it.
-func (n *nonces) first(nonce string, now time.Time) bool {
+// errTooManyNonces: the replica remembers maxNonces preflights, all
+// still fresh; it answers no new one rather than forget one it answered.
+var errTooManyNonces = errors.New("too many preflights within their freshness; ports checked at execution")
+
+// first remembers nonce, or says why it is not new: "" or seen before,
+// or errTooManyNonces.
+func (n *nonces) first(nonce string, now time.Time) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.seen == nil {
 		n.seen = map[string]time.Time{}
 	}
 	if _, ok := n.seen[nonce]; ok || nonce == "" {
-		return false
+		return errors.New("a nonce seen before")
 	}
 	if len(n.seen) >= maxNonces {
 		for k, at := range n.seen {
@@ -191,9 +205,13 @@ func (n *nonces) first(nonce string, now time.Time) bool {
 			}
 		}
 		if len(n.seen) >= maxNonces {
-			return false
+			return errTooManyNonces
 		}
 	}
 	n.seen[nonce] = now
-	return true
+	return nil
 }
+
+// maxPreflights bounds the preflights a replica reads at once (each
+// lists the Services of both clusters): more are answered busy.
+const maxPreflights = 4

@@ -275,7 +275,13 @@ func newLiveEnv(t *testing.T, opts ...liveOption) *liveEnv {
 	connect := func(name string) *bus.Conn {
 		cctx, cancel := context.WithTimeout(ctx, natstest.Timeout)
 		defer cancel()
-		conn, err := bus.Connect(cctx, bus.Config{URLs: []string{srv.ClientURL()}, Name: name}, natstest.Logger(t))
+		cfg := bus.Config{URLs: []string{srv.ClientURL()}, Name: name}
+		if name == "bot" {
+			// As cmd/hcpbot's bot: the agent answers checks on a bot's
+			// inbox only.
+			cfg.InboxPrefix = event.BotInboxPrefix
+		}
+		conn, err := bus.Connect(cctx, cfg, natstest.Logger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
