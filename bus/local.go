@@ -75,7 +75,7 @@ const ownerInbox = "_INBOX_owner"
 // ownerPermissions: what the process that runs the server does in its own
 // name, without a role: create the events stream, which a process without
 // a bot (a standalone agent) needs and the agent's role may not create,
-// and bring it to the bot's settings, which the bot's role may not
+// and bring it to the configured settings, which no role may
 // (Local.ApplyStream). Nothing else.
 func ownerPermissions() *server.Permissions {
 	return &server.Permissions{
@@ -335,10 +335,12 @@ func (l *Local) CreateStream(ctx context.Context, spec StreamSpec, log zerolog.L
 
 // ApplyStream brings the events stream to spec in the owner's name,
 // creating it while absent: on its own server the process is trusted with
-// every key, so the bot's settings (max age, duplicate window) apply
+// every key, so the configured settings (max age, duplicate window) apply
 // whichever of agent and bot created the stream, although no role may
-// update a stream. Only the events stream, and only to spec: whatever
-// else a stream holds (sources, a republish) is replaced with it.
+// update a stream: the bot's, or on a standalone agent's server those its
+// file writes (EventsSettings.Over). Only the events stream, and only to
+// spec: whatever else a stream holds (sources, a republish) is replaced
+// with it.
 func (l *Local) ApplyStream(ctx context.Context, spec StreamSpec, log zerolog.Logger) (jetstream.Stream, error) {
 	cfg := spec.config()
 	return l.asOwner(ctx, "applies", spec, log, func(js jetstream.JetStream) (jetstream.Stream, error) {
@@ -346,6 +348,31 @@ func (l *Local) ApplyStream(ctx context.Context, spec StreamSpec, log zerolog.Lo
 			return js.CreateOrUpdateStream(ctx, cfg)
 		})
 	})
+}
+
+// ApplyEventsSettings creates the events stream while absent, with set's
+// settings and the defaults for the others, and brings an existing one to
+// those set writes, keeping its others (EventsSettings.Over), in the
+// owner's name: on its own server no role may change the stream, so
+// without it a standalone agent's changed setting would never take
+// effect. changed names what it changed ("field: was → now"); left what
+// set writes that the stream still lacks (a duplicate window beyond the
+// max age set leaves to the stream: JetStream caps it at the max age).
+func (l *Local) ApplyEventsSettings(ctx context.Context, set EventsSettings, log zerolog.Logger) (s jetstream.Stream, changed, left []string, err error) {
+	if s, err = l.CreateStream(ctx, set.Spec(), log); err != nil {
+		return nil, nil, nil, err
+	}
+	have := s.CachedInfo().Config
+	if len(set.Drift(have)) == 0 {
+		return s, nil, nil, nil
+	}
+	want := set.Over(have)
+	if changed = settingsDrift(have, want); len(changed) > 0 {
+		if s, err = l.ApplyStream(ctx, want, log); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return s, changed, set.Drift(s.CachedInfo().Config), nil
 }
 
 // asOwner runs do on a connection of the owner's, for the events stream

@@ -13,11 +13,14 @@ import (
 // growth. The bot owns them all: it creates them and brings them to its
 // configured settings (EnsureStream, EnsureKV), but the audit stream,
 // which it creates only while absent (CreateStream) and never changes:
-// its user may not (BotPermissions). The agent never changes one: against
-// an external NATS it waits for the events stream (WaitForStream), on its
-// own embedded server the process creates it only while absent
-// (Local.CreateStream), so whichever process starts first, the bot's
-// settings are the ones kept.
+// its user may not (BotPermissions). The agent's user may change none:
+// against an external NATS it waits for the events stream (WaitForStream)
+// and warns when it lacks what the agent's file writes (EventsSettings);
+// on its own embedded server the process, in its own name, creates it
+// while absent and applies what the agent's file writes, keeping the rest
+// (Local.CreateStream, Local.ApplyStream with EventsSettings.Over), so a
+// setting the agent's file leaves unset stays the bot's whichever process
+// starts first.
 //
 // Each spec has a bound (max age or TTL; KV buckets keep one value per key
 // unless said otherwise): TestSpecsAreBounded lists them all.
@@ -116,6 +119,76 @@ func EventsStream(maxAge, duplicates time.Duration, opts ...Option) StreamSpec {
 		Duplicates: min(duplicates, maxAge),
 	}
 }
+
+// EventsSettings are the events stream settings a configuration file
+// writes (nats.streamReplicas, eventsMaxAge, duplicateWindow); a zero
+// field is one it leaves unset. A process that does not own the stream
+// (the agent) must tell a value written from a default: a setting it was
+// not given is not its to check or apply, the bot's configuration decides
+// it.
+type EventsSettings struct {
+	Replicas   int
+	MaxAge     time.Duration
+	Duplicates time.Duration
+}
+
+// Spec is the events stream with these settings and the defaults for the
+// unset ones: what a process creates while the stream is absent.
+func (s EventsSettings) Spec() StreamSpec {
+	return EventsStream(s.MaxAge, s.Duplicates, WithReplicas(s.Replicas))
+}
+
+// Over is the events stream with these settings and, for the unset ones,
+// those of cfg (an existing stream, as the server reports it): what a
+// process that may change the stream applies so that what it sets holds
+// and nothing else changes. The duplicate window is capped at the max age,
+// as JetStream requires.
+func (s EventsSettings) Over(cfg jetstream.StreamConfig) StreamSpec {
+	spec := s.Spec()
+	if s.Replicas == 0 {
+		spec.Replicas = max(cfg.Replicas, 1)
+	}
+	if s.MaxAge == 0 {
+		spec.MaxAge = cfg.MaxAge
+	}
+	if s.Duplicates == 0 {
+		spec.Duplicates = cfg.Duplicates
+	}
+	if spec.MaxAge > 0 {
+		spec.Duplicates = min(spec.Duplicates, spec.MaxAge)
+	}
+	return spec
+}
+
+// Drift names the settings s writes that cfg (the events stream as the
+// server reports it) does not have, as StreamDrift does ("field: have →
+// want"); nil when it has them all. Unset ones are not compared.
+func (s EventsSettings) Drift(cfg jetstream.StreamConfig) []string {
+	var d drift
+	if s.Replicas > 0 {
+		d.diff("replicas", max(cfg.Replicas, 1), s.Replicas)
+	}
+	if s.MaxAge > 0 {
+		d.diff("max age", cfg.MaxAge, s.MaxAge)
+	}
+	if s.Duplicates > 0 {
+		d.diff("duplicate window", cfg.Duplicates, s.Duplicates)
+	}
+	return d
+}
+
+// settingsDrift names the settings EventsSettings covers that cfg (an
+// existing stream) has other than spec.
+func settingsDrift(cfg jetstream.StreamConfig, spec StreamSpec) []string {
+	var d drift
+	d.diff("replicas", max(cfg.Replicas, 1), max(spec.Replicas, 1))
+	d.diff("max age", cfg.MaxAge, spec.MaxAge)
+	d.diff("duplicate window", cfg.Duplicates, spec.Duplicates)
+	return d
+}
+
+// IsZero reports whether s writes none of the settings.
+func (s EventsSettings) IsZero() bool { return s == EventsSettings{} }
 
 // AuditStream is the append-only audit trail: records are never deleted
 // or purged, and a full stream refuses new records rather than silently

@@ -1,7 +1,9 @@
 package bus
 
 import (
+	"reflect"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -180,5 +182,54 @@ func TestNameSpelling(t *testing.T) {
 		if !bucket.MatchString(b.Bucket) && !isLegacy(b.Bucket) {
 			t.Errorf("bucket %q: new buckets are named hcpbot-<thing>", b.Bucket)
 		}
+	}
+}
+
+// EventsSettings on a stream as the server reports it: Drift names only
+// what the settings write, Over keeps the stream's values for the rest and
+// fits the duplicate window in the max age, as the server requires of an
+// update.
+func TestEventsSettingsDriftAndOver(t *testing.T) {
+	ctx := testContext(t)
+	c := connect(t, Config{URLs: []string{startEmbedded(t, EmbeddedConfig{}).ClientURL()}})
+	s, err := EnsureStream(ctx, c.JS, EventsStream(2*time.Hour, 90*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := s.CachedInfo().Config
+	for _, tc := range []struct {
+		set  EventsSettings
+		want []string
+	}{
+		{EventsSettings{}, nil},
+		{EventsSettings{Replicas: 1, MaxAge: 2 * time.Hour, Duplicates: 90 * time.Second}, nil},
+		{EventsSettings{MaxAge: time.Hour}, []string{"max age: 2h0m0s → 1h0m0s"}},
+		{EventsSettings{Replicas: 3, MaxAge: time.Hour, Duplicates: 2 * time.Minute},
+			[]string{"replicas: 1 → 3", "max age: 2h0m0s → 1h0m0s", "duplicate window: 1m30s → 2m0s"}},
+	} {
+		if got := tc.set.Drift(have); !slices.Equal(got, tc.want) {
+			t.Errorf("%+v.Drift = %q, want %q", tc.set, got, tc.want)
+		}
+	}
+	if got, want := (EventsSettings{}).Spec(), EventsStream(0, 0); !reflect.DeepEqual(got, want) {
+		t.Errorf("unset settings: spec %+v, want the defaults %+v", got, want)
+	}
+
+	update := func(set EventsSettings) jetstream.StreamConfig {
+		t.Helper()
+		s, err := c.JS.UpdateStream(ctx, set.Over(have).config())
+		if err != nil {
+			t.Fatalf("update with %+v over the stream: %v", set, err)
+		}
+		have = s.CachedInfo().Config
+		return have
+	}
+	if got := update(EventsSettings{MaxAge: time.Hour}); got.MaxAge != time.Hour || got.Duplicates != 90*time.Second || got.Replicas != 1 {
+		t.Errorf("max age written: max age %v, duplicates %v, replicas %d; want 1h and the stream's 1m30s, 1", got.MaxAge, got.Duplicates, got.Replicas)
+	}
+	// A window longer than the stream's max age (which these settings
+	// leave to the stream) is cut to it: the server refuses more.
+	if got := update(EventsSettings{Duplicates: 3 * time.Hour}); got.MaxAge != time.Hour || got.Duplicates != time.Hour {
+		t.Errorf("duplicate window written: max age %v, duplicates %v; want 1h, 1h", got.MaxAge, got.Duplicates)
 	}
 }

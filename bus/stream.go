@@ -126,25 +126,29 @@ func CreateStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 // stream (CreateStream) tells its operator.
 func StreamDrift(cfg jetstream.StreamConfig, spec StreamSpec) []string {
 	want := spec.config()
-	var out []string
-	diff := func(field string, have, want any) {
-		if have != want {
-			out = append(out, fmt.Sprintf("%s: %v → %v", field, have, want))
-		}
-	}
-	diff("subjects", strings.Join(cfg.Subjects, ","), strings.Join(want.Subjects, ","))
-	diff("retention", cfg.Retention, want.Retention)
-	diff("replicas", max(cfg.Replicas, 1), want.Replicas)
-	diff("max age", cfg.MaxAge, want.MaxAge)
-	diff("max bytes", cfg.MaxBytes, want.MaxBytes)
-	diff("max messages", cfg.MaxMsgs, want.MaxMsgs)
+	var d drift
+	d.diff("subjects", strings.Join(cfg.Subjects, ","), strings.Join(want.Subjects, ","))
+	d.diff("retention", cfg.Retention, want.Retention)
+	d.diff("replicas", max(cfg.Replicas, 1), want.Replicas)
+	d.diff("max age", cfg.MaxAge, want.MaxAge)
+	d.diff("max bytes", cfg.MaxBytes, want.MaxBytes)
+	d.diff("max messages", cfg.MaxMsgs, want.MaxMsgs)
 	if want.Duplicates > 0 { // 0: the server's default, whatever it is
-		diff("duplicate window", cfg.Duplicates, want.Duplicates)
+		d.diff("duplicate window", cfg.Duplicates, want.Duplicates)
 	}
-	diff("discard", cfg.Discard, want.Discard)
-	diff("deny delete", cfg.DenyDelete, want.DenyDelete)
-	diff("deny purge", cfg.DenyPurge, want.DenyPurge)
-	return out
+	d.diff("discard", cfg.Discard, want.Discard)
+	d.diff("deny delete", cfg.DenyDelete, want.DenyDelete)
+	d.diff("deny purge", cfg.DenyPurge, want.DenyPurge)
+	return d
+}
+
+// drift collects the settings that differ, each as "field: have → want".
+type drift []string
+
+func (d *drift) diff(field string, have, want any) {
+	if have != want {
+		*d = append(*d, fmt.Sprintf("%s: %v → %v", field, have, want))
+	}
 }
 
 func (spec StreamSpec) config() jetstream.StreamConfig {

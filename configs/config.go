@@ -58,6 +58,15 @@ func (c *Config) Line(field string) int {
 	return 0
 }
 
+// Written reports whether the file gives field (a YAML path such as
+// "nats.eventsMaxAge") a value: false for a field left out or null, whose
+// value is the default. A process that does not own a setting (the agent
+// and the events stream's, Agent) acts only on what the file says.
+func (c *Config) Written(field string) bool {
+	_, ok := c.lines[field]
+	return ok
+}
+
 // Problem is a problem about field found after parsing, located like the
 // parser's own.
 func (c *Config) Problem(field, format string, a ...any) Problem {
@@ -96,6 +105,15 @@ type NATS struct {
 	// CAFile verifies the servers' TLS certificates (only with URLs).
 	// Default: the system roots.
 	CAFile string
+	// StreamReplicas, EventsMaxAge and DuplicateWindow are the events
+	// stream's settings. The bot creates the stream with them (on its own
+	// embedded server, brings it to them). The agent against URLs may
+	// not create or change a stream: it checks the bot's against those
+	// its file writes (Written) and warns at start for each that
+	// differs; on its own embedded server it creates the stream with them
+	// and applies to an existing one those its file writes. `config check`
+	// says which for the process checked.
+	//
 	// StreamReplicas of the events stream: 1, 3 or 5 (JetStream's
 	// quorum sizes). Default 1; more needs a NATS cluster (URLs).
 	StreamReplicas int

@@ -391,6 +391,26 @@ func TestRouting(t *testing.T) {
 	}
 }
 
+// Written tells a value the file gives from a default: a null, or a key
+// left out, is the default and not written; a value equal to the default
+// is written.
+func TestWritten(t *testing.T) {
+	c, err := Parse([]byte("nats:\n  streamReplicas: 1\n  eventsMaxAge:\nagent:\n  source: mgmt-1\n"), "a.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, want := range map[string]bool{
+		"nats.streamReplicas": true, "nats.eventsMaxAge": false, "nats.duplicateWindow": false, "nats": true, "agent.source": true,
+	} {
+		if got := c.Written(field); got != want {
+			t.Errorf("Written(%q) = %v, want %v", field, got, want)
+		}
+	}
+	if c.NATS.EventsMaxAge != DefaultEventsMaxAge {
+		t.Errorf("null eventsMaxAge: %v, want the default", c.NATS.EventsMaxAge)
+	}
+}
+
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "hcpbot.yaml")
