@@ -54,11 +54,14 @@ type agentFlags struct {
 	natsStore string
 	// natsListen is nats.embeddedListen: where the embedded server also
 	// accepts TCP clients, with this start's keys only.
-	natsListen     string
-	natsCreds      string
-	natsNkeySeed   string
-	natsCA         string
-	streamReplicas int
+	natsListen   string
+	natsCreds    string
+	natsNkeySeed string
+	natsCA       string
+	// events: the events stream settings the file writes
+	// (nats.streamReplicas, eventsMaxAge, duplicateWindow), zero where it
+	// does not: what agentStream applies or checks.
+	events bus.EventsSettings
 	// ensureStream: agentRun makes sure the events stream exists before
 	// it publishes (agentStream). False in `hcpbot all`, whose bot has
 	// created it with the configured settings.
@@ -98,7 +101,10 @@ const agentFlagUsage = "[--config FILE] [--source NAME] [flags]\n\n" +
 	"a flag given overrides its environment variable, which overrides the file.\n" +
 	"Settings without a flag (lease timings, bufferEvents, hostedProbeInterval, requireFourEyes,\n" +
 	"requiredApprovals, actionAckWait, approvers, log.level, nats.storeDir, nats.embeddedListen,\n" +
-	"nats.credsFile, nats.streamReplicas) are in the file only.\n"
+	"nats.credsFile, nats.streamReplicas, nats.eventsMaxAge, nats.duplicateWindow) are in the file\n" +
+	"only. The events stream is the bot's against nats.urls: the agent warns at start where it lacks\n" +
+	"what the file's nats.streamReplicas, eventsMaxAge or duplicateWindow say; on its own embedded\n" +
+	"server it creates the stream with them and applies those the file writes.\n"
 
 // runAgent starts the agent from the agent section of a config file
 // (--config; the nats and log sections too), or from defaults without
@@ -263,20 +269,59 @@ func agentNATSClient(f agentFlags, inbox string) natsClient {
 }
 
 // agentStream makes sure the events stream exists before the agent
-// publishes, and returns it. The bot owns the stream (its configured
-// retention and replicas): against an external NATS the agent's user may
-// not create or update streams, so it waits for it. On its own embedded
-// server its role may not either (it has a deployed agent's rights), so
-// the process that runs the server creates it in its own name
-// (bus.Local.CreateStream: an in-process user that may create this stream
-// and nothing else, whose key never leaves the process), with the
-// defaults, only while it is absent: the settings a bot connected to that
-// server set are never rewritten.
-func agentStream(ctx context.Context, conn *bus.Conn, replicas int, log zerolog.Logger) (jetstream.Stream, error) {
-	if l := conn.Local(); l != nil {
-		return l.CreateStream(ctx, bus.EventsStream(0, 0, bus.WithReplicas(replicas)), log)
+// publishes, and returns it. Of the stream's settings, set holds those the
+// agent's file writes (nats.streamReplicas, eventsMaxAge, duplicateWindow);
+// one it leaves unset is the bot's to choose, so the agent neither checks
+// nor applies it. What it does with each written one depends on who may
+// change the stream:
+//
+//   - Against an external NATS the bot creates the stream: the agent's user
+//     may neither create nor update a stream (AgentPermissions, nats.conf:
+//     an update could add sources that write what the agent may not), so it
+//     waits for it and then compares. Each written setting that differs is
+//     logged in one warning, and the agent publishes to the stream as it is
+//     rather than refusing: refusing would stop the events over a setting
+//     only the bot's configuration, or an operator with admin credentials,
+//     can change. The three matter to the agent thus: streamReplicas is how
+//     many servers may fail before published events are lost; eventsMaxAge
+//     is how long they stay (the agent restates every sixth of the stream's
+//     real max age, read from the stream, whatever its file says);
+//     duplicateWindow is how long a republished fact, same Nats-Msg-Id, is
+//     dropped.
+//   - On its own embedded server no role may change the stream, only the
+//     process that runs the server, in its own name (bus.Local: an
+//     in-process user for the events stream alone, whose key never leaves
+//     the process). It creates the stream while absent with the written
+//     settings and the defaults for the others, and brings an existing one
+//     to the written settings, keeping the others, which a bot on this
+//     store may have set (bus.Local.ApplyEventsSettings): nobody else
+//     could, so a changed setting would otherwise never take effect.
+//     streamReplicas can only be 1 there (the schema refuses more: one
+//     node).
+func agentStream(ctx context.Context, conn *bus.Conn, set bus.EventsSettings, log zerolog.Logger) (jetstream.Stream, error) {
+	l := conn.Local()
+	if l == nil {
+		s, err := bus.WaitForStream(ctx, conn.JS, event.StreamName, log)
+		if err != nil {
+			return nil, err
+		}
+		if drift := set.Drift(s.CachedInfo().Config); len(drift) > 0 {
+			log.Warn().Str("stream", event.StreamName).Strs("differs", drift).
+				Msg("the events stream lacks settings of the agent's file (nats.streamReplicas, eventsMaxAge, duplicateWindow); the agent publishes to it as it is: the bot creates it and no agent may change it. Write the same values in the bot's configuration (an existing stream takes an operator with admin NATS credentials), or remove them from the agent's")
+		}
+		return s, nil
 	}
-	return bus.WaitForStream(ctx, conn.JS, event.StreamName, log)
+	s, changed, left, err := l.ApplyEventsSettings(ctx, set, log)
+	if err != nil {
+		return nil, err
+	}
+	if len(changed) > 0 {
+		log.Info().Str("stream", event.StreamName).Strs("changed", changed).Msg("the events stream on the agent's embedded server now has the settings of the agent's file")
+	}
+	if len(left) > 0 {
+		log.Warn().Str("stream", event.StreamName).Strs("differs", left).Msg("the events stream cannot have these settings of the agent's file: the duplicate window must fit in the stream's max age")
+	}
+	return s, nil
 }
 
 // agentRun runs the agent on an open NATS connection until ctx ends.
@@ -330,7 +375,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	if f.ensureStream && conn.Embedded() {
 		// Its own server: nobody else would bring a deleted stream back.
 		pub.OnStreamMissing(func(ctx context.Context) error {
-			_, err := agentStream(ctx, conn, f.streamReplicas, log)
+			_, err := agentStream(ctx, conn, f.events, log)
 			return err
 		})
 	}
@@ -353,7 +398,7 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	// After serveOps: waiting for the bot can take a while, and the
 	// liveness probe must not restart the agent meanwhile.
 	if f.ensureStream {
-		if _, err := agentStream(ctx, conn, f.streamReplicas, log); err != nil {
+		if _, err := agentStream(ctx, conn, f.events, log); err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while waiting
 			}
@@ -657,8 +702,8 @@ func agentFlagsFromConfig(cfg *configs.Config, getenv func(string) string) agent
 	return agentFlags{
 		kubeconfig: a.Kubeconfig, source: a.Source, listen: a.Listen,
 		natsURLs: joinURLs(n.URLs), natsStore: n.StoreDir, natsListen: n.EmbeddedListen, natsCreds: n.Creds.File, natsNkeySeed: n.NkeySeedFile, natsCA: n.CAFile,
-		streamReplicas: n.StreamReplicas,
-		leaderElect:    a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
+		events:      agentEventsSettings(cfg),
+		leaderElect: a.LeaderElection.Enabled, leaseNamespace: a.LeaderElection.Namespace, leaseName: a.LeaderElection.LeaseName,
 		identity: getenv("POD_NAME"), bufferEvents: a.BufferEvents, probeInterval: a.HostedProbeInterval, nodeJoinGrace: a.NodeJoinGrace,
 		nodePortRange: actions.PortRange{Min: a.ServiceNodePortRange.Min, Max: a.ServiceNodePortRange.Max},
 		logLevel:      cfg.Log.Level, logFormat: cfg.Log.Format,
@@ -667,4 +712,20 @@ func agentFlagsFromConfig(cfg *configs.Config, getenv func(string) string) agent
 		requiredApprovals: a.RequiredApprovals, actionAckWait: a.ActionAckWait,
 		identities: cfg.Identities,
 	}
+}
+
+// agentEventsSettings are the events stream settings cfg's file writes;
+// defaults the file leaves to them are not the agent's (agentStream).
+func agentEventsSettings(cfg *configs.Config) bus.EventsSettings {
+	var s bus.EventsSettings
+	if cfg.Written("nats.streamReplicas") {
+		s.Replicas = cfg.NATS.StreamReplicas
+	}
+	if cfg.Written("nats.eventsMaxAge") {
+		s.MaxAge = cfg.NATS.EventsMaxAge
+	}
+	if cfg.Written("nats.duplicateWindow") {
+		s.Duplicates = cfg.NATS.DuplicateWindow
+	}
+	return s
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -54,12 +55,18 @@ log:
 		{"no file: the file's defaults", map[string]string{"POD_NAMESPACE": "hcpbot"}, []string{"--source", "mgmt-flag"}, func(f agentFlags) bool {
 			return f.source == "mgmt-flag" && f.listen == ":8080" && f.leaderElect && f.leaseName == "hcpbot-agent" && f.leaseNamespace == "hcpbot" &&
 				f.bufferEvents == 10000 && f.probeInterval == 15*time.Second && f.requireFourEyes && f.logLevel == "info" && f.logFormat == "json" &&
-				f.streamReplicas == 1 && f.natsStore == "" && f.natsListen == ""
+				f.events.IsZero() && f.natsStore == "" && f.natsListen == ""
+		}},
+		// The events stream's settings the file writes, and only those (a
+		// null is the default): the agent applies or checks nothing else.
+		{"events stream settings written", nil, []string{"--config", configFile(t, "nats:\n  eventsMaxAge: 24h\n  duplicateWindow: null\nagent:\n  source: mgmt-file\n")}, func(f agentFlags) bool {
+			return f.events == bus.EventsSettings{MaxAge: 24 * time.Hour}
 		}},
 		{"file only", map[string]string{"POD_NAMESPACE": "hcpbot"}, []string{"--config", file}, func(f agentFlags) bool {
 			return f.source == "mgmt-file" && f.listen == "127.0.0.1:9001" && f.leaseName == "lease-file" && f.leaseNamespace == "ops" &&
 				f.lease.LeaseDuration == 20*time.Second && f.bufferEvents == 42 && f.probeInterval == 3*time.Second &&
-				!f.requireFourEyes && len(f.approvers) == 1 && f.logLevel == "debug" && f.natsStore == "/var/lib/hcpbot/nats" && f.natsListen == "127.0.0.1:4223"
+				!f.requireFourEyes && len(f.approvers) == 1 && f.logLevel == "debug" && f.natsStore == "/var/lib/hcpbot/nats" && f.natsListen == "127.0.0.1:4223" &&
+				f.events.IsZero()
 		}},
 		{"flags override the file", nil, []string{"--config", file, "--listen", "127.0.0.1:9002", "--lease-name", "lease-flag", "--leader-elect=false", "--source", "mgmt-flag", "--log-format", "console"}, func(f agentFlags) bool {
 			return f.source == "mgmt-flag" && f.listen == "127.0.0.1:9002" && f.leaseName == "lease-flag" && !f.leaderElect && f.logFormat == "console" &&

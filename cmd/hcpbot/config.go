@@ -131,7 +131,7 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 		if *online && r != configs.RoleAgent && sec != nil {
 			rep.Problems = append(rep.Problems, configSlackProblems(ctx, cfg, sec)...)
 		}
-		rep.Summary = configSummary(cfg)
+		rep.Summary = configSummary(cfg, r)
 	}
 	rep.OK = len(rep.Problems) == 0
 
@@ -285,9 +285,10 @@ func configPrint(c *cli, rep configReport) {
 	}
 }
 
-// configSummary describes what the processes would do, in a few lines,
-// without secrets (Config holds only references to them).
-func configSummary(cfg *configs.Config) []string {
+// configSummary describes what the processes would do (r, the process
+// checked), in a few lines, without secrets (Config holds only references
+// to them).
+func configSummary(cfg *configs.Config, r configs.Role) []string {
 	var out []string
 	n := cfg.NATS
 	if len(n.URLs) == 0 {
@@ -317,7 +318,7 @@ func configSummary(cfg *configs.Config) []string {
 		}
 		out = append(out, fmt.Sprintf("nats: %s, %s", strings.Join(urls, ", "), auth))
 	}
-	out = append(out, fmt.Sprintf("events stream: %d replica(s), max age %s, duplicate window %s", n.StreamReplicas, configDur(n.EventsMaxAge), configDur(n.DuplicateWindow)))
+	out = append(out, eventsStreamSummary(cfg, r))
 	if a := cfg.Agent; a != nil {
 		kc := "in-cluster"
 		if a.Kubeconfig != "" {
@@ -362,6 +363,43 @@ func configSummary(cfg *configs.Config) []string {
 	}
 	out = append(out, fmt.Sprintf("log: %s, %s", cfg.Log.Level, cfg.Log.Format))
 	return out
+}
+
+// eventsStreamSummary says what the process checked does with the events
+// stream's settings, each value printed being one it acts on. The bot
+// creates the stream with them (so does `hcpbot all`, whose agent uses the
+// bot's stream). An agent alone acts on what the file writes only, as
+// agentStream does: on its own embedded server it creates the stream with
+// them (the defaults for those unwritten) and brings an existing one to
+// those written; against URLs the stream is the bot's and it warns where
+// the stream lacks one written.
+func eventsStreamSummary(cfg *configs.Config, r configs.Role) string {
+	n := cfg.NATS
+	every := fmt.Sprintf("%d replica(s), max age %s, duplicate window %s", n.StreamReplicas, configDur(n.EventsMaxAge), configDur(n.DuplicateWindow))
+	if r != configs.RoleAgent {
+		return "events stream: " + every
+	}
+	set := agentEventsSettings(cfg)
+	var written []string
+	if set.Replicas > 0 {
+		written = append(written, fmt.Sprintf("%d replica(s)", set.Replicas))
+	}
+	if set.MaxAge > 0 {
+		written = append(written, "max age "+configDur(set.MaxAge))
+	}
+	if set.Duplicates > 0 {
+		written = append(written, "duplicate window "+configDur(set.Duplicates))
+	}
+	const none = "the file writes no nats.streamReplicas, eventsMaxAge or duplicateWindow"
+	switch {
+	case len(n.URLs) == 0 && len(written) == 0:
+		return "events stream: the agent's process creates it on its embedded server while absent with " + every + ", and changes nothing of an existing one: " + none
+	case len(n.URLs) == 0:
+		return "events stream: the agent's process creates it on its embedded server while absent with " + every + ", and brings an existing one to " + strings.Join(written, ", ")
+	case len(written) == 0:
+		return "events stream: the bot's (the agent waits for it and may not change it); the agent checks none of its settings: " + none
+	}
+	return "events stream: the bot's (the agent waits for it and may not change it); the agent warns at start unless it has " + strings.Join(written, ", ")
 }
 
 // agentActionsSummary says which action requests the agent will run.

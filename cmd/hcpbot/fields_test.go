@@ -104,6 +104,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		socket       = p("TestBotSocketModeReplicasRefuseReplay", TestBotSocketModeReplicasRefuseReplay)
 		bf           = &botFixture{owner: owner}
 		botStream    = p("bot fixture: events stream", bf.stream)
+		eventsStream = p("events stream: the bot's settings and the agent's", bf.eventsStream)
 		botStorm     = p("bot fixture: storms and group wait", bf.storms)
 		botSlack     = p("bot fixture: Slack token, API and signing secret", bf.slack)
 		botDigest    = p("bot fixture: digest", bf.digest)
@@ -134,9 +135,9 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"nats.credsEnv":        {proof: natsCreds},
 		"nats.nkeySeedFile":    {proof: natsNkeyCA},
 		"nats.caFile":          {proof: natsNkeyCA},
-		"nats.streamReplicas":  {proof: botStream},
-		"nats.eventsMaxAge":    {proof: botStream},
-		"nats.duplicateWindow": {proof: botStream},
+		"nats.streamReplicas":  {proof: eventsStream},
+		"nats.eventsMaxAge":    {proof: eventsStream},
+		"nats.duplicateWindow": {proof: eventsStream},
 
 		"agent.source":                       {proof: agentEvents},
 		"agent.kubeconfig":                   {proof: agentEvents},
@@ -384,6 +385,16 @@ func (f *botFixture) stream(t *testing.T) {
 			t.Errorf("bucket %s: %d replicas, want 3", b, r)
 		}
 	}
+}
+
+// eventsStream: nats.streamReplicas, eventsMaxAge, duplicateWindow — the
+// bot creates the stream with them (stream); the agent checks the bot's
+// against those its file writes, and applies them on its own embedded
+// server.
+func (f *botFixture) eventsStream(t *testing.T) {
+	t.Run("bot fixture", f.stream)
+	t.Run("TestAgentChecksTheBotsEventsStream", TestAgentChecksTheBotsEventsStream)
+	t.Run("TestAgentEventsStreamOnItsEmbeddedServer", TestAgentEventsStreamOnItsEmbeddedServer)
 }
 
 // storms: bot.groupWait (nothing posted before 6 s, more than the default

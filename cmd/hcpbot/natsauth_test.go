@@ -118,7 +118,7 @@ func TestAgentNATSFlags(t *testing.T) {
 	}
 	var logs syncbuf.Buffer
 	waited := make(chan error, 1)
-	go func() { _, err := agentStream(ctx, conn, 1, zerolog.New(&logs)); waited <- err }()
+	go func() { _, err := agentStream(ctx, conn, bus.EventsSettings{}, zerolog.New(&logs)); waited <- err }()
 	testenv.Eventually(t, natstest.Timeout, "the waiting line", func() bool {
 		return strings.Contains(logs.String(), "waiting for the bot to create stream "+event.StreamName)
 	})
@@ -167,7 +167,7 @@ func TestAgentEmbeddedNATSNoListener(t *testing.T) {
 	if err == nil {
 		t.Fatal("the agent's role created the events stream")
 	}
-	if _, err := agentStream(ctx, conn, 1, log); err != nil {
+	if _, err := agentStream(ctx, conn, bus.EventsSettings{}, log); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.JS.Stream(ctx, event.StreamName); err != nil {

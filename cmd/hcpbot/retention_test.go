@@ -20,8 +20,10 @@ import (
 
 // The events stream's settings are the bot's, whichever of agent and bot
 // starts and restarts first, on the agent's embedded server (the only
-// place the agent may create it): the agent creates it with the defaults
-// only while it is absent and never rewrites what the bot set.
+// place the agent may create it), when the agent's file writes none of
+// them: the agent creates it with the defaults only while it is absent
+// and never rewrites what the bot set (one it writes is applied:
+// TestAgentEventsStreamOnItsEmbeddedServer).
 func TestEventsStreamSettingsSurviveRestartsInAnyOrder(t *testing.T) {
 	cfg := &configs.Config{NATS: configs.NATS{StreamReplicas: 1, EventsMaxAge: 5 * time.Hour, DuplicateWindow: 3 * time.Minute}}
 	for _, order := range []string{"agent bot agent agent bot agent", "bot agent bot agent", "agent agent bot bot agent"} {
@@ -40,7 +42,7 @@ func TestEventsStreamSettingsSurviveRestartsInAnyOrder(t *testing.T) {
 				if who == "bot" {
 					err, botRan = botStream(ctx, cfg, conn, natstest.Logger(t)), true
 				} else {
-					_, err = agentStream(ctx, conn, 1, natstest.Logger(t))
+					_, err = agentStream(ctx, conn, bus.EventsSettings{}, natstest.Logger(t))
 				}
 				if err != nil {
 					t.Fatalf("start %d (%s): %v", i, who, err)
