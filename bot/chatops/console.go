@@ -163,7 +163,7 @@ func (c *Console) run(ctx context.Context, user, name, text string) (out string)
 		return err.Error()
 	}
 	if h, isHelp := cmd.(ShowHelp); isHelp {
-		return PlainText(helpReply(h))
+		return PlainText(helpReply(h), c.Users)
 	}
 	req := Request{Origin: Origin{Transport: TransportConsole, UserID: user, UserName: name}, Command: cmd}
 	defer func() {
@@ -174,9 +174,9 @@ func (c *Console) run(ctx context.Context, user, name, text string) (out string)
 	ctx = WithLater(ctx, func(r Reply) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		_, _ = io.WriteString(c.Out, PlainText(r)+"\n")
+		_, _ = io.WriteString(c.Out, PlainText(r, c.Users)+"\n")
 	})
-	return PlainText(c.Handler.HandleCommand(ctx, req))
+	return PlainText(c.Handler.HandleCommand(ctx, req), c.Users)
 }
 
 var errLineTooLong = errors.New("line too long")

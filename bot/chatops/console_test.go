@@ -117,7 +117,7 @@ func TestConsoleDefaultsAndCancel(t *testing.T) {
 }
 
 func TestPlainTextAndEscaping(t *testing.T) {
-	if got := PlainText(Reply{Text: "<!here> see <#C0OPS|ops> and <https://x.example>"}); got != "@here see #ops and https://x.example" {
+	if got := PlainText(Reply{Text: "<!here> see <#C0OPS|ops> and <https://x.example>"}, nil); got != "@here see #ops and https://x.example" {
 		t.Errorf("PlainText = %q", got)
 	}
 	if got := EscapeText("a<b>&<!channel>"); got != "a&lt;b&gt;&amp;&lt;!channel&gt;" {
@@ -132,8 +132,8 @@ func TestPlainTextAndEscaping(t *testing.T) {
 	if len(w.Blocks) != maxBlocks || w.Text == "" {
 		t.Errorf("%d blocks, text %q", len(w.Blocks), w.Text)
 	}
-	if !strings.Contains(PlainText(Reply{Blocks: w.Blocks}), "11 more blocks not shown") {
-		t.Errorf("truncation not said: %q", PlainText(Reply{Blocks: w.Blocks}))
+	if !strings.Contains(PlainText(Reply{Blocks: w.Blocks}, nil), "11 more blocks not shown") {
+		t.Errorf("truncation not said: %q", PlainText(Reply{Blocks: w.Blocks}, nil))
 	}
 	if len(blocks) != 60 {
 		t.Error("wire changed the caller's blocks")
@@ -196,7 +196,7 @@ func TestWireFallbackKeepsEscaping(t *testing.T) {
 		t.Errorf("fallback text %q, want the escaped user text", w.Text)
 	}
 	// The console shows it readable, and as text.
-	if got := PlainText(r); got != "reason: <!channel> look" {
+	if got := PlainText(r, nil); got != "reason: <!channel> look" {
 		t.Errorf("PlainText = %q", got)
 	}
 }
@@ -213,7 +213,25 @@ func TestPlainTextFields(t *testing.T) {
 		}, slack.NewAccessory(slack.NewButtonBlockElement(ActionApprove, "act-7f3k9q", slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)))),
 	}}
 	want := "*inc-0a1b2c*\n  Cluster: clusters/example (https://console.example/c)\n  Platform: KubeVirt\n[Approve: /hcp approve act-7f3k9q]"
-	if got := PlainText(r); got != want {
+	if got := PlainText(r, nil); got != want {
 		t.Errorf("PlainText =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// The console shows what Slack shows: a mention as the person's name, a
+// code block as indented lines (no fences), a link as its text and URL.
+func TestConsoleRendersAsSlackShows(t *testing.T) {
+	users := map[string]string{"alice": "U0000ALICE", "bob": "U00000BOB"}
+	for _, tc := range []struct{ in, want string }{
+		{"approved by <@U0000ALICE> and <@U00000BOB>", "approved by @alice and @bob"},
+		{"asked by <@U0STRANGER>", "asked by @U0STRANGER"},
+		{"*Proposed fix* — noProxy:\n```- a\n+ a,kubernetes```", "*Proposed fix* — noProxy:\n    - a\n    + a,kubernetes"},
+		{"diff: ```- a\n+ b``` then more", "diff: \n    - a\n    + b\n then more"},
+		{"see <https://x.example/runbook|the runbook>", "see the runbook (https://x.example/runbook)"},
+		{"one\n\ntwo", "one\n\ntwo"},
+	} {
+		if got := PlainText(Reply{Text: tc.in}, users); got != tc.want {
+			t.Errorf("PlainText(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

@@ -122,27 +122,34 @@ var buttonCommands = map[string]string{
 }
 
 // PlainText renders a reply for a terminal: Block Kit flattened to lines
-// (notify's renderer, in consoleStyle), mrkdwn links and mentions to
+// (notify's renderer, in ConsoleStyle), mrkdwn links and mentions to
 // readable text, buttons as the command that does the same (or their
-// action id and value).
-func PlainText(r Reply) string {
-	if s := consoleStyle.PlainText(r.Blocks); s != "" {
+// action id and value). users (name → user ID, as Console.Users) names
+// the people mentioned; nil leaves their IDs.
+func PlainText(r Reply, users map[string]string) string {
+	st := ConsoleStyle(users)
+	if s := st.PlainText(r.Blocks); s != "" {
 		return s
 	}
-	return unMrkdwn(r.Text)
+	return st.Inline(r.Text)
 }
 
-// ConsoleStyle is how a terminal spells Block Kit: mrkdwn undone, buttons
-// as the commands that do the same. The console notifier uses it too.
-func ConsoleStyle() notify.TextStyle { return consoleStyle }
-
-// consoleStyle is how the chat console spells Block Kit.
-var consoleStyle = notify.TextStyle{
-	Heading: func(t string) string { return "== " + t + " ==" },
-	Rule:    "----",
-	Context: func(parts []string) string { return strings.Join(parts, " · ") },
-	Inline:  unMrkdwn,
-	Button:  buttonText,
+// ConsoleStyle is how a terminal spells what Slack renders: a mention of
+// one of users (name → user ID) as @name, code blocks as indented text,
+// links as their text with the URL, Slack's escaping undone, buttons as
+// the commands that do the same. The console notifier uses it too.
+func ConsoleStyle(users map[string]string) notify.TextStyle {
+	names := make(map[string]string, len(users))
+	for name, id := range users {
+		names[id] = name
+	}
+	return notify.TextStyle{
+		Heading: func(t string) string { return "== " + t + " ==" },
+		Rule:    "----",
+		Context: func(parts []string) string { return strings.Join(parts, " · ") },
+		Inline:  func(s string) string { return unMrkdwn(s, names) },
+		Button:  buttonText,
+	}
 }
 
 func buttonText(b *slack.ButtonBlockElement) string {
@@ -165,14 +172,58 @@ func buttonText(b *slack.ButtonBlockElement) string {
 // slackLinkRE matches mrkdwn's <target|label> and <target>.
 var slackLinkRE = regexp.MustCompile(`<([^<>|]*)(?:\|([^<>]*))?>`)
 
-// unMrkdwn turns Slack's angle-bracket syntax into readable text and undoes
-// its escaping.
-func unMrkdwn(s string) string {
+// fenceRE matches a mrkdwn code block, its fences and the line ends
+// just inside them.
+var fenceRE = regexp.MustCompile("(?s)```\n?(.*?)\n?```")
+
+// unfence writes each code block as its lines indented by four spaces, on
+// lines of their own.
+func unfence(s string) string {
+	ms := fenceRE.FindAllStringSubmatchIndex(s, -1)
+	if ms == nil {
+		return s
+	}
+	var b strings.Builder
+	last := 0
+	for _, m := range ms {
+		b.WriteString(s[last:m[0]])
+		if m[0] > 0 && s[m[0]-1] != '\n' {
+			b.WriteByte('\n')
+		}
+		for i, l := range strings.Split(s[m[2]:m[3]], "\n") {
+			if i > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString("    " + l)
+		}
+		if m[1] < len(s) && s[m[1]] != '\n' {
+			b.WriteByte('\n')
+		}
+		last = m[1]
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// unMrkdwn turns Slack's mrkdwn into what Slack shows, as plain text: a
+// code block as lines indented by four spaces on lines of their own,
+// mentions of a user in names (ID → name) as @name, links as their label
+// and target, and its escaping undone.
+func unMrkdwn(s string, names map[string]string) string {
+	s = unfence(s)
 	s = slackLinkRE.ReplaceAllStringFunc(s, func(m string) string {
 		sub := slackLinkRE.FindStringSubmatch(m)
 		target, label := sub[1], sub[2]
 		switch {
-		case strings.HasPrefix(target, "@"), strings.HasPrefix(target, "#"):
+		case strings.HasPrefix(target, "@"):
+			if name, ok := names[target[1:]]; ok {
+				return "@" + name
+			}
+			if label != "" {
+				return "@" + label
+			}
+			return target
+		case strings.HasPrefix(target, "#"):
 			if label != "" {
 				return target[:1] + label
 			}

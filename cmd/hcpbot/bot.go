@@ -284,7 +284,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	log = log.With().Str("component", "bot").Logger()
 
 	console := notify.NewConsole(c.stdout)
-	console.SetStyle(chatops.ConsoleStyle())
+	console.SetStyle(chatops.ConsoleStyle(c.users))
 	var notifier notify.Notifier = console
 	if sec.SlackBotToken != "" {
 		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{}, bus.WithReplicas(cfg.NATS.StreamReplicas))

@@ -93,6 +93,7 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 	pc := *c
 	pc.stdout, pc.stderr = out, logFile
 	pc.chat = func(b *bot.Bot, h chatops.Handler) { ready <- wired{b, h} }
+	pc.users = demoUsers
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- runConfigured(runCtx, &pc, cfg, sec, "all", log) }()

@@ -36,7 +36,7 @@ func TestDemoScript(t *testing.T) {
 		"[alice] hcp> /hcp approve " + id,
 		"Four-eyes rule: you proposed `" + id + "`",
 		"[bob] hcp> /hcp approve " + id,
-		"(requested by @U0000ALICE) approved by @U00000BOB and applied",
+		"(requested by @alice) approved by @bob and applied", // mentions as Slack shows them
 		// Written as bob (identities): the outcome, the API server's audit
 		// log and the Event on the HostedCluster say so.
 		"written as Kubernetes user",
@@ -53,7 +53,7 @@ func TestDemoScript(t *testing.T) {
 		"executed " + id + " on clusters/proxied by U00000BOB",
 		"kubernetes",
 		// The incident follows the fix to the end.
-		"kube-apiserver-proxy direct 0 of 3", "✅ RESOLVED", "Time to heal", "Approved by: @U00000BOB", "Timeline of",
+		"kube-apiserver-proxy direct 0 of 3", "✅ RESOLVED", "Time to heal", "Approved by: @bob", "Timeline of",
 		// Buttons as the commands they run.
 		"[Approve fix: /hcp approve inc-",
 	} {
@@ -61,8 +61,9 @@ func TestDemoScript(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
-	// The console is a terminal: no Slack escapes, no block placeholders.
-	for _, unwanted := range []string{"&gt;", "&lt;", "&amp;", "[actions block]", "<@U"} {
+	// The console is a terminal: no Slack escapes, no block placeholders,
+	// no IDs for the people it knows, no code fences.
+	for _, unwanted := range []string{"&gt;", "&lt;", "&amp;", "[actions block]", "<@U", "@U0000ALICE", "@U00000BOB", "```"} {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("demo output shows %q", unwanted)
 		}

@@ -38,6 +38,9 @@ type cli struct {
 	// the process (the demo's console). Nil in the real commands, where
 	// Slack reaches the handler over HTTP or Socket Mode.
 	chat func(*bot.Bot, chatops.Handler)
+	// users are the people of an in-process chat (name → Slack user ID),
+	// named in what the console prints instead of their IDs.
+	users map[string]string
 }
 
 // command is one subcommand. Subcommands register themselves in commands()
