@@ -197,7 +197,7 @@ func TestExposeCommand(t *testing.T) {
 	if id == "" {
 		t.Fatalf("no proposal id in %q", r.Text)
 	}
-	t.Logf("proposal:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}))
+	t.Logf("proposal:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}, nil))
 	for _, want := range []string{
 		"<@" + requester + ">", "mgmt-1/clusters/web",
 		"`petclinic/petclinic-hcpbot-np`", "selecting the pods of `petclinic/petclinic`", "ports 8080, 8443",

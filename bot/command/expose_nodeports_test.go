@@ -33,7 +33,7 @@ func TestExposeChosenNodePortsCommand(t *testing.T) {
 	if id == "" {
 		t.Fatalf("no proposal id in %q", r.Text)
 	}
-	t.Logf("proposal:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}))
+	t.Logf("proposal:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}, nil))
 	for _, want := range []string{
 		"node ports 30001, 30002, 30003 for its ports in order",
 		"only if `petclinic/petclinic` is not of type NodePort already",
@@ -59,7 +59,7 @@ func TestExposeChosenNodePortsCommand(t *testing.T) {
 		Range: actions.DefaultNodePortRange, Alternatives: []int32{30004},
 	})
 	r = pressApprove(t, c, approver1, id, "mgmt-1").wait(t, "not applied")
-	t.Logf("outcome:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}))
+	t.Logf("outcome:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}, nil))
 	if sent := e.agent.lastChange(); sent.ID != id || !slices.Equal(sent.Expose.NodePorts, []int32{30001, 30002, 30003}) {
 		t.Errorf("the agent got %+v", sent.Expose)
 	}

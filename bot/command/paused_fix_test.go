@@ -75,7 +75,7 @@ func TestFixProposedForAPausedCluster(t *testing.T) {
 			}
 		}
 		if tc.name == "paused" {
-			t.Logf("proposal:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}))
+			t.Logf("proposal:\n%s", chatops.PlainText(chatops.Reply{Text: r.Text}, nil))
 		}
 	}
 }
