@@ -154,6 +154,7 @@ func b6Run(b *testing.B, events int) {
 	r.Add("heap_bot_state", float64(cs.botHeap), "B")
 	r.Add("heap_bot_per_hosted_cluster", float64(cs.botHeap)/float64(f.hosted()), "B/cluster")
 	r.Add("heap_peak_per_hosted_cluster", (float64(cs.liveAtCurrent)-float64(cs.heap0))/float64(f.hosted()), "B/cluster")
+	r.Add("heap_current_gc_per_hosted_cluster", (float64(cs.liveCurrentGC)-float64(cs.heap0))/float64(f.hosted()), "B/cluster")
 	r.Add("rss_process", float64(cs.rss), "B")
 	r.Add("rss_growth", float64(cs.rssGrowth), "B")
 	r.Add("cpu_s", cs.cpu.Seconds(), "s")
@@ -174,7 +175,7 @@ func b6Run(b *testing.B, events int) {
 		r.Add("checkpoint_saving", 1-tail.current.Seconds()/cs.current.Seconds(), "of the cold start")
 	}
 	r.Note("current_s: bot.New + Run until it logs \"events replayed\" (its replay reached the stream's last sequence at start); status_complete_s: until a signed `/hcp status` to chatops.Server lists all %d hosted clusters; during the replay `/hcp status` is asked every %v (max latency and deferred answers above)", f.hosted(), b6StatusEvery)
-	r.Note("bot: the leader, production timers (configs defaults), the Slack notifier with its KV store against slackrec (Slack's limits); slack_calls = every call it made (the history ends healthy: nothing should be posted). heap_live_at_current = the live heap of the last GC before the replay caught up, minus before the start (the peak: every incident the history replaced waits in the bot's pending list until the leader's first flush); pending_released_s = from the start until the heap fell below half that peak (the first flush let them go; a follower never flushes, so it keeps them: its heap stays at the peak and grows with every incident replaced); heap_bot_state = then, live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches")
+	r.Note("bot: the leader, production timers (configs defaults), the Slack notifier with its KV store against slackrec (Slack's limits); slack_calls = every call it made (the history ends healthy: nothing should be posted). heap_live_at_current = the live heap of the last GC before the replay caught up, minus before the start; heap_current_gc_* = the same after a collection forced at the catch-up (before the leader's first flush); both include the embedded nats-server's part (its block caches of the replay): the %s-current.heap.pprof profile splits them. The replay sweeps the incidents the history replaced as it goes (bot/pending.go: the Slack store has no message for them), so nothing waits for the first flush; pending_released_s = from the start until the heap fell below half of heap_live_at_current, or the note says it did not; heap_bot_state = then, live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches", id)
 	r.Note("shares: ref_deliver = an ordered consumer counting the stream (JetStream alone), ref_deliver_decode = the same decoding each event with event.DecodeAll; the rest of the bot's replay is the model, diagnosis and incidents")
 	r.Note("checkpoint: the bot has none (docs/reliability.md: restatements every 12 h keep every current fact in the stream). tail_* = the same bot on a stream holding only the last 12 h (the events since the agents' last restatement): what a bot restoring a checkpoint taken at that restatement would still have to replay, so its start is at least that; the checkpoint itself would hold %d clusters' state", f.hosted())
 	if events >= 1_000_000 {
@@ -338,6 +339,7 @@ type b6Started struct {
 	deferred                 int
 	heapGrowth, botHeap      int64
 	heap0, liveAtCurrent     uint64 // the live heap of the last GC before the replay caught up
+	liveCurrentGC            uint64 // the heap after a collection forced at the catch-up
 	slackCalls               int
 	drained                  time.Duration // from the start until the first flush let the replaced incidents go
 	rss, rssGrowth           int64
@@ -432,11 +434,24 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 	case <-caught:
 		out.current = time.Since(start)
 		out.liveAtCurrent = heapLive()
+		if profile != "" && measureMemory {
+			// What heap_live_at_current counts: the last collection's.
+			lastHeapProfile(b, r, profile+"-lastgc")
+		}
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("B6: the bot did not catch up within 10 min")
 	}
 	out.cpu = cpuTime() - cpu0
 	stop()
+	if measureMemory {
+		// What the heap holds at the catch-up, collected (the figure
+		// above is the last collection's, during the replay): the
+		// leader's first flush has not let anything go yet.
+		out.liveCurrentGC = heapInUse()
+		if profile != "" {
+			heapProfile(b, r, profile+"-current")
+		}
+	}
 	close(pollDone)
 	pollWG.Wait()
 	for deadline := time.Now().Add(time.Minute); ; {
@@ -452,12 +467,15 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 		time.Sleep(20 * time.Millisecond)
 	}
 	if measureMemory {
-		// The leader's first flush looks up every incident the replay
-		// replaced (pending) and then lets them go: wait for the heap to
-		// drop to half of its peak, or give up after b6Drain.
+		// The leader's first flush looks up what the replay left pending
+		// and lets go of what nothing will send: wait for the heap to
+		// drop to half of its peak, or to what it held at the catch-up
+		// when the replay's sweep left nothing to let go, or give up
+		// after b6Drain.
 		peak := int64(out.liveAtCurrent) - int64(heap0)
+		atCurrent := int64(out.liveCurrentGC) - int64(heap0)
 		for deadline := time.Now().Add(b6Drain); ; time.Sleep(time.Second) {
-			if h := int64(heapInUse()) - int64(heap0); h < peak/2 {
+			if h := int64(heapInUse()) - int64(heap0); h < peak/2 || h <= atCurrent {
 				out.drained = time.Since(start)
 				break
 			}

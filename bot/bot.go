@@ -67,6 +67,10 @@ type Bot struct {
 	pending []*Incident
 	// pendingScanned is pending's length after its last horizon scan.
 	pendingScanned int
+	// pendingSwept is pending's length after the last sweep, sweptAt
+	// when it began (pending.go).
+	pendingSwept int
+	sweptAt      time.Time
 	// gone are the deleted hosted clusters still in the model, with the
 	// time this replica saw them go (forgetGone).
 	gone map[diagnose.Key]time.Time

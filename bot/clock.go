@@ -35,6 +35,11 @@ type notifyState struct {
 	top      string          // main diagnosis last shown
 
 	causes []storm.Cause // what it could share with other incidents
+
+	// swept is when a replica that sends nothing last asked whether this
+	// pending resolution is still owed (pending.go); zero: never. Not
+	// state: a restarted replica asks again.
+	swept time.Time
 }
 
 // The flush looks again after minFlush at the soonest (a burst of events

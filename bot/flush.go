@@ -136,9 +136,16 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	if !leader || !b.caughtUp {
 		// The gate before every stage: a follower or a replaying bot
 		// looks at no incident (a replay would be quadratic); what the
-		// replay held is counted once it is over (markCaughtUp).
+		// replay held is counted once it is over (markCaughtUp). It only
+		// lets go of the resolutions nothing will send (pending.go).
+		now := b.cfg.Now()
+		due, more := b.sweepDue(now)
 		b.mu.Unlock()
-		return b.cfg.Now().Add(maxFlush)
+		b.sweepPending(ctx, due, more, now)
+		if more {
+			return now
+		}
+		return now.Add(maxFlush)
 	}
 	b.settleAll(nil) // the stages read full diagnoses (lazy.go)
 	f := &flushRun{ctx: ctx, now: b.cfg.Now()}

@@ -31,37 +31,52 @@ func flapBot(t *testing.T, lead *atomic.Bool, out *rootRecorder) (*Bot, func(clu
 	t.Helper()
 	cfg := Config{Channel: "C1", Now: func() time.Time { return t0 }, Leader: lead.Load}
 	b := New(cfg, nil, out, nil, zerolog.Nop())
-	handle := func(e event.Event, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := event.Encode(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Handle(context.Background(), data)
-	}
 	seeded := map[int]bool{}
 	return b, func(c, cycle int) {
 		t.Helper()
-		at := t0.Add(time.Duration(cycle) * time.Hour).Add(time.Duration(c) * time.Second)
-		if !seeded[c] {
-			seeded[c] = true
-			events, err := scenario.Storm("mgmt-p", "ns", c+1, 0, at.Add(-time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			handle(events[c*2], nil) // the HostedCluster alone
-		}
-		ref := event.ClusterRef{Namespace: "ns", Name: fmt.Sprintf("hc-%d", c)}
-		node := event.ObjectRef{Kind: "Node", Name: ref.Name + "-n", UID: "uid-" + ref.Name + "-n", Hosted: true}
-		for i, st := range []event.ConditionStatus{event.ConditionUnknown, event.ConditionTrue} {
-			ltt := at.Add(time.Duration(i) * time.Minute)
-			p := event.NodeReadiness{Node: node.Name, Ready: st, Reason: "NodeStatusUnknown", LastTransitionTime: ltt}
-			handle(event.New("mgmt-p", &ref, node, p, event.TransitionAt("Ready="+string(st), ltt), ltt))
+		for _, e := range flapEvents(t, seeded, c, cycle) {
+			handleEvent(t, b, e)
 		}
 	}
+}
+
+// handleEvent hands b one event as the stream carries it.
+func handleEvent(t *testing.T, b *Bot, e event.Event) {
+	t.Helper()
+	data, err := event.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Handle(context.Background(), data)
+}
+
+// flapEvents are cluster c's node flap of cycle: its HostedCluster the
+// first time (seeded records it), the node Unknown (an incident opens),
+// then Ready a minute later (it resolves).
+func flapEvents(t *testing.T, seeded map[int]bool, c, cycle int) []event.Event {
+	t.Helper()
+	at := t0.Add(time.Duration(cycle) * time.Hour).Add(time.Duration(c) * time.Second)
+	var out []event.Event
+	if !seeded[c] {
+		seeded[c] = true
+		events, err := scenario.Storm("mgmt-p", "ns", c+1, 0, at.Add(-time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, events[c*2]) // the HostedCluster alone
+	}
+	ref := event.ClusterRef{Namespace: "ns", Name: fmt.Sprintf("hc-%d", c)}
+	node := event.ObjectRef{Kind: "Node", Name: ref.Name + "-n", UID: "uid-" + ref.Name + "-n", Hosted: true}
+	for i, st := range []event.ConditionStatus{event.ConditionUnknown, event.ConditionTrue} {
+		ltt := at.Add(time.Duration(i) * time.Minute)
+		p := event.NodeReadiness{Node: node.Name, Ready: st, Reason: "NodeStatusUnknown", LastTransitionTime: ltt}
+		e, err := event.New("mgmt-p", &ref, node, p, event.TransitionAt("Ready="+string(st), ltt), ltt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // A follower fed 500 replace cycles on each of 3 clusters over 500 hours

@@ -111,6 +111,24 @@ type RootChecker interface {
 	HasRoot(ctx context.Context, key string) (bool, error)
 }
 
+// RootsChecker is implemented by notifiers that answer RootChecker for
+// many Keys at once, in one pass over their store where they can.
+type RootsChecker interface {
+	// HasRoots answers HasRoot for each of keys, in their order.
+	HasRoots(ctx context.Context, keys []string) ([]bool, error)
+}
+
+// DeliveryChecker is implemented by notifiers that can tell whether a
+// Key's messages were delivered, whoever sent them (another replica, an
+// earlier run). A replica that sends nothing asks it to let go of a
+// resolution the leader already sent, instead of keeping it in case it
+// takes over.
+type DeliveryChecker interface {
+	// Delivered reports whether the root of key shows the rendering whose
+	// Message.Digest is digest and every reply of replyIDs was posted.
+	Delivered(ctx context.Context, key, digest string, replyIDs []string) (bool, error)
+}
+
 // PostTimes is implemented by notifiers that know when a Key's root
 // message was first posted (Slack: the message's ts), for timelines.
 type PostTimes interface {

@@ -306,6 +306,60 @@ var _ RootChecker = (*Slack)(nil)
 
 var _ PostTimes = (*Slack)(nil)
 
+var _ DeliveryChecker = (*Slack)(nil)
+
+var _ RootsChecker = (*Slack)(nil)
+
+// HasRoots implements RootsChecker: a store that lists its roots is read
+// once, and only the keys it lists are looked up one by one.
+func (s *Slack) HasRoots(ctx context.Context, keys []string) ([]bool, error) {
+	var listed map[string]bool
+	if l, ok := s.store.(rootLister); ok {
+		var err error
+		if listed, err = l.rootIDs(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]bool, len(keys))
+	for i, key := range keys {
+		if listed != nil && !listed[rootID(key)] {
+			continue
+		}
+		r, err := s.HasRoot(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// Delivered implements DeliveryChecker from the store: a claim is not a
+// delivery (its post may still fail), a root is delivered once its record
+// holds the digest, a reply once its record has a ts.
+func (s *Slack) Delivered(ctx context.Context, key, digest string, replyIDs []string) (bool, error) {
+	posted := func(id string) (Record, bool, error) {
+		r, _, err := s.store.Get(ctx, id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return Record{}, false, nil
+		case err != nil:
+			return Record{}, false, fmt.Errorf("notify: look up %s of %q: %w", id, key, err)
+		}
+		return r, r.TS != "", nil
+	}
+	r, ok, err := posted(rootID(key))
+	if err != nil || !ok || digest == "" || r.Digest != digest {
+		return false, err
+	}
+	for _, id := range replyIDs {
+		if _, ok, err := posted(replyID(key, id)); err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
 // FirstPosted implements PostTimes from the root's Slack ts, which is the
 // time Slack stored the message (seconds since the epoch, then a dot and
 // a part that only makes it unique).

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -145,6 +146,46 @@ type KVConfig struct {
 // bot replicas and surviving restarts.
 type KVStore struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream
+}
+
+// rootLister is a Store that lists the ids of its root records in one
+// pass: a superset of those Get finds (claims, and deleted ones, count).
+type rootLister interface {
+	rootIDs(ctx context.Context) (map[string]bool, error)
+}
+
+// rootIDs implements rootLister from the bucket stream's subjects: one
+// request (paged by the server past 100,000 subjects), no consumer. A
+// deleted record's marker keeps its subject listed.
+func (s *KVStore) rootIDs(ctx context.Context) (map[string]bool, error) {
+	prefix := "$KV." + s.kv.Bucket() + "."
+	st, err := s.js.Stream(ctx, "KV_"+s.kv.Bucket())
+	if err != nil {
+		return nil, fmt.Errorf("notify: kv stream of %s: %w", s.kv.Bucket(), err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+"root.>"))
+	if err != nil {
+		return nil, fmt.Errorf("notify: list roots of %s: %w", s.kv.Bucket(), err)
+	}
+	out := make(map[string]bool, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		out[strings.TrimPrefix(subj, prefix)] = true
+	}
+	return out, nil
+}
+
+// rootIDs implements rootLister.
+func (s *MemoryStore) rootIDs(context.Context) (map[string]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]bool{}
+	for id := range s.recs {
+		if strings.HasPrefix(id, "root.") {
+			out[id] = true
+		}
+	}
+	return out, nil
 }
 
 // NewKVStore creates or updates the bucket (bus.EnsureKV), with
@@ -154,7 +195,7 @@ func NewKVStore(ctx context.Context, js jetstream.JetStream, cfg KVConfig, opts 
 	if err != nil {
 		return nil, fmt.Errorf("notify: %w", err)
 	}
-	return &KVStore{kv: kv}, nil
+	return &KVStore{kv: kv, js: js}, nil
 }
 
 // Get implements Store.

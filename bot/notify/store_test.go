@@ -131,3 +131,69 @@ func TestUpsertAndReplyValidateAndBound(t *testing.T) {
 		t.Errorf("third reply: %v, want ErrQueueFull", err)
 	}
 }
+
+// HasRoots answers as HasRoot does, key by key, from one listing of the
+// store's roots: a claim counts, a deleted root does not, a reply is no
+// root. Delivered holds only once the root shows the digest asked and
+// every reply asked has been posted.
+func TestHasRootsAndDelivered(t *testing.T) {
+	stores := map[string]func(t *testing.T) Store{
+		"memory":  func(*testing.T) Store { return NewMemoryStore() },
+		"nats-kv": func(t *testing.T) Store { return kvStore(t, natstest.RunServer(t), "notify_roots") },
+	}
+	for name, mk := range stores {
+		t.Run(name, func(t *testing.T) {
+			st, ctx := mk(t), testContext(t)
+			s, err := NewSlack(SlackConfig{Client: NewSlackClient("xoxb-test", slackrec.New(t).APIURL(), nil), Store: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Create(ctx, rootID("posted"), Record{Channel: "C1", TS: "1.1", Digest: "d1"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Create(ctx, rootID("claimed"), Record{Owner: "A", Claimed: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			rev, err := st.Create(ctx, rootID("deleted"), Record{Owner: "A", Claimed: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Delete(ctx, rootID("deleted"), rev); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Create(ctx, replyID("reply-only", "r1"), Record{Channel: "C1", TS: "1.2"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Create(ctx, replyID("posted", "r1"), Record{Channel: "C1", TS: "1.3"}); err != nil {
+				t.Fatal(err)
+			}
+			keys := []string{"posted", "claimed", "deleted", "reply-only", "never"}
+			got, err := s.HasRoots(ctx, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, k := range keys {
+				want, err := s.HasRoot(ctx, k)
+				if err != nil || got[i] != want || want != (k == "posted" || k == "claimed") {
+					t.Errorf("HasRoots[%s] = %v, HasRoot %v (%v)", k, got[i], want, err)
+				}
+			}
+			for _, c := range []struct {
+				key, digest string
+				replies     []string
+				want        bool
+			}{
+				{"posted", "d1", []string{"r1"}, true},
+				{"posted", "d1", nil, true},
+				{"posted", "d2", nil, false},                  // shows another rendering
+				{"posted", "d1", []string{"r1", "r2"}, false}, // r2 not posted
+				{"claimed", "", nil, false},                   // a claim is no delivery
+				{"never", "d1", nil, false},
+			} {
+				if d, err := s.Delivered(ctx, c.key, c.digest, c.replies); err != nil || d != c.want {
+					t.Errorf("Delivered(%s, %s, %v) = %v (%v), want %v", c.key, c.digest, c.replies, d, err, c.want)
+				}
+			}
+		})
+	}
+}
