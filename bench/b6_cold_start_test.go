@@ -25,6 +25,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
@@ -50,13 +51,16 @@ import (
 // up, and until `/hcp status` through the signed HTTP slash-command
 // endpoint (chatops.Server + command.Handler) lists every hosted cluster.
 //
-// The bot has no checkpoint (issue 14 chose restatements: docs/reliability.md
-// "Retention and state"), so the run also measures what one would save:
-// the replay split into JetStream delivery alone and delivery + decoding
+// Two starts are timed on the same fleet: without a checkpoint (the whole
+// stream replayed), and from a checkpoint (bot/checkpoint) at most an
+// hour old. The bot of the first start writes a checkpoint once current;
+// the fleet's next hour is appended; a new bot restores the checkpoint
+// and replays that hour: the start after a rollout of every replica with
+// the shipped hourly checkpoints, at its worst. The run also measures the
+// replay split into JetStream delivery alone and delivery + decoding
 // (references on the same stream), and the bot started on the stream's
-// last 12 hours only — the tail after the agents' last restatement, which
-// holds every current fact: the least a bot restoring a checkpoint taken
-// at that restatement would still read.
+// last 12 hours only (the tail after the agents' last restatement, which
+// holds every current fact).
 const (
 	b6EventsPerCluster = 500
 	b6Nodes            = 24
@@ -71,6 +75,11 @@ const (
 	b6Drain = 5 * time.Minute
 	// b6Goal is the issue's target for 1,000,000 events.
 	b6Goal = 10 * time.Second
+	// b6CheckpointAge is how old the checkpoint of the second start is
+	// (bot.DefaultCheckpointEvery: the oldest a shipped bot restores),
+	// and b6CheckpointGoal the issue's target for that start (issue 30).
+	b6CheckpointAge  = time.Hour
+	b6CheckpointGoal = 2 * time.Second
 )
 
 func BenchmarkB6ColdStart(b *testing.B) {
@@ -110,8 +119,10 @@ func b6Run(b *testing.B, events int) {
 		b.Fatal(err)
 	}
 
-	// --- Fill (not timed as the bot's start).
-	end := time.Now()
+	// --- Fill (not timed as the bot's start): 72 h ending an hour ago;
+	// the last hour is appended after the checkpoint.
+	now := time.Now()
+	end := now.Add(-b6CheckpointAge)
 	t0 := time.Now()
 	counts, err := b6Fill(ctx, conn.JS, f, events, end, nil)
 	if err != nil {
@@ -140,8 +151,13 @@ func b6Run(b *testing.B, events int) {
 	r.Add("ref_deliver_events_per_s", float64(st.Msgs)/deliver.Seconds(), "events/s")
 	r.Add("ref_deliver_decode_s", decode.Seconds(), "s")
 
-	// --- The bot's cold start.
-	cs := b6Start(b, ctx, conn.JS, f, r, id, true)
+	// --- The bot's cold start, which writes the checkpoint once current.
+	ckv, err := bus.EnsureKV(ctx, conn.JS, bus.CheckpointsKV(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ckpt := checkpoint.New(ckv)
+	cs := b6Start(b, ctx, conn.JS, f, r, id, true, ckpt)
 	r.Add("current_s", cs.current.Seconds(), "s")
 	r.Add("status_complete_s", cs.status.Seconds(), "s")
 	r.Add("replay_events_per_s", float64(st.Msgs)/cs.current.Seconds(), "events/s")
@@ -165,6 +181,29 @@ func b6Run(b *testing.B, events int) {
 		r.Add("share_apply", (cs.current-decode).Seconds()/cs.current.Seconds(), "of replay (model, diagnose, incidents; lower bound: decode overlaps apply)")
 	}
 
+	// --- The start from the checkpoint, an hour of events after it.
+	r.Add("checkpoint_write_s", cs.checkpointWrite.Seconds(), "s")
+	r.Add("checkpoint_bytes", float64(cs.checkpoint.Size), "B")
+	r.Add("checkpoint_bytes_per_hosted_cluster", float64(cs.checkpoint.Size)/float64(f.hosted()), "B/cluster")
+	r.Add("checkpoint_chunks", float64(cs.checkpoint.Chunks), "chunks")
+	hour, err := b6Fill(ctx, conn.JS, f, events, now, func(t time.Time) bool { return !t.Before(end) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	ck := b6Start(b, ctx, conn.JS, f, NewResult(id+"-checkpoint", "", nil), "", false, ckpt)
+	r.Add("checkpoint_age_s", b6CheckpointAge.Seconds(), "s")
+	r.Add("checkpoint_tail_events", float64(b6Sum(hour)), "events")
+	r.Add("checkpoint_restore_s", ck.restore.Seconds(), "s")
+	r.Add("checkpoint_current_s", ck.current.Seconds(), "s")
+	r.Add("checkpoint_status_complete_s", ck.status.Seconds(), "s")
+	r.Add("checkpoint_cpu_s", ck.cpu.Seconds(), "s")
+	r.Add("checkpoint_heap_live_at_current", float64(ck.liveAtCurrent)-float64(ck.heap0), "B")
+	r.Add("checkpoint_slack_calls", float64(ck.slackCalls), "calls")
+	if !ck.restored {
+		r.Note("the second start did not restore the checkpoint: its figures are a full replay's")
+	}
+	r.Note("checkpoint_*: the first start's bot (the leader, current) writes a checkpoint (bot.WriteCheckpoint: checkpoint_write_s, checkpoint_bytes in checkpoint_chunks of the KV bucket %s on the same server); the fleet's next hour (checkpoint_tail_events, B6's mix) is appended; a new bot (the leader, production timers) restores the checkpoint (checkpoint_restore_s: read, verify, decode) and replays the events after it: checkpoint_current_s until it logs \"events replayed\", checkpoint_status_complete_s until `/hcp status` lists every hosted cluster", bus.CheckpointsBucket)
+
 	// --- What a checkpoint at the last restatement would leave: the
 	// stream's last 12 hours, on a server of its own.
 	tail := b6Tail(b, ctx, f, events, end)
@@ -177,11 +216,21 @@ func b6Run(b *testing.B, events int) {
 	r.Note("current_s: bot.New + Run until it logs \"events replayed\" (its replay reached the stream's last sequence at start); status_complete_s: until a signed `/hcp status` to chatops.Server lists all %d hosted clusters; during the replay `/hcp status` is asked every %v (max latency and deferred answers above)", f.hosted(), b6StatusEvery)
 	r.Note("bot: the leader, production timers (configs defaults), the Slack notifier with its KV store against slackrec (Slack's limits); slack_calls = every call it made (the history ends healthy: nothing should be posted). heap_live_at_current = the live heap of the last GC before the replay caught up, minus before the start; heap_current_gc_* = the same after a collection forced at the catch-up (before the leader's first flush); both include the embedded nats-server's part (its block caches of the replay): the %s-current.heap.pprof profile splits them. The replay sweeps the incidents the history replaced as it goes (bot/pending.go: the Slack store has no message for them), so nothing waits for the first flush; pending_released_s = from the start until the heap fell below half of heap_live_at_current, or the note says it did not; heap_bot_state = then, live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches", id)
 	r.Note("shares: ref_deliver = an ordered consumer counting the stream (JetStream alone), ref_deliver_decode = the same decoding each event with event.DecodeAll; the rest of the bot's replay is the model, diagnosis and incidents")
-	r.Note("checkpoint: the bot has none (docs/reliability.md: restatements every 12 h keep every current fact in the stream). tail_* = the same bot on a stream holding only the last 12 h (the events since the agents' last restatement): what a bot restoring a checkpoint taken at that restatement would still have to replay, so its start is at least that; the checkpoint itself would hold %d clusters' state", f.hosted())
+	r.Note("tail_* = a bot without a checkpoint on a stream holding only the last 12 h (the events since the agents' last restatement): replaying from the last restatement without the checkpoint's incidents would give incidents open across it new keys (docs/capacity.md), so this is a reference, not a way to start")
 	if events >= 1_000_000 {
 		r.Want("current_s", "<=", b6Goal.Seconds())
+		r.Want("checkpoint_current_s", "<=", b6CheckpointGoal.Seconds())
 	}
 	b.ReportMetric(cs.current.Seconds(), id+"_current_s")
+	b.ReportMetric(ck.current.Seconds(), id+"_checkpoint_current_s")
+}
+
+func b6Sum(counts map[event.Type]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 // b6Fill publishes the fleet's 72 h into js: asynchronously, the real
@@ -344,11 +393,18 @@ type b6Started struct {
 	drained                  time.Duration // from the start until the first flush let the replaced incidents go
 	rss, rssGrowth           int64
 	cpu                      time.Duration
+	// With a checkpoint store: whether the start restored one and how
+	// long that took (its log), and the checkpoint it wrote once current.
+	restored        bool
+	restore         time.Duration
+	checkpoint      checkpoint.Manifest
+	checkpointWrite time.Duration
 }
 
 // b6Start starts a bot on js's events stream and measures its cold start;
-// profile names its CPU and heap profiles ("" for none).
-func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet, r *Result, profile string, measureMemory bool) b6Started {
+// profile names its CPU and heap profiles ("" for none). With ckpt, the
+// bot restores the newest checkpoint, and writes one once current.
+func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet, r *Result, profile string, measureMemory bool, ckpt *checkpoint.Store) b6Started {
 	b.Helper()
 	var out b6Started
 	caught := make(chan struct{})
@@ -356,12 +412,14 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 	logw := b6LogWatch{on: func() { once.Do(func() { close(caught) }) }}
 	blog := zerolog.New(&logw).Level(zerolog.InfoLevel)
 	cfg := bot.Config{
-		Channel:        "C0B6",
-		GroupWait:      configs.DefaultGroupWait,
-		GroupInterval:  configs.DefaultGroupInterval,
-		ResolveTimeout: configs.DefaultResolveTimeout,
-		StormThreshold: configs.DefaultStormThreshold,
-		StormWindow:    configs.DefaultStormWindow,
+		Checkpoints:     ckpt,
+		CheckpointEvery: -1, // written below, when measured
+		Channel:         "C0B6",
+		GroupWait:       configs.DefaultGroupWait,
+		GroupInterval:   configs.DefaultGroupInterval,
+		ResolveTimeout:  configs.DefaultResolveTimeout,
+		StormThreshold:  configs.DefaultStormThreshold,
+		StormWindow:     configs.DefaultStormWindow,
 	}
 	// The one bot of a restart: the leader, with the Slack notifier, its
 	// KV store (on the same server) and the recorder with Slack's limits.
@@ -493,6 +551,14 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 		}
 	}
 	out.slackCalls = len(rec.Calls())
+	out.restored, out.restore = logw.restored()
+	if ckpt != nil {
+		t := time.Now()
+		if out.checkpoint, err = bt.WriteCheckpoint(ctx); err != nil {
+			b.Fatal(err)
+		}
+		out.checkpointWrite = time.Since(t)
+	}
 	cancel()
 	wg.Wait()
 	hs.Close()
@@ -561,11 +627,8 @@ func b6Tail(b *testing.B, ctx context.Context, f fleet, events int, end time.Tim
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := 0
-	for _, c := range counts {
-		n += c
-	}
-	out := b6Start(b, ctx, conn.JS, f, NewResult("B6-tail", "", nil), "", false)
+	n := b6Sum(counts)
+	out := b6Start(b, ctx, conn.JS, f, NewResult("B6-tail", "", nil), "", false, nil)
 	out.events = n
 	return out
 }
@@ -581,14 +644,36 @@ func heapLive() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// b6LogWatch calls on when the bot logs that its replay caught up.
-type b6LogWatch struct{ on func() }
+// b6LogWatch calls on when the bot logs that its replay caught up, and
+// keeps how long restoring a checkpoint took.
+type b6LogWatch struct {
+	on func()
+
+	mu      sync.Mutex
+	took    time.Duration
+	restore bool
+}
 
 func (w *b6LogWatch) Write(p []byte) (int, error) {
 	if bytes.Contains(p, []byte(`"events replayed`)) {
 		w.on()
 	}
+	if bytes.Contains(p, []byte(`"checkpoint restored`)) {
+		var line struct {
+			Took float64 `json:"took"` // zerolog: milliseconds
+		}
+		_ = json.Unmarshal(p, &line)
+		w.mu.Lock()
+		w.restore, w.took = true, time.Duration(line.Took*float64(time.Millisecond))
+		w.mu.Unlock()
+	}
 	return len(p), nil
+}
+
+func (w *b6LogWatch) restored() (bool, time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.restore, w.took
 }
 
 func b6Counts(m map[event.Type]int) string {

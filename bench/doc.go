@@ -32,7 +32,8 @@
 // the group wait).
 //
 // B6 (cold start) fills an embedded JetStream with a fleet's 72 hours,
-// 100,000 and 1,000,000 events, and times a bot started on it. B7 (fleet)
+// 100,000 and 1,000,000 events, and times a bot started on it, without a
+// checkpoint and from one an hour old (checkpoint_current_s). B7 (fleet)
 // runs 20 management clusters × 100 hosted clusters × 24 nodes on three
 // nats-server processes; HCPBOT_BENCH_FLEET=sources x clusters x nodes
 // (e.g. 4x25x24) sizes its fleet.

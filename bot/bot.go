@@ -85,6 +85,12 @@ type Bot struct {
 	// remediations are the executed fixes of the approval store, per
 	// cluster, newest first (RecordRemediation).
 	remediations map[diagnose.Key][]Remediation
+	// applied is the stream sequence of the newest event applied (or
+	// dead-lettered), or of the restored checkpoint: what a checkpoint
+	// taken now covers.
+	applied uint64
+	// writing serialises the checkpoints this replica writes.
+	writing sync.Mutex
 }
 
 // New returns a Bot. reg may be nil.
@@ -127,21 +133,31 @@ func (b *Bot) Run(ctx context.Context) error {
 	// The state is a function of the stream: replaying it rebuilds what a
 	// crashed or new replica needs, and a Slack message per Key (notify's
 	// store) makes the replay's notifications updates, not new posts.
-	var until uint64
-	if info, err := b.js.Stream(ctx, event.StreamName); err == nil {
-		until = info.CachedInfo().State.LastSeq
-	} else if ctx.Err() != nil {
-		return nil // stopped while starting: a stop, not a failure
-	} else {
+	// A checkpoint (resume.go) replaces the part of the replay it covers.
+	stream, err := b.js.Stream(ctx, event.StreamName)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a stop, not a failure
+		}
 		return fmt.Errorf("events stream: %w", err)
 	}
+	info := stream.CachedInfo()
+	until := info.State.LastSeq
+	from := b.restore(ctx, info)
 	b.mu.Lock()
 	b.caughtUp = until == 0
 	b.mu.Unlock()
-	cons, err := b.js.OrderedConsumer(ctx, event.StreamName, jetstream.OrderedConsumerConfig{
+	if until > 0 && from >= until {
+		b.markCaughtUp() // the checkpoint covers the whole stream
+	}
+	occ := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{event.EventsStreamSubjects},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	}
+	if from > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	cons, err := b.js.OrderedConsumer(ctx, event.StreamName, occ)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -174,6 +190,8 @@ func (b *Bot) Run(ctx context.Context) error {
 	defer cc.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer b.checkpointAtShutdown(ctx)
+	wg.Go(func() { b.checkpointLoop(ctx) })
 	wg.Go(func() {
 		for {
 			select {
@@ -246,10 +264,18 @@ func (b *Bot) Handle(_ context.Context, data []byte) {
 func (b *Bot) apply(e event.Event, p event.Payload, err error, seq uint64) {
 	if err != nil {
 		b.deadLetter(err, e, seq)
+		if seq > 0 {
+			b.mu.Lock()
+			b.applied = seq
+			b.mu.Unlock()
+		}
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if seq > 0 {
+		b.applied = seq
+	}
 	before := b.beforeApply(e, p)
 	changed := b.model.ApplyDecoded(e, p)
 	b.metrics.consumed.WithLabelValues(string(e.Type)).Inc()

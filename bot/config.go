@@ -3,6 +3,7 @@ package bot
 import (
 	"time"
 
+	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 )
 
@@ -59,6 +60,17 @@ type Config struct {
 	// approved fix ran before it says "fix applied, not healed" and offers
 	// the rollback. 0 means DefaultHealDeadline.
 	HealDeadline time.Duration
+	// Checkpoints stores the bot's checkpoints (package bot/checkpoint);
+	// nil writes and reads none: every start replays the whole stream.
+	Checkpoints *checkpoint.Store
+	// CheckpointName names this bot group's checkpoint; "" means
+	// DefaultCheckpointName.
+	CheckpointName string
+	// CheckpointEvery is how often the leader writes a checkpoint once it
+	// has replayed the stream (and it writes one at a clean shutdown); a
+	// start replays at most this much of the stream. 0 means
+	// DefaultCheckpointEvery; negative writes one at shutdown only.
+	CheckpointEvery time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -71,6 +83,10 @@ const (
 	DefaultStormWindow    = 30 * time.Second
 	DefaultStormPage      = 200
 	DefaultForgetAfter    = 10 * time.Minute
+	// DefaultCheckpointEvery: a start replays at most an hour of events,
+	// about 14,000 at 2,000 hosted clusters (docs/capacity.md).
+	DefaultCheckpointEvery = time.Hour
+	DefaultCheckpointName  = "bot"
 )
 
 // Silencer reports the silence covering a hosted cluster or an incident;

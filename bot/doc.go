@@ -12,9 +12,9 @@
 //
 // # State: the stream is the durable state
 //
-// Every replica reads the events stream from its start with an ordered
-// consumer and rebuilds the same per-cluster picture (bounded by the
-// stream's max age). There is no per-replica durable consumer to ack: the
+// Every replica reads the events stream from its start (or from its
+// newest checkpoint: below) with an ordered consumer and rebuilds the
+// same per-cluster picture (bounded by the stream's max age). There is no per-replica durable consumer to ack: the
 // picture is a pure function of the stream, every replica needs all of it
 // to answer commands, and a replayed event cannot be "lost" by an ack that
 // raced a crash. Nothing is sent until the replay has reached the stream's
@@ -38,6 +38,18 @@
 // shows, durations left out (notify.Message.Digest): the messages that
 // already show it are left alone, so a bot restarted while every cluster
 // is healthy sends nothing at all.
+//
+// # Checkpoints: replaying only the last hour
+//
+// A replay of the whole stream is 72 h of events (1,000,000 at 2,000
+// hosted clusters). The leader writes a checkpoint of this state every
+// Config.CheckpointEvery (hourly) and at a clean shutdown, and a starting
+// replica restores the newest one and consumes the stream from the
+// sequence after it (resume.go, state.go; package bot/checkpoint has the
+// format, the verification and what happens on a mismatch: a full
+// replay, never a crash). The checkpoint holds the incidents themselves,
+// with their keys: a replay from a later point could not derive a key
+// from an opening it never saw.
 //
 // # One sender: a lease in NATS KV
 //
@@ -120,6 +132,8 @@
 //	clock.go     the flush loop and the stages that decide by time
 //	storms.go    storms: forming, revived after a restart, their pipeline
 //	takeover.go  a new leader asks which messages exist
+//	resume.go    restoring a checkpoint at start, writing them on the leader
+//	state.go     what a checkpoint holds of the correlator, and back
 //	forget.go    what is forgotten, and when
 //	remediation.go  an incident's fix: remedy, rollout, heal deadline
 //	timeline.go  an incident's story, step by step

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
@@ -31,6 +32,7 @@ type botRun struct {
 	bot    *bot.Bot
 	reg    *prometheus.Registry
 	cancel func()
+	slack  *notify.Slack
 }
 
 // startBot runs a bot with its own notifier on js, like one `hcpbot bot`.
@@ -50,8 +52,13 @@ func startBotWith(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, 
 // wrap(notifier) when wrap is not nil (the notifier still delivers them).
 func runBot(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config, before func(*bot.Bot), wrap func(notify.Notifier) notify.Notifier) *botRun {
 	t.Helper()
+	return runBotLogged(t, js, rec, cfg, before, wrap, natstest.Logger(t))
+}
+
+// runBotLogged is runBot logging to log.
+func runBotLogged(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config, before func(*bot.Bot), wrap func(notify.Notifier) notify.Notifier, log zerolog.Logger) *botRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	log := natstest.Logger(t)
 	store, err := notify.NewKVStore(ctx, js, notify.KVConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +82,7 @@ func runBot(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bo
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
 	t.Cleanup(stop)
-	return &botRun{bot: b, reg: reg, cancel: stop}
+	return &botRun{bot: b, reg: reg, cancel: stop, slack: n}
 }
 
 func natsJS(t *testing.T) jetstream.JetStream {

@@ -53,6 +53,10 @@ const (
 	// ActionResultsBucket holds each executed (or refused) request's
 	// answer, keyed by source and action id.
 	ActionResultsBucket = "hcpbot-action-results"
+	// CheckpointsBucket holds the bot's checkpoints (package
+	// bot/checkpoint): a manifest per bot group and the chunks of its
+	// newest checkpoint.
+	CheckpointsBucket = "hcpbot-checkpoints"
 )
 
 // AuditStreamSubjects is the subject filter of AuditStreamName.

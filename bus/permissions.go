@@ -89,7 +89,7 @@ func BotPermissions() *server.Permissions {
 	allow = append(allow, streamConsumers(AuditStreamName)...)
 	allow = append(allow, ownedBucket(ProposalsBucket, true)...)
 	allow = append(allow, ownedBucket(SilencesBucket, true)...)
-	for _, b := range []string{LeasesBucket, SlackMessagesBucket, SlackReplayBucket, DigestTicksBucket, DigestStateBucket} {
+	for _, b := range []string{LeasesBucket, SlackMessagesBucket, SlackReplayBucket, DigestTicksBucket, DigestStateBucket, CheckpointsBucket} {
 		allow = append(allow, ownedBucket(b, false)...)
 	}
 	allow = append(allow, ownedStream(ActionsStreamName)...)
@@ -158,7 +158,7 @@ func AgentPermissions(source string) (*server.Permissions, error) {
 		event.RestateSubject,
 		event.SubjectRoot + ".identity.>",
 	}
-	for _, b := range []string{ProposalsBucket, SilencesBucket, LeasesBucket, SlackMessagesBucket, SlackReplayBucket, DigestTicksBucket, DigestStateBucket} {
+	for _, b := range []string{ProposalsBucket, SilencesBucket, LeasesBucket, SlackMessagesBucket, SlackReplayBucket, DigestTicksBucket, DigestStateBucket, CheckpointsBucket} {
 		deny = append(deny, "$KV."+b+".>")
 	}
 	deny = append(deny,

@@ -101,6 +101,12 @@ const (
 	// reads its answer to acknowledge a redelivered request without running
 	// it again.
 	ActionResultsTTL = ProposalsTTL
+	// CheckpointsTTL bounds how long a checkpoint's keys are kept after
+	// they were written, and the purge markers of the chunks a newer
+	// checkpoint replaced. A checkpoint older than the events stream's
+	// max age is of no use (the events after it are gone), so a bot that
+	// writes one every hour never loses the newest to it.
+	CheckpointsTTL = DefaultEventsMaxAge
 )
 
 // EventsStream is the stream the agents publish to and the bots consume
@@ -278,6 +284,14 @@ func DigestStateKV(opts ...Option) KVSpec {
 // agents only use it.
 func ActionResultsKV(opts ...Option) KVSpec {
 	return KVSpec{Bucket: ActionResultsBucket, TTL: ActionResultsTTL, Replicas: replicas(opts)}
+}
+
+// CheckpointsKV holds the bot's checkpoints (bot/checkpoint); ttl 0 means
+// CheckpointsTTL. A checkpoint is tens of MB at 2,000 hosted clusters, over
+// the 1 MiB message limit: it is stored in chunks, each one value.
+func CheckpointsKV(ttl time.Duration, opts ...Option) KVSpec {
+	return KVSpec{Bucket: CheckpointsBucket, Description: "hcpbot bot checkpoints (state and stream sequence)",
+		TTL: durOr(ttl, CheckpointsTTL), Replicas: replicas(opts)}
 }
 
 func durOr(d, def time.Duration) time.Duration {

@@ -79,6 +79,7 @@ func TestSpecsAreBounded(t *testing.T) {
 		{DigestTicksKV(), DigestTicksTTL},
 		{DigestStateKV(), DigestStateTTL},
 		{ActionResultsKV(), ActionResultsTTL},
+		{CheckpointsKV(0), CheckpointsTTL},
 	}
 	for _, tc := range buckets {
 		t.Run(tc.spec.Bucket, func(t *testing.T) {
@@ -178,7 +179,7 @@ func TestNameSpelling(t *testing.T) {
 	}
 	bucket := regexp.MustCompile(`^hcpbot-[a-z]+(-[a-z]+)*$`)
 	for _, b := range []KVSpec{ProposalsKV(0), SilencesKV(time.Hour), LeasesKV(DefaultLeaseTTL), SlackMessagesKV("", 0),
-		SlackReplayKV(time.Minute), DigestTicksKV(), DigestStateKV(), ActionResultsKV()} {
+		SlackReplayKV(time.Minute), DigestTicksKV(), DigestStateKV(), ActionResultsKV(), CheckpointsKV(0)} {
 		if !bucket.MatchString(b.Bucket) && !isLegacy(b.Bucket) {
 			t.Errorf("bucket %q: new buckets are named hcpbot-<thing>", b.Bucket)
 		}

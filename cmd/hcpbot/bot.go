@@ -22,6 +22,7 @@ import (
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
@@ -325,6 +326,13 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return err
 	}
 	bcfg := botConfig(cfg.Bot, lease.Leader)
+	// Checkpoints: a start replays an hour of events at most, not the
+	// stream's 72 h (bot/checkpoint).
+	checkpoints, err := bus.EnsureKV(ctx, conn.JS, bus.CheckpointsKV(0, bus.WithReplicas(cfg.NATS.StreamReplicas)))
+	if err != nil {
+		return err
+	}
+	bcfg.Checkpoints = checkpoint.New(checkpoints)
 	bcfg.Silenced = func(cluster, incident string, now time.Time) (bot.SilenceInfo, bool) {
 		s, ok := silences.Match(cluster, incident, now)
 		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok

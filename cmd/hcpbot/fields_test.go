@@ -378,7 +378,7 @@ func (f *botFixture) stream(t *testing.T) {
 		}
 	}
 	for _, b := range []string{bus.LeasesBucket, bus.SilencesBucket, bus.ProposalsBucket, bus.SlackMessagesBucket, bus.SlackReplayBucket,
-		bus.DigestTicksBucket, bus.DigestStateBucket, bus.ActionResultsBucket} {
+		bus.DigestTicksBucket, bus.DigestStateBucket, bus.ActionResultsBucket, bus.CheckpointsBucket} {
 		if s, err := js.Stream(context.Background(), "KV_"+b); err != nil {
 			t.Errorf("bucket %s: %v", b, err)
 		} else if r := s.CachedInfo().Config.Replicas; r != 3 {

@@ -2,10 +2,12 @@ package deploy_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -30,6 +32,7 @@ import (
 	"github.com/hcpbot/hcpbot/approval/wire"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -521,6 +524,23 @@ func TestNATSPermissions(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"bot writes and reads its checkpoints (bus.EnsureKV " + bus.CheckpointsBucket + ", checkpoint.Save, Load)", func(t *testing.T, ctx context.Context) {
+			kv, err := bus.EnsureKV(ctx, botC.JS, bus.CheckpointsKV(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := checkpoint.New(kv)
+			content := bytes.Repeat([]byte("state "), checkpoint.ChunkSize/3) // two chunks
+			for range 2 {                                                     // the second replaces the first and purges its chunks
+				if _, err := store.Save(ctx, "bot", checkpoint.Manifest{Format: checkpoint.Format, Seq: 1, Written: time.Now()},
+					func(w io.Writer) error { _, err := w.Write(content); return err }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, got, err := store.Load(ctx, "bot"); err != nil || !bytes.Equal(got, content) {
+				t.Fatalf("load: %d bytes, %v", len(got), err)
+			}
+		}},
 		{"agents publish their own events (watchers.JetStreamPublisher), the bot consumes them", func(t *testing.T, ctx context.Context) {
 			for _, c := range []struct {
 				source string
@@ -732,7 +752,7 @@ func TestNATSPermissions(t *testing.T) {
 	kvSubject := "$KV." + bus.ProposalsBucket + "." + proposal.ID
 	ownStreams := []string{event.StreamName, audit.StreamName}
 	ownStreams = append(ownStreams, bus.ActionsStreamName)
-	for _, b := range []string{bus.ProposalsBucket, silence.Bucket, bus.LeasesBucket, notify.DefaultBucket, chatops.ReplayBucket, digest.TicksBucket, digest.StateBucket, bus.ActionResultsBucket} {
+	for _, b := range []string{bus.ProposalsBucket, silence.Bucket, bus.LeasesBucket, notify.DefaultBucket, chatops.ReplayBucket, digest.TicksBucket, digest.StateBucket, bus.ActionResultsBucket, bus.CheckpointsBucket} {
 		ownStreams = append(ownStreams, "KV_"+b)
 	}
 	type refusal struct {
@@ -784,6 +804,13 @@ func TestNATSPermissions(t *testing.T) {
 		pub("agent mgmt-1: KV Delete of a proposal", ag1R, kvSubject, kvOp("delete")),
 		pub("agent mgmt-1: KV Purge of a proposal", ag1R, kvSubject, kvOp("purge")),
 		pub("agent mgmt-1: KV Put of the bot's lease", ag1R, "$KV."+bus.LeasesBucket+".bot", kvOp("put")),
+		// The bot's checkpoint is its whole state: no agent reads it or
+		// plants one the bot would restore.
+		pub("agent mgmt-1: KV Put of the bot's checkpoint", ag1R, "$KV."+bus.CheckpointsBucket+".bot", kvOp("put")),
+		pub("agent mgmt-1: KV Purge of the bot's checkpoint", ag1R, "$KV."+bus.CheckpointsBucket+".bot", kvOp("purge")),
+		pub("agent mgmt-1: read the bot's checkpoint", ag1R, "$JS.API.DIRECT.GET.KV_"+bus.CheckpointsBucket+".$KV."+bus.CheckpointsBucket+".bot", nil),
+		pub("agent mgmt-1: look up the checkpoints bucket", ag1R, "$JS.API.STREAM.INFO.KV_"+bus.CheckpointsBucket, nil),
+		pub("agent mgmt-1: a consumer of the checkpoints bucket", ag1R, "$JS.API.CONSUMER.CREATE.KV_"+bus.CheckpointsBucket, nil),
 		sub("agent mgmt-1: another cluster's action requests", ag1R, "hcpbot.actions.mgmt-2.request", ""),
 		sub("agent mgmt-1: its own requests on the wire", ag1R, "hcpbot.actions.mgmt-1.request", ""),
 		pub("agent mgmt-1: a consumer for mgmt-2's requests", ag1R, "$JS.API.CONSUMER.CREATE."+bus.ActionsStreamName+".agent-mgmt-2.hcpbot.actions.mgmt-2.request", nil),
