@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/checkpoint"
 )
 
 // What the bot signs, each under its own context string, so that a
@@ -68,17 +69,33 @@ func (s *Signer) PublicKey() string { return s.pub }
 // ForAudit is the key as the audit trail signs its records with it: it
 // signs only what starts with audit.SigningContext, so no record can pass
 // for a proposal, a decision or a request.
-func (s *Signer) ForAudit() audit.Signer { return auditSigner{s} }
+func (s *Signer) ForAudit() audit.Signer {
+	return contextSigner{s, audit.SigningContext, "the audit signer signs audit records only"}
+}
 
-type auditSigner struct{ s *Signer }
+// ForCheckpoints is the key as the bot seals its checkpoints with it
+// (package bot/checkpoint): it signs only what starts with
+// checkpoint.SigningContext, so no checkpoint passes for a proposal, a
+// decision, a request or an audit record, nor they for it.
+func (s *Signer) ForCheckpoints() checkpoint.Signer {
+	return contextSigner{s, checkpoint.SigningContext, "the checkpoint signer signs checkpoints only"}
+}
 
-func (a auditSigner) PublicKey() string { return a.s.pub }
+// contextSigner is the key for one use: it signs only what starts with
+// that use's context string.
+type contextSigner struct {
+	s       *Signer
+	context string
+	refusal string
+}
 
-func (a auditSigner) Sign(input []byte) ([]byte, error) {
-	if !bytes.HasPrefix(input, []byte(audit.SigningContext)) {
-		return nil, errors.New("approval: the audit signer signs audit records only")
+func (c contextSigner) PublicKey() string { return c.s.pub }
+
+func (c contextSigner) Sign(input []byte) ([]byte, error) {
+	if !bytes.HasPrefix(input, []byte(c.context)) {
+		return nil, errors.New("approval: " + c.refusal)
 	}
-	return a.s.kp.Sign(input)
+	return c.s.kp.Sign(input)
 }
 
 // Seal is a signed value: Body is the JSON the signature covers, kept as

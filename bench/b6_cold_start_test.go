@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/slack-go/slack"
 
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
@@ -156,7 +157,14 @@ func b6Run(b *testing.B, events int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ckpt := checkpoint.New(ckv)
+	key, err := approval.NewEphemeralSigner()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ckpt, err := checkpoint.New(ckv, key.ForCheckpoints())
+	if err != nil {
+		b.Fatal(err)
+	}
 	cs := b6Start(b, ctx, conn.JS, f, r, id, true, ckpt)
 	r.Add("current_s", cs.current.Seconds(), "s")
 	r.Add("status_complete_s", cs.status.Seconds(), "s")

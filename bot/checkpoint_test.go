@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -29,6 +30,22 @@ import (
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 )
+
+// checkpointStore is a checkpoint store on kv sealing with a key made
+// for the test, as cmd/hcpbot's with the bot's signing key.
+func checkpointStore(t *testing.T, kv jetstream.KeyValue) (*checkpoint.Store, checkpoint.Signer) {
+	t.Helper()
+	key, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := key.ForCheckpoints()
+	s, err := checkpoint.New(kv, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, signer
+}
 
 // capturedLog is a bot's log, kept for the test to read and shown when it
 // fails.
@@ -182,7 +199,7 @@ func TestCheckpointRestartEqualsFullReplay(t *testing.T) {
 	until := time.Now().Add(4 * time.Hour).Truncate(time.Second)
 	cfg := stormConfig()
 	cfg.ResolveTimeout = 2 * time.Second
-	cfg.Checkpoints = checkpoint.New(kv)
+	cfg.Checkpoints, _ = checkpointStore(t, kv)
 	cfg.CheckpointEvery = -1 // at shutdown only: the test says when
 	cfg.Silenced = func(cluster, _ string, _ time.Time) (bot.SilenceInfo, bool) {
 		if silenced.Load() && cluster == source+"/"+ns+"/silenced" {
@@ -351,7 +368,8 @@ func TestCheckpointRefusedReplaysInFull(t *testing.T) {
 	}
 	rec := slackrec.New(t)
 	cfg := restartConfig()
-	cfg.Checkpoints = checkpoint.New(kv)
+	var signer checkpoint.Signer
+	cfg.Checkpoints, signer = checkpointStore(t, kv)
 	cfg.CheckpointEvery = -1
 	const source, ns = "mgmt-ckpt-bad", "clusters"
 	first := startBot(t, js, rec, cfg)
@@ -371,8 +389,8 @@ func TestCheckpointRefusedReplaysInFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m checkpoint.Manifest
-	if err := json.Unmarshal(manifest.Value(), &m); err != nil {
+	m, _, err := cfg.Checkpoints.Load(ctx, bot.DefaultCheckpointName)
+	if err != nil {
 		t.Fatal(err)
 	}
 	chunk := func(i int) string { return bot.DefaultCheckpointName + "." + m.Generation + "." + strconv.Itoa(i) }
@@ -393,7 +411,12 @@ func TestCheckpointRefusedReplaysInFull(t *testing.T) {
 	putManifest := func(t *testing.T, edit func(*checkpoint.Manifest)) {
 		mm := m
 		edit(&mm)
-		data, _ := json.Marshal(mm)
+		// Sealed with the bot's key: what the bot refuses here is what
+		// the manifest says, not who wrote it.
+		data, err := checkpoint.SealManifest(signer, bot.DefaultCheckpointName, mm)
+		if err != nil {
+			t.Fatal(err)
+		}
 		put(t, bot.DefaultCheckpointName, data)
 	}
 	last := m.Chunks - 1

@@ -60,8 +60,9 @@ type Config struct {
 	// approved fix ran before it says "fix applied, not healed" and offers
 	// the rollback. 0 means DefaultHealDeadline.
 	HealDeadline time.Duration
-	// Checkpoints stores the bot's checkpoints (package bot/checkpoint);
-	// nil writes and reads none: every start replays the whole stream.
+	// Checkpoints stores the bot's checkpoints (package bot/checkpoint),
+	// sealed with the bot's signing key; nil writes and reads none: every
+	// start replays the whole stream.
 	Checkpoints *checkpoint.Store
 	// CheckpointName names this bot group's checkpoint; "" means
 	// DefaultCheckpointName.

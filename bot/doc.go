@@ -46,8 +46,9 @@
 // Config.CheckpointEvery (hourly) and at a clean shutdown, and a starting
 // replica restores the newest one and consumes the stream from the
 // sequence after it (resume.go, state.go; package bot/checkpoint has the
-// format, the verification and what happens on a mismatch: a full
-// replay, never a crash). The checkpoint holds the incidents themselves,
+// format, the seal by the bot's signing key, the verification and what
+// happens on a mismatch: a full replay, never a crash). The checkpoint
+// holds the incidents themselves,
 // with their keys: a replay from a later point could not derive a key
 // from an opening it never saw.
 //

@@ -45,6 +45,11 @@ func (b *Bot) restore(ctx context.Context, info *jetstream.StreamInfo) uint64 {
 	case errors.Is(err, checkpoint.ErrNotFound):
 		log.Info().Msg("no checkpoint: replaying the whole events stream")
 		return 0
+	case errors.Is(err, checkpoint.ErrForged):
+		// Written by someone with the bucket but not the bot's key (a
+		// stolen bot NATS seed): what it says is not believed.
+		log.Error().Err(err).Msg("checkpoint not sealed by the bot's key, ignored: replaying the whole events stream")
+		return 0
 	case err != nil:
 		log.Warn().Err(err).Str("build", m.Build).Msg("checkpoint ignored: replaying the whole events stream")
 		return 0

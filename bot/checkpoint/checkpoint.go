@@ -40,11 +40,28 @@
 // A follower writes none: its state is the leader's, and two writers
 // would only race for the manifest.
 //
+// # Who may write one: the seal
+//
+// The checkpoint is the bot's whole state, and a record the bot reads at
+// start: whoever could write one would choose what the bot believes —
+// incidents and diagnoses nobody diagnosed (with the fix an approver is
+// asked to press), outages hidden, remedies and silences as shown. The
+// bucket's permission is not enough: a stolen bot NATS seed writes it,
+// and that seed cannot publish an event (docs/security.md). So the
+// manifest is sealed with the bot's action-signing key (Signer, under
+// SigningContext: the signature passes for no proposal, decision, order
+// or audit record, nor they for it), bound to the checkpoint's name, and
+// Load verifies the seal against the trusted keys before it believes
+// any field of the manifest, reads a chunk or allocates for one
+// (ErrForged, ErrUntrustedKey). The manifest names the content's size
+// and SHA-256, so the seal covers the content too. A bot without a
+// signing key writes and reads no checkpoint.
+//
 // # How it is verified, and what a mismatch does
 //
-// Load reads the manifest, refuses a format it does not know
-// (ErrFormat) before reading a chunk, reads every chunk and checks the
-// size and the SHA-256 of the whole (ErrCorrupt); the bot then checks
+// Load reads the manifest, verifies its seal, refuses a format it does
+// not know (ErrFormat) before reading a chunk, reads every chunk and
+// checks the size and the SHA-256 of the whole (ErrCorrupt); the bot then checks
 // that the stream is the one the checkpoint was taken from (its creation
 // time) and that no event after the checkpoint's sequence has aged out
 // of it. Anything else — a missing chunk, a truncated content, bytes
@@ -64,10 +81,12 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 )
 
 // Format is the version of what the bot writes in a checkpoint. Bump it
@@ -91,7 +110,84 @@ var (
 	// ErrCorrupt: a chunk is missing, or the content does not match the
 	// manifest's size or digest.
 	ErrCorrupt = errors.New("checkpoint: corrupt")
+	// ErrForged: the manifest is unsealed, or its seal does not verify
+	// (written without the bot's key, or for another checkpoint name).
+	ErrForged = errors.New("checkpoint: seal does not verify")
+	// ErrUntrustedKey: sealed by a key not trusted here (another
+	// installation's, or one rotated out of approvals.trustedKeys).
+	ErrUntrustedKey = errors.New("checkpoint: sealed by a key that is not trusted")
 )
+
+// SigningContext starts what a Signer signs: the checkpoint's name, a
+// newline and the manifest's JSON follow it.
+const SigningContext = "hcpbot-checkpoint-v1\n"
+
+// Signer seals the manifests a Store writes. The bot passes its
+// action-signing key (approval.Signer.ForCheckpoints), which signs only
+// what starts with SigningContext.
+type Signer interface {
+	// PublicKey is the nkeys public key ("U…") the seal verifies with.
+	PublicKey() string
+	// Sign returns the ed25519 signature of input, as nkeys makes it.
+	Sign(input []byte) ([]byte, error)
+}
+
+// sealed is what the manifest key holds: the manifest's JSON as signed,
+// the key and the signature. The bytes verified are the bytes decoded.
+type sealed struct {
+	Manifest json.RawMessage `json:"manifest"`
+	Key      string          `json:"key"`
+	Sig      []byte          `json:"sig"`
+}
+
+func signedInput(name string, manifest []byte) []byte {
+	return append([]byte(SigningContext+name+"\n"), manifest...)
+}
+
+// SealManifest is the value Save stores under name for m, sealed by
+// signer. Tests use it to write a manifest the bot's key vouches for.
+func SealManifest(signer Signer, name string, m Manifest) ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: manifest: %w", name, err)
+	}
+	sig, err := signer.Sign(signedInput(name, body))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: seal: %w", name, err)
+	}
+	return json.Marshal(sealed{Manifest: body, Key: signer.PublicKey(), Sig: sig})
+}
+
+// open verifies the seal of a manifest key's value and decodes the
+// manifest it vouches for.
+func open(name string, value []byte, trusted []string) (Manifest, error) {
+	var env sealed
+	if err := json.Unmarshal(value, &env); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: not a sealed manifest: %w", ErrForged, name, err)
+	}
+	switch {
+	case len(env.Sig) == 0 || env.Key == "" || len(env.Manifest) == 0:
+		return Manifest{}, fmt.Errorf("%w: %s: unsealed", ErrForged, name)
+	case !slices.Contains(trusted, env.Key):
+		// Checked before the signature: an untrusted key's valid
+		// signature proves nothing here either way.
+		return Manifest{}, fmt.Errorf("%w: %s: %.12s…", ErrUntrustedKey, name, env.Key)
+	}
+	kp, err := nkeys.FromPublicKey(env.Key)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: key: %w", ErrForged, name, err)
+	}
+	if err := kp.Verify(signedInput(name, env.Manifest), env.Sig); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: bad signature", ErrForged, name)
+	}
+	dec := json.NewDecoder(bytes.NewReader(env.Manifest))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: sealed manifest does not decode: %w", ErrCorrupt, name, err)
+	}
+	return m, nil
+}
 
 // Manifest describes a stored checkpoint.
 type Manifest struct {
@@ -115,11 +211,20 @@ type Manifest struct {
 
 // Store reads and writes the checkpoints of one bucket.
 type Store struct {
-	kv jetstream.KeyValue
+	kv      jetstream.KeyValue
+	signer  Signer
+	trusted []string
 }
 
-// New returns a Store on kv, the bus.CheckpointsKV bucket.
-func New(kv jetstream.KeyValue) *Store { return &Store{kv: kv} }
+// New returns a Store on kv, the bus.CheckpointsKV bucket, sealing what
+// it writes with signer and reading only what signer's key or one of
+// trusted sealed (approvals.trustedKeys: the keys of before a rotation).
+func New(kv jetstream.KeyValue, signer Signer, trusted ...string) (*Store, error) {
+	if signer == nil {
+		return nil, errors.New("checkpoint: no signing key: a checkpoint nobody can verify is a record anyone with the bucket writes")
+	}
+	return &Store{kv: kv, signer: signer, trusted: append([]string{signer.PublicKey()}, trusted...)}, nil
+}
 
 func chunkKey(name, gen string, i int) string { return name + "." + gen + "." + strconv.Itoa(i) }
 
@@ -140,9 +245,10 @@ func (s *Store) Save(ctx context.Context, name string, m Manifest, write func(io
 		return Manifest{}, fmt.Errorf("checkpoint %s: write: %w", name, err)
 	}
 	m.Size, m.Chunks, m.SHA256 = w.size, w.chunks, hex.EncodeToString(w.hash.Sum(nil))
-	data, err := json.Marshal(m)
+	data, err := SealManifest(s.signer, name, m)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("checkpoint %s: manifest: %w", name, err)
+		s.purge(ctx, name, m.Generation, w.chunks)
+		return Manifest{}, err
 	}
 	if _, err := s.kv.Put(ctx, name, data); err != nil {
 		s.purge(ctx, name, m.Generation, w.chunks)
@@ -204,6 +310,8 @@ func (w *chunkWriter) flush() error {
 	return nil
 }
 
+// manifest reads the manifest of name and verifies its seal: nothing of
+// it is believed, not even the size to allocate, before that.
 func (s *Store) manifest(ctx context.Context, name string) (Manifest, error) {
 	e, err := s.kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -212,17 +320,13 @@ func (s *Store) manifest(ctx context.Context, name string) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, fmt.Errorf("checkpoint %s: manifest: %w", name, err)
 	}
-	var m Manifest
-	if err := json.Unmarshal(e.Value(), &m); err != nil {
-		return Manifest{}, fmt.Errorf("%w: %s: manifest: %w", ErrCorrupt, name, err)
-	}
-	return m, nil
+	return open(name, e.Value(), s.trusted)
 }
 
 // Load reads the checkpoint name and returns its manifest and content,
-// verified: ErrNotFound, ErrFormat (the manifest is returned, to say
-// which) and ErrCorrupt are the reasons to replay in full; other errors
-// are NATS's.
+// verified: ErrNotFound, ErrForged, ErrUntrustedKey, ErrFormat (the
+// manifest is returned, to say which) and ErrCorrupt are the reasons to
+// replay in full; other errors are NATS's.
 func (s *Store) Load(ctx context.Context, name string) (Manifest, []byte, error) {
 	m, body, err := s.load(ctx, name)
 	if errors.Is(err, errRaced) {

@@ -3,7 +3,6 @@ package checkpoint_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -12,13 +11,41 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
 
+// testSigner is a checkpoint.Signer on a key made for the test, as the
+// bot's approval.Signer.ForCheckpoints is on its signing key.
+type testSigner struct{ kp nkeys.KeyPair }
+
+func newSigner(t *testing.T) testSigner {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testSigner{kp}
+}
+
+func (s testSigner) PublicKey() string {
+	pub, _ := s.kp.PublicKey()
+	return pub
+}
+
+func (s testSigner) Sign(input []byte) ([]byte, error) { return s.kp.Sign(input) }
+
 func openStore(t *testing.T) (*checkpoint.Store, jetstream.KeyValue) {
+	t.Helper()
+	s, kv, _ := openSigned(t)
+	return s, kv
+}
+
+// openSigned is openStore returning the store's signer too.
+func openSigned(t *testing.T) (*checkpoint.Store, jetstream.KeyValue, testSigner) {
 	t.Helper()
 	srv := natstest.RunServer(t)
 	conn, err := bus.Connect(context.Background(), bus.Config{URLs: []string{srv.ClientURL()}}, natstest.Logger(t))
@@ -30,7 +57,12 @@ func openStore(t *testing.T) (*checkpoint.Store, jetstream.KeyValue) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return checkpoint.New(kv), kv
+	signer := newSigner(t)
+	s, err := checkpoint.New(kv, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, kv, signer
 }
 
 func content(n int, seed uint64) []byte {
@@ -93,7 +125,7 @@ func TestSaveLoad(t *testing.T) {
 // What Load refuses, each with the error the bot replays in full on.
 func TestLoadRefuses(t *testing.T) {
 	ctx := context.Background()
-	s, kv := openStore(t)
+	s, kv, signer := openSigned(t)
 	body := content(2*checkpoint.ChunkSize+7, 3)
 	m := save(t, s, 5, body)
 	manifest, err := kv.Get(ctx, "bot")
@@ -120,7 +152,12 @@ func TestLoadRefuses(t *testing.T) {
 		return func(t *testing.T) {
 			mm := m
 			edit(&mm)
-			data, _ := json.Marshal(mm)
+			// Sealed with the bot's key: what Load refuses here is
+			// what the manifest says, not who wrote it.
+			data, err := checkpoint.SealManifest(signer, "bot", mm)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if _, err := kv.Put(ctx, "bot", data); err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +196,7 @@ func TestLoadRefuses(t *testing.T) {
 			if _, err := kv.Put(ctx, "bot", []byte("{")); err != nil {
 				t.Fatal(err)
 			}
-		}, checkpoint.ErrCorrupt},
+		}, checkpoint.ErrForged},
 		{"another format", withManifest(func(mm *checkpoint.Manifest) { mm.Format = checkpoint.Format + 1 }), checkpoint.ErrFormat},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -327,12 +327,20 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	}
 	bcfg := botConfig(cfg.Bot, lease.Leader)
 	// Checkpoints: a start replays an hour of events at most, not the
-	// stream's 72 h (bot/checkpoint).
-	checkpoints, err := bus.EnsureKV(ctx, conn.JS, bus.CheckpointsKV(0, bus.WithReplicas(cfg.NATS.StreamReplicas)))
-	if err != nil {
-		return err
+	// stream's 72 h (bot/checkpoint). Each is sealed with the signing key,
+	// as everything the bot reads back and acts on: without one (no
+	// approvals) every start replays the whole stream.
+	if signer != nil {
+		checkpoints, err := bus.EnsureKV(ctx, conn.JS, bus.CheckpointsKV(0, bus.WithReplicas(cfg.NATS.StreamReplicas)))
+		if err != nil {
+			return err
+		}
+		if bcfg.Checkpoints, err = checkpoint.New(checkpoints, signer.ForCheckpoints(), cfg.Approvals.TrustedKeys...); err != nil {
+			return err
+		}
+	} else {
+		log.Info().Msg("no signing key (no approvals): no checkpoints, every start replays the whole events stream")
 	}
-	bcfg.Checkpoints = checkpoint.New(checkpoints)
 	bcfg.Silenced = func(cluster, incident string, now time.Time) (bot.SilenceInfo, bool) {
 		s, ok := silences.Match(cluster, incident, now)
 		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok

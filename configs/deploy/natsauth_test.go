@@ -529,7 +529,14 @@ func TestNATSPermissions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			store := checkpoint.New(kv)
+			key, err := approval.NewEphemeralSigner()
+			if err != nil {
+				t.Fatal(err)
+			}
+			store, err := checkpoint.New(kv, key.ForCheckpoints())
+			if err != nil {
+				t.Fatal(err)
+			}
 			content := bytes.Repeat([]byte("state "), checkpoint.ChunkSize/3) // two chunks
 			for range 2 {                                                     // the second replaces the first and purges its chunks
 				if _, err := store.Save(ctx, "bot", checkpoint.Manifest{Format: checkpoint.Format, Seq: 1, Written: time.Now()},
