@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/scenario"
+	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
+	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 )
 
 // Attacks on the bot's checkpoints (issue 30), each naming its attacker
@@ -33,6 +36,13 @@ type shipped struct {
 
 func startShipped(t *testing.T, source string) *shipped {
 	t.Helper()
+	return startShippedWith(t, source, bus.EventsStream(0, 0))
+}
+
+// startShippedWith is startShipped with the events stream the bot
+// creates as spec says.
+func startShippedWith(t *testing.T, source string, spec bus.StreamSpec) *shipped {
+	t.Helper()
 	ctx := context.Background()
 	l, err := bus.StartLocal(ctx, bus.LocalConfig{StoreDir: t.TempDir(), Agents: []string{source}}, natstest.Logger(t))
 	if err != nil {
@@ -47,7 +57,7 @@ func startShipped(t *testing.T, source string) *shipped {
 		t.Cleanup((*c).Close)
 	}
 	// The bot creates the events stream and its buckets while absent.
-	if _, err := bus.EnsureStream(ctx, s.bot.JS, bus.EventsStream(0, 0)); err != nil {
+	if _, err := bus.EnsureStream(ctx, s.bot.JS, spec); err != nil {
 		t.Fatal(err)
 	}
 	if s.kv, err = bus.EnsureKV(ctx, s.bot.JS, bus.CheckpointsKV(0)); err != nil {
@@ -156,6 +166,9 @@ func TestI30AttackBotSeedPlantsCheckpoint(t *testing.T) {
 		_, fakePosted := rootOf(r, "payments/hc-0")
 		return realPosted || fakePosted
 	})
+	testenv.Eventually(t, 30*time.Second, "the victim's notifications delivered", func() bool {
+		return metricSum(t, b.reg, "hcpbot_slack_queue_depth") == 0
+	})
 	if m, ok := rootOf(rec, "payments/hc-0"); ok {
 		t.Errorf("the bot posted the incident the planted checkpoint invented: %.300s", m.Text)
 	}
@@ -236,5 +249,100 @@ func TestI30AttackCheckpointHoldsNoProxyCredentials(t *testing.T) {
 	}
 	if !bytes.Contains(stored, []byte("proxy.corp.example:3128")) {
 		t.Error("the checkpoint holds no proxy address: the test checks nothing")
+	}
+}
+
+// firstSeq is the events stream's first sequence.
+func firstSeq(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), event.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().State.FirstSeq
+}
+
+// A checkpoint the events stream has aged past. The bot's NATS user can
+// keep a genuine checkpoint and put it back later (or the bot was down
+// long). While every event after it is still in the stream, it is the
+// bot's own state at its sequence: restored, the events after it
+// replayed — its incidents kept although the events that opened them
+// aged out (a full replay would have them again only once the agents
+// restate). Once an event after it aged out, it is refused, the stream
+// replayed in full: never a state with a hole in it.
+func TestI30AttackCheckpointPastTheStreamsAge(t *testing.T) {
+	ctx := context.Background()
+	const source = "mgmt-ckpt-aged"
+	// The stream keeps 40 KiB of events: publishing more ages the oldest
+	// out, one by one, whatever the clock.
+	spec := bus.EventsStream(0, 0)
+	spec.MaxBytes = 40 << 10
+	s := startShippedWith(t, source, spec)
+	now := time.Now()
+	if err := scenario.Publish(ctx, s.agent.JS, nodeEvents(t, source, "clusters", "early", now, restartNodes-1)); err != nil {
+		t.Fatal(err)
+	}
+	if first := firstSeq(t, s.bot.JS); first != 1 {
+		t.Fatalf("the first cluster's events do not fit in the stream (first sequence %d)", first)
+	}
+	store, _ := checkpointStore(t, s.kv)
+	cfg := restartConfig()
+	cfg.Checkpoints, cfg.CheckpointEvery = store, -1
+	cfg.Leader = func() bool { return false } // writes and sends nothing by itself
+	writer := startBot(t, s.bot.JS, slackrec.New(t), cfg)
+	waitApplied(t, s.bot.JS, writer.bot)
+	m, err := writer.bot.WriteCheckpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer.cancel()
+	early := diagnose.Key{Source: source, Cluster: event.ClusterRef{Namespace: "clusters", Name: "early"}}
+
+	// publishUntil publishes the facts of healthy clusters, one event at
+	// a time, until the stream's first sequence passes after.
+	fleet := 0
+	var queue []event.Event
+	publishUntil := func(after uint64) {
+		t.Helper()
+		for firstSeq(t, s.bot.JS) <= after {
+			if len(queue) == 0 {
+				queue = nodeEvents(t, source, "clusters", "late-"+strconv.Itoa(fleet), now)
+				fleet++
+			}
+			if err := scenario.Publish(ctx, s.agent.JS, queue[:1]); err != nil {
+				t.Fatal(err)
+			}
+			queue = queue[1:]
+		}
+	}
+	start := func(name string) (*botRun, *syncbuf.Buffer) {
+		log, buf := capturedLog(t, name)
+		b := runBotLogged(t, s.bot.JS, slackrec.New(t), cfg, nil, nil, log)
+		waitApplied(t, s.bot.JS, b.bot)
+		return b, buf
+	}
+
+	// The events it covers aged out, not one after it.
+	publishUntil(1)
+	if first := firstSeq(t, s.bot.JS); first > m.Seq+1 {
+		t.Fatalf("the stream aged past the checkpoint at once (first sequence %d, checkpoint %d)", first, m.Seq)
+	}
+	b, buf := start("restored")
+	if !logged(buf, "info", "checkpoint restored") {
+		t.Error("a checkpoint with every event after it in the stream was not restored")
+	}
+	if !slices.ContainsFunc(b.bot.Incidents(), func(inc bot.Incident) bool { return inc.Cluster == early && inc.Open() }) {
+		t.Error("restored, the bot lost the incident whose events aged out")
+	}
+	b.cancel()
+
+	// An event after it aged out.
+	publishUntil(m.Seq + 1)
+	b, buf = start("refused")
+	if logged(buf, "info", "checkpoint restored") || !logged(buf, "warn", "checkpoint older than the events stream ignored") {
+		t.Error("a checkpoint whose next events aged out was not refused as older than the stream")
+	}
+	if b.bot.Applied() != lastSeq(t, s.bot.JS) {
+		t.Errorf("applied %d, the stream ends at %d", b.bot.Applied(), lastSeq(t, s.bot.JS))
 	}
 }
