@@ -480,3 +480,53 @@ func TestCheckpointRefusedReplaysInFull(t *testing.T) {
 		})
 	}
 }
+
+// The leader writes a checkpoint every CheckpointEvery while it runs, not
+// only at shutdown: each write covers the events applied by then, and a
+// later one the events after it.
+func TestCheckpointWrittenOnSchedule(t *testing.T) {
+	ctx := context.Background()
+	js := natsJS(t)
+	kv, err := bus.EnsureKV(ctx, js, bus.CheckpointsKV(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, _ := checkpointStore(t, kv)
+	cfg := stormConfig()
+	cfg.Checkpoints, cfg.CheckpointEvery = store, 200*time.Millisecond
+	rec := slackrec.New(t)
+	runBot(t, js, rec, cfg, nil, nil)
+
+	// covered waits for a checkpoint, written while the bot runs, whose
+	// sequence reaches the stream's last event.
+	covered := func(what string) checkpoint.Manifest {
+		t.Helper()
+		s, err := js.Stream(ctx, event.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m checkpoint.Manifest
+		testenv.Eventually(t, 30*time.Second, what, func() bool {
+			got, _, err := store.Load(ctx, bot.DefaultCheckpointName)
+			m = got
+			return err == nil && got.Seq >= info.State.LastSeq
+		})
+		return m
+	}
+	now := time.Now()
+	if err := scenario.Publish(ctx, js, nodeEvents(t, "mgmt-sched", "clusters", "a", now, 3)); err != nil {
+		t.Fatal(err)
+	}
+	first := covered("a checkpoint covering the first events")
+	if err := scenario.Publish(ctx, js, nodeEvents(t, "mgmt-sched", "clusters", "b", now.Add(time.Second), 3)); err != nil {
+		t.Fatal(err)
+	}
+	second := covered("a later checkpoint covering the events after it")
+	if second.Seq <= first.Seq || !second.Written.After(first.Written) {
+		t.Errorf("second checkpoint %d written %s, want past the first %d written %s", second.Seq, second.Written, first.Seq, first.Written)
+	}
+}
