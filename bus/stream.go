@@ -236,25 +236,33 @@ func EnsureKV(ctx context.Context, js jetstream.JetStream, spec KVSpec) (jetstre
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(spec.Replicas, 1),
 	}
-	kv, err := retryEnsure(ctx, "bucket", spec.Bucket, func(ctx context.Context) (jetstream.KeyValue, error) {
+	type bucket struct {
+		kv jetstream.KeyValue
+		s  jetstream.Stream
+	}
+	got, err := retryEnsure(ctx, "bucket", spec.Bucket, func(ctx context.Context) (bucket, error) {
 		kv, err := js.KeyValue(ctx, spec.Bucket)
-		if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return kv, err
+		if err != nil && errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(ctx, cfg)
+			if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				// Created meanwhile, by another process: keep its settings.
+				kv, err = js.KeyValue(ctx, spec.Bucket)
+			}
 		}
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			// Created meanwhile, by another process: keep its settings.
-			kv, err = js.KeyValue(ctx, spec.Bucket)
+		if err != nil {
+			return bucket{}, err
 		}
-		return kv, err
+		// Looked up in the same attempt: on a fresh cluster a bucket
+		// another replica has just created can be unknown to the server
+		// answering for a moment ("stream not found"), which is a reason
+		// to retry, not to fail the start.
+		s, err := js.Stream(ctx, "KV_"+spec.Bucket)
+		return bucket{kv, s}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: ensure KV bucket %q: %w", spec.Bucket, err)
 	}
-	s, err := js.Stream(ctx, "KV_"+spec.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("bus: KV bucket %q: %w", spec.Bucket, err)
-	}
+	kv, s := got.kv, got.s
 	have := s.CachedInfo().Config
 	if err := Vet(have); err != nil {
 		return nil, fmt.Errorf("bus: KV bucket %q: %w", spec.Bucket, err)
