@@ -229,13 +229,22 @@ func configKubeconfigProblems(ctx context.Context, cfg *configs.Config, online b
 		if _, _, err := configKubeServer(path, os.ReadFile); err != nil {
 			return fail(err)
 		}
-		rc, err := kubeConfig(path)
-		if err == nil {
-			_, err = kubernetes.NewForConfig(rc)
+	}
+	// Empty, the agent takes the pod's service account, else the loading
+	// rules (KUBECONFIG, ~/.kube/config): build the client exactly as it
+	// will, so a host with neither fails here and not at start.
+	rc, err := kubeConfig(path)
+	if err != nil {
+		if path == "" {
+			err = fmt.Errorf("empty: no in-cluster service account here, and the kubeconfig loading rules (KUBECONFIG, ~/.kube/config) found none: %w", err)
 		}
-		if err != nil {
-			return fail(err)
+		return fail(err)
+	}
+	if _, err := kubernetes.NewForConfig(rc); err != nil {
+		if rc.CAFile != "" {
+			err = fmt.Errorf("certificate-authority %s: %w", rc.CAFile, err)
 		}
+		return fail(err)
 	}
 	if online {
 		if _, err := agentKube(ctx, path); err != nil {
