@@ -17,7 +17,6 @@ import (
 	"github.com/slack-go/slack"
 	"golang.org/x/net/http/httpproxy"
 	"golang.org/x/sys/unix"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -113,7 +112,7 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 		rep.For = string(r)
 		rep.Problems = append(rep.Problems, configStartProblems(cfg, r)...)
 		if *secrets {
-			rep.Problems = append(rep.Problems, configStoreDirProblems(cfg)...)
+			rep.Problems = append(rep.Problems, configStoreDirProblems(cfg, c.getenv)...)
 		}
 		var sec *configs.Secrets
 		if *secrets {
@@ -125,7 +124,7 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 			}
 		}
 		if r != configs.RoleBot && *secrets {
-			rep.Problems = append(rep.Problems, configKubeconfigProblems(ctx, cfg, *online)...)
+			rep.Problems = append(rep.Problems, configKubeconfigProblems(ctx, cfg, c.host(), *online)...)
 			rep.Warnings = configProxyWarnings(cfg, c.getenv, os.ReadFile)
 		}
 		if *online && r != configs.RoleAgent && sec != nil {
@@ -180,14 +179,18 @@ func configStartProblems(cfg *configs.Config, r configs.Role) []configs.Problem 
 	return ps
 }
 
-// configStoreDirProblems: the embedded server creates nats.storeDir and
-// writes JetStream's files there, so the nearest existing folder on its
-// path must be a folder this process may write to (not, say, the
-// read-only root file system of a pod). Nothing is created.
-func configStoreDirProblems(cfg *configs.Config) []configs.Problem {
-	dir := cfg.NATS.StoreDir
-	if len(cfg.NATS.URLs) > 0 || dir == "" {
+// configStoreDirProblems: the embedded server creates its store folder
+// (nats.storeDir, else in the user's cache folder: embeddedStoreDir, from
+// getenv) and writes JetStream's files there, so the nearest existing
+// folder on its path must be a folder this process may write to (not,
+// say, the read-only root file system of a pod). Nothing is created.
+func configStoreDirProblems(cfg *configs.Config, getenv func(string) string) []configs.Problem {
+	if len(cfg.NATS.URLs) > 0 {
 		return nil
+	}
+	dir, err := embeddedStoreDir(cfg.NATS.StoreDir, getenv)
+	if err != nil {
+		return []configs.Problem{cfg.Problem("nats.storeDir", "%v", err)}
 	}
 	p := filepath.Clean(dir)
 	for {
@@ -211,13 +214,14 @@ func configStoreDirProblems(cfg *configs.Config) []configs.Problem {
 	}
 }
 
-// configKubeconfigProblems loads agent.kubeconfig the way the agent will:
-// the file parses, has a current context naming a cluster with a server,
-// and the client builds from it (certificate files it names are read).
-// With online the API server is asked for /version, as the agent does at
-// start (agentKube), in-cluster when agent.kubeconfig is unset; without,
-// nothing is dialled and unset is fine.
-func configKubeconfigProblems(ctx context.Context, cfg *configs.Config, online bool) []configs.Problem {
+// configKubeconfigProblems builds the agent's client from
+// agent.kubeconfig as start-up will (agentKubeClient, from the same host
+// h): the file parses, has a current context naming a cluster with a
+// server, and the client builds from it (certificate files it names are
+// read); empty, the pod's service account or else the kubeconfig loading
+// rules must give one, as they must at start. With online the API server
+// is asked for /version too, as the agent does at start (agentKube).
+func configKubeconfigProblems(ctx context.Context, cfg *configs.Config, h host, online bool) []configs.Problem {
 	if cfg.Agent == nil {
 		return nil
 	}
@@ -226,30 +230,20 @@ func configKubeconfigProblems(ctx context.Context, cfg *configs.Config, online b
 		return []configs.Problem{cfg.Problem("agent.kubeconfig", "%v", err)}
 	}
 	if path != "" {
+		// Says which part of the file is missing, where client-go says
+		// only that the configuration is invalid.
 		if _, _, err := configKubeServer(path, os.ReadFile); err != nil {
 			return fail(err)
 		}
 	}
-	// Empty, the agent takes the pod's service account, else the loading
-	// rules (KUBECONFIG, ~/.kube/config): build the client exactly as it
-	// will, so a host with neither fails here and not at start.
-	rc, err := kubeConfig(path)
-	if err != nil {
-		if path == "" {
-			err = fmt.Errorf("empty: no in-cluster service account here, and the kubeconfig loading rules (KUBECONFIG, ~/.kube/config) found none: %w", err)
-		}
-		return fail(err)
-	}
-	if _, err := kubernetes.NewForConfig(rc); err != nil {
-		if rc.CAFile != "" {
-			err = fmt.Errorf("certificate-authority %s: %w", rc.CAFile, err)
-		}
-		return fail(err)
-	}
+	var err error
 	if online {
-		if _, err := agentKube(ctx, path); err != nil {
-			return fail(err)
-		}
+		_, err = agentKube(ctx, h, path)
+	} else {
+		_, _, _, err = agentKubeClient(h, path)
+	}
+	if err != nil {
+		return fail(err)
 	}
 	return nil
 }
