@@ -125,7 +125,7 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 		}
 		if r != configs.RoleBot && *secrets {
 			rep.Problems = append(rep.Problems, configKubeconfigProblems(ctx, cfg, c.host(), *online)...)
-			rep.Warnings = configProxyWarnings(cfg, c.getenv, os.ReadFile)
+			rep.Warnings = configProxyWarnings(cfg, c.host(), os.ReadFile)
 		}
 		if *online && r != configs.RoleAgent && sec != nil {
 			rep.Problems = append(rep.Problems, configSlackProblems(ctx, cfg, sec)...)
@@ -454,9 +454,12 @@ func configDur(d time.Duration) string {
 // its proxy from net/http.ProxyFromEnvironment, so a corporate HTTPS_PROXY
 // set for Slack also catches the API server unless NO_PROXY exempts it:
 // the agent then depends on the proxy to see the very clusters whose proxy
-// problems it is meant to report. Nothing is dialled; only the variables
-// and the kubeconfig file are read.
-func configProxyWarnings(cfg *configs.Config, getenv func(string) string, readFile func(string) ([]byte, error)) []string {
+// problems it is meant to report. The API server is the one the agent
+// would take on h (agent.kubeconfig's, the pod's, else the kubeconfig
+// loading rules'). Nothing is dialled; only the variables and the
+// kubeconfig files are read.
+func configProxyWarnings(cfg *configs.Config, h host, readFile func(string) ([]byte, error)) []string {
+	getenv := h.getenv
 	warnings := []string{}
 	if cfg.Agent == nil {
 		return warnings
@@ -491,6 +494,16 @@ func configProxyWarnings(cfg *configs.Config, getenv func(string) string, readFi
 			return warnings // the kubeconfig names its own proxy: the environment does not apply
 		}
 		targets = append(targets, target{server, "the API server of " + kc})
+	} else if _, err := h.inCluster(); err != nil {
+		// Not in a pod: the agent takes what the loading rules find.
+		rc, from, err := kubeConfig(h, "")
+		switch {
+		case err != nil:
+			return warnings // a problem of its own (configKubeconfigProblems)
+		case rc.Proxy != nil:
+			return warnings // the kubeconfig names its own proxy
+		}
+		targets = append(targets, target{rc.Host, "the API server of " + from})
 	} else {
 		targets = append(targets, target{"https://kubernetes.default.svc", "the in-cluster API name"})
 		if host := getenv("KUBERNETES_SERVICE_HOST"); host != "" {

@@ -231,6 +231,15 @@ func TestConfigCheckProxyWarning(t *testing.T) {
 			t.Errorf("code %d, stderr %q", code, errOut)
 		}
 	})
+	t.Run("not in a pod: the server KUBECONFIG names, not the in-cluster one", func(t *testing.T) {
+		writeKubeconfig("")
+		noPod := filepath.Join(t.TempDir(), "no-service-account")
+		code, out, errOut := configRunOn(t, noPod, map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": ".svc", "KUBECONFIG": kubeconfig, "HOME": t.TempDir()}, "config", "check", "--config", inCluster)
+		want := "agent: Kubernetes API traffic to https://api.mgmt.example:6443, the API server of KUBECONFIG (" + kubeconfig + "), would go through the proxy"
+		if code != 0 || !strings.Contains(errOut, want) || strings.Contains(errOut, "in-cluster") {
+			t.Errorf("code %d, want ok and only %q:\n%s%s", code, want, out, errOut)
+		}
+	})
 	t.Run("unreadable kubeconfig", func(t *testing.T) {
 		// A problem (TestConfigCheckKubeconfig), not also a warning.
 		p := configFile(t, "agent:\n  source: mgmt-1\n  kubeconfig: /nonexistent/kubeconfig\n")
