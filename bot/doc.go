@@ -8,7 +8,11 @@
 // This package is the correlator only. People talk to the bot through
 // bot/chatops (transport) and bot/command (the /hcp answers, which read the
 // correlator through a narrow interface, and the approval flow); changes go
-// through package approval and, approved, to the agents.
+// through package approval and, approved, to the agents. The words of a
+// Slack message (button action ids, escaping, mentions, Block Kit limits)
+// are bot/blockkit's, a leaf this package, the chat layer, the digest and
+// the notifier share: the correlator imports no chat input
+// (TestCorrelatorImportsNoChatInput).
 //
 // # State: the stream is the durable state
 //

@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -309,7 +309,7 @@ func TestHostedClusterFailuresLive(t *testing.T) {
 			// Its own Slack message names the cluster and gives the root
 			// cause (the header cuts a title this long, names and all).
 			cause := d.Short()
-			cause = chatops.EscapeText(cause[:min(len(cause), 40)])
+			cause = blockkit.EscapeText(cause[:min(len(cause), 40)])
 			p.slack.WaitFor(t, 60*time.Second, func(r *slackrec.Recorder) bool {
 				for _, m := range r.Messages(channel) {
 					if m.ThreadTS != "" || !strings.Contains(m.Text, k.Cluster.String()) {

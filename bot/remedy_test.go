@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/slack-go/slack"
 
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/event"
@@ -216,7 +216,7 @@ func TestSeed000SlowRollout(t *testing.T) {
 		if strings.Contains(strings.ToLower(all), "no proxy cause") || strings.Contains(all, "without a proxy cause") {
 			t.Errorf("a cluster whose proxy was just fixed is said to have no proxy cause:\n%s", all)
 		}
-		if strings.Contains(all, chatops.ActionApprove) {
+		if strings.Contains(all, blockkit.ActionApprove) {
 			t.Errorf("the fix ran, but the message still offers to approve one")
 		}
 		if !strings.Contains(all, progress) {
@@ -257,7 +257,7 @@ func TestSeed000SlowRollout(t *testing.T) {
 	}
 	all := shown(resolved)
 	for _, want := range []string{"RESOLVED", d.Title, "fix-abcdefgh", "<@U0APPROVER>", "<@U0REQUESTER>", "Time to fix", "2m0s", "Time to heal", d.Short()[:40]} {
-		if !strings.Contains(all, chatops.EscapeText(want)) && !strings.Contains(all, want) {
+		if !strings.Contains(all, blockkit.EscapeText(want)) && !strings.Contains(all, want) {
 			t.Errorf("resolved message lacks %q:\n%s", want, all)
 		}
 	}
@@ -265,11 +265,11 @@ func TestSeed000SlowRollout(t *testing.T) {
 		t.Errorf("resolved headline names the last symptom, not the root cause: %q", resolved.Text)
 	}
 	for i, m := range renderings {
-		if err := notify.ValidateBlocks(m.Blocks); err != nil {
+		if err := blockkit.ValidateBlocks(m.Blocks); err != nil {
 			t.Errorf("rollout rendering %d breaks a Block Kit limit: %v", i, err)
 		}
 	}
-	if err := notify.ValidateBlocks(resolved.Blocks); err != nil {
+	if err := blockkit.ValidateBlocks(resolved.Blocks); err != nil {
 		t.Errorf("resolved rendering breaks a Block Kit limit: %v", err)
 	}
 	var timeline string
@@ -345,7 +345,7 @@ func TestFixNotHealedOffersRollback(t *testing.T) {
 	for _, bl := range m.Blocks {
 		if a, ok := bl.(*slack.ActionBlock); ok {
 			for _, e := range a.Elements.ElementSet {
-				if btn, ok := e.(*slack.ButtonBlockElement); ok && btn.ActionID == chatops.ActionRollback {
+				if btn, ok := e.(*slack.ButtonBlockElement); ok && btn.ActionID == blockkit.ActionRollback {
 					rollback = btn
 				}
 			}

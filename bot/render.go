@@ -12,7 +12,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/approval"
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 )
@@ -60,35 +60,35 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 	}
 	head := fmt.Sprintf("%s · %s — %s", state, inc.Cluster, title)
 	blocks := []slack.Block{
-		slack.NewHeaderBlock(plain(head)),
+		slack.NewHeaderBlock(blockkit.Plain(head)),
 		slack.NewSectionBlock(nil, []*slack.TextBlockObject{
-			mdField("Cluster", "`"+chatops.EscapeText(inc.Cluster.Cluster.String())+"`"),
-			mdField("Management cluster", "`"+chatops.EscapeText(inc.Cluster.Source)+"`"),
-			mdField("Severity", fmt.Sprintf("%s %s (confidence %s)", severityIcon[d.Severity], d.Severity, d.Confidence.Level)),
-			mdField("Since", fmt.Sprintf("%s (%s)", d.Since(inc.Opened).UTC().Format("2006-01-02 15:04 UTC"), now.Sub(d.Since(inc.Opened)).Round(time.Minute))),
+			blockkit.Field("Cluster", "`"+blockkit.EscapeText(inc.Cluster.Cluster.String())+"`"),
+			blockkit.Field("Management cluster", "`"+blockkit.EscapeText(inc.Cluster.Source)+"`"),
+			blockkit.Field("Severity", fmt.Sprintf("%s %s (confidence %s)", severityIcon[d.Severity], d.Severity, d.Confidence.Level)),
+			blockkit.Field("Since", fmt.Sprintf("%s (%s)", d.Since(inc.Opened).UTC().Format("2006-01-02 15:04 UTC"), now.Sub(d.Since(inc.Opened)).Round(time.Minute))),
 		}, nil),
-		slack.NewSectionBlock(md("*Root cause* — "+chatops.EscapeText(summary)), nil, nil),
+		slack.NewSectionBlock(blockkit.Mrkdwn("*Root cause* — "+blockkit.EscapeText(summary)), nil, nil),
 	}
 	if rem != nil {
-		blocks = append(blocks, slack.NewSectionBlock(md(remedyText(rem)), nil, nil))
+		blocks = append(blocks, slack.NewSectionBlock(blockkit.Mrkdwn(remedyText(rem)), nil, nil))
 	} else if d.Fix != nil {
 		fix := fmt.Sprintf("*Proposed fix* — %s `%s` noProxy:\n```%s```", d.Fix.Kind, d.Fix.Target, d.Fix.Diff)
 		if d.Fix.Waits != "" {
-			fix += "\n⏸ " + chatops.EscapeText(d.Fix.Waits)
+			fix += "\n⏸ " + blockkit.EscapeText(d.Fix.Waits)
 		}
-		blocks = append(blocks, slack.NewSectionBlock(md(fix), nil, nil))
+		blocks = append(blocks, slack.NewSectionBlock(blockkit.Mrkdwn(fix), nil, nil))
 	}
 	if groups := groupEvidence(inc); len(groups) > 0 {
 		label := "*Evidence*"
 		if rem != nil {
 			label = "*Still seen*"
 		}
-		blocks = append(blocks, slack.NewSectionBlock(md(label+"\n"+strings.Join(groups, "\n")), nil, nil))
+		blocks = append(blocks, slack.NewSectionBlock(blockkit.Mrkdwn(label+"\n"+strings.Join(groups, "\n")), nil, nil))
 	}
 	var ctx []string
 	if s := inc.Silence; s != nil {
 		ctx = append(ctx, fmt.Sprintf("🔕 Silenced by <@%s> until %s (`%s`)%s",
-			chatops.EscapeText(s.By), s.Until.UTC().Format("2006-01-02 15:04 UTC"), chatops.EscapeText(s.ID), reasonSuffix(s.Reason)))
+			blockkit.EscapeText(s.By), s.Until.UTC().Format("2006-01-02 15:04 UTC"), blockkit.EscapeText(s.ID), reasonSuffix(s.Reason)))
 	}
 	if inc.Storm != "" {
 		ctx = append(ctx, fmt.Sprintf("Part of storm `%s`", inc.Storm))
@@ -99,7 +99,7 @@ func Render(inc *Incident, now time.Time) (string, []slack.Block) {
 	ctx = append(ctx, fmt.Sprintf("Incident `%s` · reasoning, every evidence line and next steps in the thread", inc.Key))
 	blocks = append(blocks, slack.NewContextBlock("", mdList(ctx)...))
 	blocks = append(blocks, slack.NewActionBlock("incident", incidentButtons(inc, d)...))
-	return head, notify.ClampBlocks(blocks)
+	return head, blockkit.ClampBlocks(blocks)
 }
 
 // incidentButtons are an open incident's buttons: Approve the proposed fix
@@ -108,17 +108,17 @@ func incidentButtons(inc *Incident, d diagnose.Diagnosis) []slack.BlockElement {
 	var buttons []slack.BlockElement
 	switch rem := inc.Remedy; {
 	case (rem == nil || rem.Status == StatusRolledBack) && d.Fix != nil:
-		approve := slack.NewButtonBlockElement(chatops.ActionApprove, inc.Key, plain("Approve fix"))
+		approve := slack.NewButtonBlockElement(blockkit.ActionApprove, inc.Key, blockkit.Plain("Approve fix"))
 		approve.Style = slack.StylePrimary
 		buttons = append(buttons, approve)
 	case rem != nil && rem.Status == StatusNotHealed:
-		rollback := slack.NewButtonBlockElement(chatops.ActionRollback, rem.ID, plain("Roll back fix"))
+		rollback := slack.NewButtonBlockElement(blockkit.ActionRollback, rem.ID, blockkit.Plain("Roll back fix"))
 		rollback.Style = slack.StyleDanger
 		buttons = append(buttons, rollback)
 	}
 	return append(buttons,
-		slack.NewButtonBlockElement(chatops.ActionSilence, inc.Key, plain("Silence")),
-		slack.NewButtonBlockElement(chatops.ActionDetails, inc.Key, plain("Details")))
+		slack.NewButtonBlockElement(blockkit.ActionSilence, inc.Key, blockkit.Plain("Silence")),
+		slack.NewButtonBlockElement(blockkit.ActionDetails, inc.Key, blockkit.Plain("Details")))
 }
 
 // remedyText is the fix section of an incident whose fix ran.
@@ -126,7 +126,7 @@ func remedyText(rem *Remedy) string {
 	var b strings.Builder
 	switch rem.Status {
 	case StatusNotHealed:
-		fmt.Fprintf(&b, "*Fix applied, not healed* — %s. Roll it back below (approved as any change), or look at the evidence.\n", chatops.EscapeText(rem.Why))
+		fmt.Fprintf(&b, "*Fix applied, not healed* — %s. Roll it back below (approved as any change), or look at the evidence.\n", blockkit.EscapeText(rem.Why))
 	case StatusRolledBack:
 		fmt.Fprintf(&b, "*Fix rolled back* %s by %s.\n", rem.RolledBackAt.UTC().Format("15:04 UTC"), who(rem.RolledBackBy))
 	case StatusPaused:
@@ -140,7 +140,7 @@ func remedyText(rem *Remedy) string {
 		fmt.Fprintf(&b, ", requested by %s", who(rem.RequestedBy))
 	}
 	if rem.Status != StatusRolledBack {
-		fmt.Fprintf(&b, "\n*Progress* — %s", chatops.EscapeText(rem.Rollout.String()))
+		fmt.Fprintf(&b, "\n*Progress* — %s", blockkit.EscapeText(rem.Rollout.String()))
 	}
 	return b.String()
 }
@@ -161,32 +161,32 @@ func renderResolved(inc *Incident) (string, []slack.Block) {
 		title = "cluster deleted"
 	}
 	text := fmt.Sprintf("✅ RESOLVED · %s — %s (after %s)", inc.Cluster, title, inc.Resolved.Sub(inc.Opened).Round(time.Second))
-	blocks := []slack.Block{slack.NewHeaderBlock(plain(text))}
+	blocks := []slack.Block{slack.NewHeaderBlock(blockkit.Plain(text))}
 	if rem != nil && !inc.Deleted {
 		fields := []*slack.TextBlockObject{
-			mdField("Fix", fmt.Sprintf("`%s` (%s)", rem.ID, rem.Kind)),
-			mdField("Approved by", who(rem.ApprovedBy)),
-			mdField("Time to fix", rem.ExecutedAt.Sub(inc.Opened).Round(time.Second).String()),
-			mdField("Time to heal", inc.Resolved.Sub(rem.ExecutedAt).Round(time.Second).String()),
+			blockkit.Field("Fix", fmt.Sprintf("`%s` (%s)", rem.ID, rem.Kind)),
+			blockkit.Field("Approved by", who(rem.ApprovedBy)),
+			blockkit.Field("Time to fix", rem.ExecutedAt.Sub(inc.Opened).Round(time.Second).String()),
+			blockkit.Field("Time to heal", inc.Resolved.Sub(rem.ExecutedAt).Round(time.Second).String()),
 		}
 		if rem.RequestedBy != "" && rem.RequestedBy != rem.ApprovedBy {
-			fields = append(fields, mdField("Requested by", who(rem.RequestedBy)))
+			fields = append(fields, blockkit.Field("Requested by", who(rem.RequestedBy)))
 		}
 		if cause := rem.Cause.RootCause; cause != "" {
-			blocks = append(blocks, slack.NewSectionBlock(md("*Root cause* — "+chatops.EscapeText(cause)), nil, nil))
+			blocks = append(blocks, slack.NewSectionBlock(blockkit.Mrkdwn("*Root cause* — "+blockkit.EscapeText(cause)), nil, nil))
 		}
 		blocks = append(blocks, slack.NewSectionBlock(nil, fields, nil))
 		if rem.Diff != "" {
-			blocks = append(blocks, slack.NewSectionBlock(md("*Change*\n```"+chatops.EscapeText(rem.Diff)+"```"), nil, nil))
+			blocks = append(blocks, slack.NewSectionBlock(blockkit.Mrkdwn("*Change*\n```"+blockkit.EscapeText(rem.Diff)+"```"), nil, nil))
 		}
 		if !rem.RolledBackAt.IsZero() {
-			blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("The fix was rolled back %s by %s.",
+			blocks = append(blocks, slack.NewContextBlock("", blockkit.Mrkdwn(fmt.Sprintf("The fix was rolled back %s by %s.",
 				rem.RolledBackAt.UTC().Format(time.RFC3339), who(rem.RolledBackBy)))))
 		}
 	}
-	blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf("First symptom %s · resolved %s · incident `%s` · `/hcp timeline %s`",
+	blocks = append(blocks, slack.NewContextBlock("", blockkit.Mrkdwn(fmt.Sprintf("First symptom %s · resolved %s · incident `%s` · `/hcp timeline %s`",
 		inc.Opened.UTC().Format(time.RFC3339), inc.Resolved.UTC().Format(time.RFC3339), inc.Key, inc.Key))))
-	return text, notify.ClampBlocks(blocks)
+	return text, blockkit.ClampBlocks(blocks)
 }
 
 // groupEvidence sums an incident's evidence up by kind, one line each:
@@ -236,7 +236,7 @@ func groupEvidence(inc *Incident) []string {
 		}
 		g := groups[k]
 		if k == "node" && nodes != nil && nodes.Text != "" {
-			out = append(out, fmt.Sprintf("• %s — first `%s` (%s)", chatops.EscapeText(nodes.Text), g.first.At.UTC().Format("15:04:05"), chatops.EscapeText(names(g))))
+			out = append(out, fmt.Sprintf("• %s — first `%s` (%s)", blockkit.EscapeText(nodes.Text), g.first.At.UTC().Format("15:04:05"), blockkit.EscapeText(names(g))))
 			continue
 		}
 		if g.n == 1 {
@@ -248,7 +248,7 @@ func groupEvidence(inc *Incident) []string {
 			out = append(out, evidenceLine(e))
 			continue
 		}
-		out = append(out, fmt.Sprintf("• %d × %s — first `%s` (%s)", g.n, kindLabel(k), g.first.At.UTC().Format("15:04:05"), chatops.EscapeText(names(g))))
+		out = append(out, fmt.Sprintf("• %d × %s — first `%s` (%s)", g.n, kindLabel(k), g.first.At.UTC().Format("15:04:05"), blockkit.EscapeText(names(g))))
 	}
 	return out
 }
@@ -275,27 +275,15 @@ func who(user string) string {
 	case user == "":
 		return "unknown"
 	case strings.HasPrefix(user, approval.SystemRequesterPrefix):
-		return chatops.EscapeText(user)
+		return blockkit.EscapeText(user)
 	}
-	return "<@" + chatops.EscapeText(user) + ">"
-}
-
-func plain(s string) *slack.TextBlockObject {
-	return slack.NewTextBlockObject(slack.PlainTextType, notify.Truncate(s, notify.MaxHeaderText), false, false)
-}
-
-func md(s string) *slack.TextBlockObject {
-	return slack.NewTextBlockObject(slack.MarkdownType, notify.Truncate(s, notify.MaxSectionText), false, false)
-}
-
-func mdField(label, value string) *slack.TextBlockObject {
-	return slack.NewTextBlockObject(slack.MarkdownType, notify.Truncate("*"+label+"*\n"+value, notify.MaxFieldText), false, false)
+	return blockkit.Mention(user)
 }
 
 func mdList(parts []string) []slack.MixedElement {
 	out := make([]slack.MixedElement, 0, len(parts))
 	for _, p := range parts {
-		out = append(out, md(p))
+		out = append(out, blockkit.Mrkdwn(p))
 	}
 	return out
 }
@@ -323,7 +311,7 @@ func incidentReplies(inc *Incident, first bool, shownTop string, shown map[strin
 			b.WriteString("*All evidence*\n" + strings.Join(lines, "\n"))
 		}
 		if b.Len() > 0 {
-			for i, page := range notify.SplitText(b.String(), notify.MaxSectionText) {
+			for i, page := range blockkit.SplitText(b.String(), blockkit.MaxSectionText) {
 				out = append(out, reply(fmt.Sprintf("evidence-%d", i), page))
 			}
 		}
@@ -331,7 +319,7 @@ func incidentReplies(inc *Incident, first bool, shownTop string, shown map[strin
 	}
 	if !inc.Open() && inc.Remedy != nil {
 		// The story, as a postmortem draft, once the fix healed it.
-		for i, page := range notify.SplitText(TimelineText(inc, inc.Timeline()), notify.MaxSectionText) {
+		for i, page := range blockkit.SplitText(TimelineText(inc, inc.Timeline()), blockkit.MaxSectionText) {
 			out = append(out, reply(fmt.Sprintf("timeline-%d", i), page))
 		}
 	}
@@ -358,7 +346,7 @@ func incidentReplies(inc *Incident, first bool, shownTop string, shown map[strin
 	if b.Len() == 0 {
 		return nil
 	}
-	for i, page := range notify.SplitText(b.String(), notify.MaxSectionText) {
+	for i, page := range blockkit.SplitText(b.String(), blockkit.MaxSectionText) {
 		sum := sha256.Sum256([]byte(page))
 		out = append(out, reply(fmt.Sprintf("upd-%d-%s", i, hex.EncodeToString(sum[:6])), page))
 	}
@@ -370,17 +358,17 @@ func incidentReplies(inc *Incident, first bool, shownTop string, shown map[strin
 func reasoning(d diagnose.Diagnosis) string {
 	var b strings.Builder
 	if d.RootCause != "" {
-		fmt.Fprintf(&b, "*Why* — %s\n", chatops.EscapeText(d.RootCause))
+		fmt.Fprintf(&b, "*Why* — %s\n", blockkit.EscapeText(d.RootCause))
 	}
 	if d.Confidence.Level != "" {
-		fmt.Fprintf(&b, "*Confidence %s* — %s\n", d.Confidence.Level, chatops.EscapeText(d.Confidence.Why))
+		fmt.Fprintf(&b, "*Confidence %s* — %s\n", d.Confidence.Level, blockkit.EscapeText(d.Confidence.Why))
 	}
 	if t := d.Trigger; t != nil {
 		fmt.Fprintf(&b, "*Trigger* — proxy edit seen %s: noProxy `%s` → `%s`\n",
-			t.At.UTC().Format(time.RFC3339), chatops.EscapeText(t.OldNoProxy), chatops.EscapeText(t.NewNoProxy))
+			t.At.UTC().Format(time.RFC3339), blockkit.EscapeText(t.OldNoProxy), blockkit.EscapeText(t.NewNoProxy))
 	}
 	if len(d.NextSteps) > 0 {
-		b.WriteString("*Next steps*\n• " + chatops.EscapeText(strings.Join(d.NextSteps, "\n• ")) + "\n")
+		b.WriteString("*Next steps*\n• " + blockkit.EscapeText(strings.Join(d.NextSteps, "\n• ")) + "\n")
 	}
 	return b.String()
 }
@@ -430,14 +418,14 @@ func digest(text string, blocks []slack.Block) string {
 
 // evidenceLine is one evidence item as shown in messages and threads.
 func evidenceLine(e diagnose.Evidence) string {
-	return fmt.Sprintf("• `%s` %s — %s", e.At.UTC().Format("15:04:05"), chatops.EscapeText(e.Object), chatops.EscapeText(e.Text))
+	return fmt.Sprintf("• `%s` %s — %s", e.At.UTC().Format("15:04:05"), blockkit.EscapeText(e.Object), blockkit.EscapeText(e.Text))
 }
 
 func reasonSuffix(reason string) string {
 	if reason == "" {
 		return ""
 	}
-	return ": " + chatops.EscapeText(reason)
+	return ": " + blockkit.EscapeText(reason)
 }
 
 // RenderStorm builds a storm's message: how many clusters, the cause they
@@ -473,9 +461,9 @@ func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 	if !s.Open() {
 		text := fmt.Sprintf("✅ RESOLVED · storm of %d hosted clusters (after %s)", total, s.Resolved.Sub(s.Opened).Round(time.Second))
 		return text, []slack.Block{
-			slack.NewHeaderBlock(plain(text)),
-			slack.NewSectionBlock(md("*Shared cause* — all of them "+chatops.EscapeText(s.Cause.Text)), nil, nil),
-			slack.NewContextBlock("", md(fmt.Sprintf("Opened %s · resolved %s · storm `%s`", s.Opened.UTC().Format(time.RFC3339), s.Resolved.UTC().Format(time.RFC3339), s.Key))),
+			slack.NewHeaderBlock(blockkit.Plain(text)),
+			slack.NewSectionBlock(blockkit.Mrkdwn("*Shared cause* — all of them "+blockkit.EscapeText(s.Cause.Text)), nil, nil),
+			slack.NewContextBlock("", blockkit.Mrkdwn(fmt.Sprintf("Opened %s · resolved %s · storm `%s`", s.Opened.UTC().Format(time.RFC3339), s.Resolved.UTC().Format(time.RFC3339), s.Key))),
 		}
 	}
 	text := fmt.Sprintf("%s STORM · %d hosted clusters with one cause (%d open)", severityIcon[sev], total, open)
@@ -495,25 +483,25 @@ func RenderStorm(s *Storm, now time.Time) (string, []slack.Block) {
 			fmt.Fprintf(&what, "• … %d more kinds\n", len(titles)-5)
 			break
 		}
-		fmt.Fprintf(&what, "• %d × %s\n", byTitle[t], chatops.EscapeText(t))
+		fmt.Fprintf(&what, "• %d × %s\n", byTitle[t], blockkit.EscapeText(t))
 	}
 	blocks := []slack.Block{
-		slack.NewHeaderBlock(plain(text)),
-		slack.NewSectionBlock(md(fmt.Sprintf("*Shared cause* — all %d %s.", total, chatops.EscapeText(s.Cause.Text))), nil, nil),
-		slack.NewSectionBlock(md("*Diagnoses*\n"+what.String()), nil, nil),
+		slack.NewHeaderBlock(blockkit.Plain(text)),
+		slack.NewSectionBlock(blockkit.Mrkdwn(fmt.Sprintf("*Shared cause* — all %d %s.", total, blockkit.EscapeText(s.Cause.Text))), nil, nil),
+		slack.NewSectionBlock(blockkit.Mrkdwn("*Diagnoses*\n"+what.String()), nil, nil),
 	}
 	if nodes.Affected > 0 {
-		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf("*Nodes* — %s of %s nodes of these clusters are NotReady or not joining.",
+		blocks = append(blocks, slack.NewSectionBlock(blockkit.Mrkdwn(fmt.Sprintf("*Nodes* — %s of %s nodes of these clusters are NotReady or not joining.",
 			diagnose.FormatCount(nodes.Affected), diagnose.FormatCount(nodes.Total))), nil, nil))
 	}
 	if fixes > 0 {
-		blocks = append(blocks, slack.NewSectionBlock(md(fmt.Sprintf(
+		blocks = append(blocks, slack.NewSectionBlock(blockkit.Mrkdwn(fmt.Sprintf(
 			"*Proposed fix* — %d of them get a noProxy fix: `/hcp fix noproxy <cluster>` each (their incidents hold the diffs).", fixes)), nil, nil))
 	}
-	blocks = append(blocks, slack.NewContextBlock("", md(fmt.Sprintf(
+	blocks = append(blocks, slack.NewContextBlock("", blockkit.Mrkdwn(fmt.Sprintf(
 		"Storm `%s` · first signal %s · open %s · every cluster is listed in the thread; `/hcp incidents` and `/hcp diagnose <cluster>` show each one",
 		s.Key, s.Opened.UTC().Format(time.RFC3339), now.Sub(s.Opened).Round(time.Second)))))
-	return text, notify.ClampBlocks(blocks)
+	return text, blockkit.ClampBlocks(blocks)
 }
 
 // StormPage lists members [from, to) of a storm for its thread, one
@@ -559,9 +547,9 @@ func stormLine(m *Incident, main string) string {
 	case !m.Open():
 		what = " — resolved"
 	case len(m.Diagnoses) > 0 && m.Diagnoses[0].Rule != main:
-		what = " — " + chatops.EscapeText(ruleTitle(m.Diagnoses[0]))
+		what = " — " + blockkit.EscapeText(ruleTitle(m.Diagnoses[0]))
 	}
-	return fmt.Sprintf("• `%s` (`%s`)%s\n", chatops.EscapeText(m.Cluster.String()), m.Key, what)
+	return fmt.Sprintf("• `%s` (`%s`)%s\n", blockkit.EscapeText(m.Cluster.String()), m.Key, what)
 }
 
 // mainRule is the rule most open members of s are diagnosed with.

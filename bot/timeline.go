@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 )
 
 // Timeline is the incident's story in order: the first symptom and each
@@ -77,9 +77,9 @@ func (inc *Incident) RemedySteps() []Step {
 // in UTC, who did what.
 func TimelineText(inc *Incident, steps []Step) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "*Timeline of `%s`* (%s, times UTC)\n", inc.Key, chatops.EscapeText(inc.Cluster.String()))
+	fmt.Fprintf(&b, "*Timeline of `%s`* (%s, times UTC)\n", inc.Key, blockkit.EscapeText(inc.Cluster.String()))
 	for _, s := range steps {
-		fmt.Fprintf(&b, "• `%s` %s", s.At.UTC().Format("2006-01-02 15:04:05"), chatops.EscapeText(s.Text))
+		fmt.Fprintf(&b, "• `%s` %s", s.At.UTC().Format("2006-01-02 15:04:05"), blockkit.EscapeText(s.Text))
 		if s.Actor != "" {
 			b.WriteString(" — " + who(s.Actor))
 		}

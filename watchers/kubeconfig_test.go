@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -92,7 +93,7 @@ func TestFaultKubeconfigRefused(t *testing.T) {
 		return false
 	})
 	testenv.Eventually(t, 30*time.Second, "/hcp status saying why", func() bool {
-		return strings.Contains(status(), chatops.EscapeText("not watched: "+execReason))
+		return strings.Contains(status(), blockkit.EscapeText("not watched: "+execReason))
 	})
 
 	setKubeconfig(fifoData)
@@ -113,7 +114,7 @@ func TestFaultKubeconfigRefused(t *testing.T) {
 	}
 
 	testenv.Eventually(t, 30*time.Second, "/hcp status saying the new reason", func() bool {
-		return strings.Contains(status(), chatops.EscapeText("not watched: "+fifoReason))
+		return strings.Contains(status(), blockkit.EscapeText("not watched: "+fifoReason))
 	})
 
 	setKubeconfig(good)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/internal/testenv/chaosreport"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 )
@@ -38,7 +39,7 @@ func TestChaosSlackRequestAbuse(t *testing.T) {
 	// accepted once; their replays are the "replay" rows.
 	inWindow := now.Add(-4*time.Minute - 30*time.Second)
 	replayCmd := replayable(t, e.command("approve act-7f3k9q", inWindow))
-	replayPress := replayable(t, e.press(ActionApprove, "act-7f3k9q", inWindow))
+	replayPress := replayable(t, e.press(blockkit.ActionApprove, "act-7f3k9q", inWindow))
 	for what, req := range map[string]*http.Request{"command": replayCmd(), "button press": replayPress()} {
 		if a := do(t, req); a.status != http.StatusOK {
 			t.Fatalf("original %s signed 4m30s ago: status %d %q", what, a.status, a.body)
@@ -81,7 +82,7 @@ func TestChaosSlackRequestAbuse(t *testing.T) {
 			return req
 		}, 401, reasonMissingHeaders},
 		{"missing both headers (button press)", func() *http.Request {
-			req := e.press(ActionApprove, "act-7f3k9q", now)
+			req := e.press(blockkit.ActionApprove, "act-7f3k9q", now)
 			req.Header.Del(headerTimestamp)
 			req.Header.Del(headerSignature)
 			return req
@@ -90,7 +91,7 @@ func TestChaosSlackRequestAbuse(t *testing.T) {
 			return e.command("status", now.Add(-6*time.Minute))
 		}, 401, reasonStaleTimestamp},
 		{"timestamp 6 minutes old (button press)", func() *http.Request {
-			return e.press(ActionApprove, "act-7f3k9q", now.Add(-6*time.Minute))
+			return e.press(blockkit.ActionApprove, "act-7f3k9q", now.Add(-6*time.Minute))
 		}, 401, reasonStaleTimestamp},
 		{"replay of a command inside the 5-minute window", replayCmd, 401, reasonReplay},
 		{"replay of a command, again", replayCmd, 401, reasonReplay},

@@ -10,9 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/slack-go/slack"
-
-	"github.com/hcpbot/hcpbot/bot/notify"
 )
 
 func TestConsole(t *testing.T) {
@@ -29,8 +28,8 @@ func TestConsole(t *testing.T) {
 					slack.NewDividerBlock(),
 					slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, "since 10:02", false, false)),
 					slack.NewActionBlock("approval",
-						slack.NewButtonBlockElement(ActionApprove, "act-7f3k9q", slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)),
-						slack.NewButtonBlockElement(ActionDetails, "inc-0a1b2c", slack.NewTextBlockObject(slack.PlainTextType, "Details", false, false))),
+						slack.NewButtonBlockElement(blockkit.ActionApprove, "act-7f3k9q", slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)),
+						slack.NewButtonBlockElement(blockkit.ActionDetails, "inc-0a1b2c", slack.NewTextBlockObject(slack.PlainTextType, "Details", false, false))),
 				},
 			}
 		}
@@ -120,8 +119,8 @@ func TestPlainTextAndEscaping(t *testing.T) {
 	if got := PlainText(Reply{Text: "<!here> see <#C0OPS|ops> and <https://x.example>"}, nil); got != "@here see #ops and https://x.example" {
 		t.Errorf("PlainText = %q", got)
 	}
-	if got := EscapeText("a<b>&<!channel>"); got != "a&lt;b&gt;&amp;&lt;!channel&gt;" {
-		t.Errorf("EscapeText = %q", got)
+	if got := blockkit.EscapeText("a<b>&<!channel>"); got != "a&lt;b&gt;&amp;&lt;!channel&gt;" {
+		t.Errorf("blockkit.EscapeText = %q", got)
 	}
 	// More than 50 blocks are cut to 50, saying so.
 	var blocks []slack.Block
@@ -129,7 +128,7 @@ func TestPlainTextAndEscaping(t *testing.T) {
 		blocks = append(blocks, slack.NewDividerBlock())
 	}
 	w := Reply{Blocks: blocks}.wire()
-	if len(w.Blocks) != maxBlocks || w.Text == "" {
+	if len(w.Blocks) != blockkit.MaxBlocks || w.Text == "" {
 		t.Errorf("%d blocks, text %q", len(w.Blocks), w.Text)
 	}
 	if !strings.Contains(PlainText(Reply{Blocks: w.Blocks}, nil), "11 more blocks not shown") {
@@ -139,8 +138,8 @@ func TestPlainTextAndEscaping(t *testing.T) {
 		t.Error("wire changed the caller's blocks")
 	}
 	// A text Slack would refuse (msg_too_long) is cut to its limit.
-	if w := (Reply{Text: strings.Repeat("x", 50000)}).wire(); utf8.RuneCountInString(w.Text) != notify.MaxMessageText {
-		t.Errorf("text of %d characters, want %d", utf8.RuneCountInString(w.Text), notify.MaxMessageText)
+	if w := (Reply{Text: strings.Repeat("x", 50000)}).wire(); utf8.RuneCountInString(w.Text) != blockkit.MaxMessageText {
+		t.Errorf("text of %d characters, want %d", utf8.RuneCountInString(w.Text), blockkit.MaxMessageText)
 	}
 }
 
@@ -183,11 +182,11 @@ func TestConsoleUsers(t *testing.T) {
 }
 
 // The notification fallback of a reply with blocks only is Slack mrkdwn:
-// it keeps the blocks' escaping, so user text escaped with EscapeText
+// it keeps the blocks' escaping, so user text escaped with blockkit.EscapeText
 // stays text, where the console's rendering (which undoes the escaping
 // for a terminal) would have made it a mention again.
 func TestWireFallbackKeepsEscaping(t *testing.T) {
-	user := EscapeText("<!channel> look")
+	user := blockkit.EscapeText("<!channel> look")
 	r := Reply{Blocks: []slack.Block{
 		slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, "reason: "+user, false, false), nil, nil),
 	}}
@@ -210,7 +209,7 @@ func TestPlainTextFields(t *testing.T) {
 	r := Reply{Blocks: []slack.Block{
 		slack.NewSectionBlock(md("*inc-0a1b2c*"), []*slack.TextBlockObject{
 			md("*Cluster*\n<https://console.example/c|clusters/example>"), md("*Platform*\nKubeVirt"),
-		}, slack.NewAccessory(slack.NewButtonBlockElement(ActionApprove, "act-7f3k9q", slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)))),
+		}, slack.NewAccessory(slack.NewButtonBlockElement(blockkit.ActionApprove, "act-7f3k9q", slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)))),
 	}}
 	want := "*inc-0a1b2c*\n  Cluster: clusters/example (https://console.example/c)\n  Platform: KubeVirt\n[Approve: /hcp approve act-7f3k9q]"
 	if got := PlainText(r, nil); got != want {

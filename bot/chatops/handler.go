@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/slack-go/slack"
 )
 
@@ -159,7 +160,7 @@ func actionFromCallback(t Transport, ic *slack.InteractionCallback, allowed func
 		return ActionRequest{}, malformed("block_actions must carry exactly one action")
 	}
 	a := acts[0]
-	if !KnownAction(a.ActionID) {
+	if !blockkit.KnownAction(a.ActionID) {
 		return ActionRequest{}, &requestError{Reason: reasonUnknownAction, Detail: "action_id " + quote(a.ActionID)}
 	}
 	if !ValidID(a.Value) {

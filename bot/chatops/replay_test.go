@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
@@ -190,7 +191,7 @@ func TestReplayAcrossReplicas(t *testing.T) {
 
 	// The same press raced to both replicas at once: exactly one wins.
 	for i := range 5 {
-		press := replayable(t, a.press(ActionApprove, "act-race"+strconv.Itoa(i), time.Now()))
+		press := replayable(t, a.press(blockkit.ActionApprove, "act-race"+strconv.Itoa(i), time.Now()))
 		var ok atomic.Int32
 		var wg sync.WaitGroup
 		for j := range 4 {

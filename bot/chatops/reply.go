@@ -4,36 +4,17 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/slack-go/slack"
-)
 
-// Button action ids the bot puts on its messages. A button's value carries
-// the id it acts on (see IDPattern): an action id for approve, reject and
-// rollback, an incident id for silence (the handler picks the duration)
-// and details. Any other action id is refused.
-const (
-	ActionApprove  = "hcp_approve"
-	ActionReject   = "hcp_reject"
-	ActionRollback = "hcp_rollback"
-	ActionSilence  = "hcp_silence"
-	ActionDetails  = "hcp_details"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
+	"github.com/hcpbot/hcpbot/bot/notify"
 )
-
-// KnownAction reports whether id is one of the Action* constants.
-func KnownAction(id string) bool {
-	switch id {
-	case ActionApprove, ActionReject, ActionRollback, ActionSilence, ActionDetails:
-		return true
-	}
-	return false
-}
 
 // Reply is what the bot answers. The zero Reply says nothing: a command is
 // acknowledged silently, an action posts nothing.
 type Reply struct {
 	// Text is Slack mrkdwn; with Blocks it is the notification fallback.
-	// Text that came from users must be escaped (EscapeText).
+	// Text that came from users must be escaped (blockkit.EscapeText).
 	Text   string
 	Blocks []slack.Block
 	// InChannel shows the reply to the whole channel; by default only the
@@ -46,9 +27,6 @@ type Reply struct {
 
 // IsZero reports whether r says nothing.
 func (r Reply) IsZero() bool { return r.Text == "" && len(r.Blocks) == 0 }
-
-// maxBlocks is Slack's limit of blocks in one message.
-const maxBlocks = notify.MaxBlocks
 
 // wireReply is the JSON Slack reads from a command's HTTP answer, a Socket
 // Mode acknowledgement, or a post to a response_url.
@@ -66,59 +44,40 @@ func (r Reply) wire() wireReply {
 	}
 	// Slack refuses the whole message beyond its limits (50 blocks, long
 	// texts); showing the first ones and saying so beats showing nothing.
-	w.Blocks = notify.ClampBlocks(w.Blocks)
+	w.Blocks = blockkit.ClampBlocks(w.Blocks)
 	if w.Text == "" && len(w.Blocks) > 0 {
 		// The notification fallback. Slack reads it as mrkdwn, so it keeps
 		// the blocks' escaping: the console's rendering (PlainText) undoes
-		// it, and user text escaped with EscapeText would turn back into
+		// it, and user text escaped with blockkit.EscapeText would turn back into
 		// mentions such as <!channel>.
-		w.Text = notify.Truncate(notify.PlainText(w.Blocks), notify.MaxSectionText)
+		w.Text = blockkit.Truncate(notify.PlainText(w.Blocks), blockkit.MaxSectionText)
 	}
-	w.Text = notify.Truncate(w.Text, notify.MaxMessageText) // longer is msg_too_long
+	w.Text = blockkit.Truncate(w.Text, blockkit.MaxMessageText) // longer is msg_too_long
 	return w
 }
-
-// EscapeText escapes the three characters Slack's mrkdwn gives a meaning
-// to (&, <, >), so user input cannot form links or mentions such as
-// <!channel>.
-func EscapeText(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
-}
-
-// EscapeCode is EscapeText for text shown inside a code span or block
-// (`…`, ```…```): a backtick in it would end the span and let the rest
-// pass for the bot's own words, and bidirectional controls could reorder
-// what is shown. Backticks become ˋ (U+02CB); the controls are dropped.
-func EscapeCode(s string) string {
-	return codeReplacer.Replace(EscapeText(s))
-}
-
-var codeReplacer = strings.NewReplacer("`", "ˋ",
-	"\u202a", "", "\u202b", "", "\u202c", "", "\u202d", "", "\u202e", "",
-	"\u2066", "", "\u2067", "", "\u2068", "", "\u2069", "")
 
 var workingReply = Reply{Text: "Working on it…"}
 
 // usageReply answers a *UsageError, visible only to its author.
 func usageReply(e *UsageError) Reply {
-	return Reply{Text: EscapeText(e.Hint) + "\nUsage: `" + EscapeText(e.Usage) + "`"}
+	return Reply{Text: blockkit.EscapeText(e.Hint) + "\nUsage: `" + blockkit.EscapeText(e.Usage) + "`"}
 }
 
 // helpReply answers help locally: the grammar is this package's business.
 func helpReply(c ShowHelp) Reply {
 	if c.Topic != "" {
-		return Reply{Text: "Usage: `" + EscapeText(Usage(c.Topic)) + "`"}
+		return Reply{Text: "Usage: `" + blockkit.EscapeText(Usage(c.Topic)) + "`"}
 	}
-	return Reply{Text: "```\n" + EscapeText(Help()) + "\n```"}
+	return Reply{Text: "```\n" + blockkit.EscapeText(Help()) + "\n```"}
 }
 
 // buttonCommands maps button action ids to the command a console user
 // types instead.
 var buttonCommands = map[string]string{
-	ActionApprove:  "approve",
-	ActionReject:   "reject",
-	ActionRollback: "rollback",
-	ActionDetails:  "diagnose",
+	blockkit.ActionApprove:  "approve",
+	blockkit.ActionReject:   "reject",
+	blockkit.ActionRollback: "rollback",
+	blockkit.ActionDetails:  "diagnose",
 }
 
 // PlainText renders a reply for a terminal: Block Kit flattened to lines
@@ -160,7 +119,7 @@ func buttonText(b *slack.ButtonBlockElement) string {
 	if cmd, ok := buttonCommands[b.ActionID]; ok && ValidID(b.Value) {
 		return "[" + label + ": " + Prefix + " " + cmd + " " + b.Value + "]"
 	}
-	if b.ActionID == ActionSilence && ValidID(b.Value) {
+	if b.ActionID == blockkit.ActionSilence && ValidID(b.Value) {
 		return "[" + label + ": " + Prefix + " silence " + b.Value + " 4h]"
 	}
 	if b.URL != "" {

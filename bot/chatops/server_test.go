@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
 	"github.com/prometheus/client_golang/prometheus"
@@ -216,20 +217,20 @@ func TestRejections(t *testing.T) {
 			return e.press("hcp_delete_cluster", "act-7f3k9q", now)
 		}, 400, reasonUnknownAction},
 		{"bad action value", func(e *env) *http.Request {
-			return e.press(ActionApprove, "act-7f3k9q;drop", now)
+			return e.press(blockkit.ActionApprove, "act-7f3k9q;drop", now)
 		}, 400, reasonBadActionValue},
 		{"two actions", func(e *env) *http.Request {
-			ic := slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ActionID: ActionApprove, Value: "act-7f3k9q"})
+			ic := slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ActionID: blockkit.ActionApprove, Value: "act-7f3k9q"})
 			ic.ActionCallback.BlockActions = append(ic.ActionCallback.BlockActions, ic.ActionCallback.BlockActions[0])
 			return signed(t, e.http.URL, ActionsPath, testSecret, payload(e, ic), now)
 		}, 400, reasonMalformed},
 		{"view submission", func(e *env) *http.Request {
-			ic := slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ActionID: ActionApprove, Value: "act-7f3k9q"})
+			ic := slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ActionID: blockkit.ActionApprove, Value: "act-7f3k9q"})
 			ic.Type = slack.InteractionTypeViewSubmission
 			return signed(t, e.http.URL, ActionsPath, testSecret, payload(e, ic), now)
 		}, 400, reasonUnsupportedType},
 		{"action with foreign response_url", func(e *env) *http.Request {
-			ic := slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ActionID: ActionApprove, Value: "act-7f3k9q",
+			ic := slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ActionID: blockkit.ActionApprove, Value: "act-7f3k9q",
 				ResponseURL: "https://hooks.slack.com.attacker.example/actions/T/1/x"})
 			return signed(t, e.http.URL, ActionsPath, testSecret, payload(e, ic), now)
 		}, 400, reasonBadResponseURL},
@@ -298,7 +299,7 @@ func TestReplayRejected(t *testing.T) {
 		t.Errorf("handler calls %d, replays %v, accepted %v", e.h.called(), e.rejected(reasonReplay), e.accepted("commands"))
 	}
 	// A button press replayed.
-	press := replayable(t, e.press(ActionApprove, "act-7f3k9q", time.Now()))
+	press := replayable(t, e.press(blockkit.ActionApprove, "act-7f3k9q", time.Now()))
 	if a := do(t, press()); a.status != http.StatusOK {
 		t.Fatalf("press: %d", a.status)
 	}
@@ -444,7 +445,7 @@ func TestActionPostsReply(t *testing.T) {
 	h := newFakeHandler()
 	h.reply = func(any) Reply { return Reply{Text: "approved by <@U0BOB>", ReplaceOriginal: true, InChannel: true} }
 	e := newEnv(t, nil, h)
-	a := do(t, e.press(ActionApprove, "act-7f3k9q", time.Now()))
+	a := do(t, e.press(blockkit.ActionApprove, "act-7f3k9q", time.Now()))
 	if a.status != http.StatusOK || len(a.body) != 0 {
 		t.Fatalf("ack %d %q", a.status, a.body)
 	}
@@ -460,7 +461,7 @@ func TestActionPostsReply(t *testing.T) {
 		t.Fatalf("actions %d", len(acts))
 	}
 	got := acts[0]
-	if got.ActionID != ActionApprove || got.Value != "act-7f3k9q" || got.UserID != "U0BOB" || got.UserName != "bob" ||
+	if got.ActionID != blockkit.ActionApprove || got.Value != "act-7f3k9q" || got.UserID != "U0BOB" || got.UserName != "bob" ||
 		got.ChannelID != e.channel || got.TeamID != slackrec.TeamID || got.MessageTS != "1712345678.000100" ||
 		got.Transport != TransportHTTP || got.TriggerID == "" {
 		t.Errorf("action = %#v", got)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -174,7 +175,7 @@ func TestSocketModeActionAndSlowCommand(t *testing.T) {
 	h := newFakeHandler()
 	h.delay = 800 * time.Millisecond
 	e := newSocketEnv(t, h, WithAckTimeout(50*time.Millisecond))
-	e.events <- pressEvent("env-p", ActionSilence, "inc-0a1b2c", e.rec.ResponseURL("C0OPS"))
+	e.events <- pressEvent("env-p", blockkit.ActionSilence, "inc-0a1b2c", e.rec.ResponseURL("C0OPS"))
 	e.events <- slashEvent("env-s", "incidents", e.rec.ResponseURL("C0OPS"))
 	acks := e.ack.waitFor(t, 2)
 	for _, a := range acks {
@@ -255,7 +256,7 @@ func TestRunSocketModeLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := conn.Send("interactive", "env-btn", slackrec.ButtonPress(slackrec.Press{UserID: "U0BOB", ChannelID: "C0OPS",
-		ActionID: ActionApprove, Value: "act-7f3k9q", ResponseURL: rec.ResponseURL("C0OPS")})); err != nil {
+		ActionID: blockkit.ActionApprove, Value: "act-7f3k9q", ResponseURL: rec.ResponseURL("C0OPS")})); err != nil {
 		t.Fatal(err)
 	}
 	var reply wireReply

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
@@ -46,7 +47,7 @@ func (c *Handler) incidents() chatops.Reply {
 		if len(inc.Diagnoses) > 0 {
 			title = inc.Diagnoses[0].Title
 		}
-		fmt.Fprintf(&b, "%s  %-8s %s — %s\n", inc.Key, state, inc.Cluster, chatops.EscapeText(title))
+		fmt.Fprintf(&b, "%s  %-8s %s — %s\n", inc.Key, state, inc.Cluster, blockkit.EscapeText(title))
 	}
 	if left > 0 {
 		fmt.Fprintf(&b, "… and %d more incidents; `/hcp status <cluster>` shows one\n", left)
@@ -86,7 +87,7 @@ func (c *Handler) status(ref *chatops.ClusterRef) chatops.Reply {
 		} else if len(diags) > 0 {
 			state = string(diags[0].Severity) + ": " + diags[0].Title
 		}
-		fmt.Fprintf(&b, "%s: %s\n", k, chatops.EscapeText(state))
+		fmt.Fprintf(&b, "%s: %s\n", k, blockkit.EscapeText(state))
 		clusters++
 	}
 	if clusters == 0 {
@@ -138,7 +139,7 @@ func (c *Handler) diagnose(k diagnose.Key) chatops.Reply {
 			}
 		}
 	}
-	return chatops.Reply{Text: chatops.EscapeText(b.String())}
+	return chatops.Reply{Text: blockkit.EscapeText(b.String())}
 }
 
 // noProxyCheck answers, from the cluster's live noProxy, whether each client
@@ -182,7 +183,7 @@ func (c *Handler) noProxyCheck(k diagnose.Key, host string, port int32) chatops.
 			b.WriteString(line + "\n")
 		}
 	}
-	return chatops.Reply{Text: chatops.EscapeText(redact.RedactText(b.String()))}
+	return chatops.Reply{Text: blockkit.EscapeText(redact.RedactText(b.String()))}
 }
 
 func portOr(port, def int32) string {

@@ -17,7 +17,7 @@ import (
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/hypershift"
@@ -42,7 +42,7 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 	}
 
 	// A non-approver's button: ephemeral refusal, nothing created.
-	call := e.slack.press(stranger, chatops.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
+	call := e.slack.press(stranger, blockkit.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
 	if txt := call.Form.Get("text"); !strings.Contains(txt, "not allowed") || call.Form.Get("replace_original") == "true" || call.Form.Get("response_type") != "ephemeral" {
 		t.Errorf("stranger's Approve answered %v", call.Form)
 	}
@@ -55,7 +55,7 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 
 	// The approver's button: answered at once, then executed; both
 	// replace the message that carried the button.
-	conv := e.slack.pressIn(approver1, chatops.ActionApprove, id)
+	conv := e.slack.pressIn(approver1, blockkit.ActionApprove, id)
 	if call := conv.approvedAtOnce(t, approver1, e.source); call.Form.Get("replace_original") != "true" {
 		t.Errorf("approver's Approve answered %v", call.Form)
 	}
@@ -63,7 +63,7 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 	if txt := call.Form.Get("text"); !strings.Contains(txt, "`"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied") || call.Form.Get("replace_original") != "true" {
 		t.Fatalf("approver's Approve: outcome %v", call.Form)
 	}
-	if got := buttonsOf(t, call.Form.Get("blocks")); !slices.Equal(got, []string{chatops.ActionRollback + "=" + id}) {
+	if got := buttonsOf(t, call.Form.Get("blocks")); !slices.Equal(got, []string{blockkit.ActionRollback + "=" + id}) {
 		t.Errorf("result buttons %v", got)
 	}
 	hsvc, err := e.hosted.Kube.CoreV1().Services(appNS).Get(ctx, actions.HostedServiceName("petclinic"), metav1.GetOptions{})
@@ -98,7 +98,7 @@ func TestExposeApproveRollbackLive(t *testing.T) {
 		}
 	}
 	// A second Approve changes nothing.
-	call = e.slack.press(approver2, chatops.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
+	call = e.slack.press(approver2, blockkit.ActionApprove, id, func(s string) bool { return strings.Contains(s, id) })
 	if txt := call.Form.Get("text"); !strings.Contains(txt, "already decided") || call.Form.Get("replace_original") == "true" {
 		t.Errorf("second Approve answered %v", call.Form)
 	}
@@ -156,14 +156,14 @@ func TestNoProxyEditedBeforeApprovalLive(t *testing.T) {
 	fix := &diagnose.Fix{Kind: "noproxy", Target: "HostedCluster/" + e.ns + "/kv", Before: scenario.SeedNoProxy, Add: []string{"kubernetes", "172.31.0.0/16"}}
 	r := acts.ProposeNoProxy(ctx, k, nil, fix, nil, requester)
 	id := actionID.FindString(r.Text)
-	if id == "" || !slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + id, chatops.ActionReject + "=" + id}) {
+	if id == "" || !slices.Equal(buttons(r), []string{blockkit.ActionApprove + "=" + id, blockkit.ActionReject + "=" + id}) {
 		t.Fatalf("proposal: %q %v", r.Text, buttons(r))
 	}
 	edited := scenario.SeedNoProxy + ",.edited.example"
 	if err := scenario.SetNoProxy(ctx, env.Dynamic, e.ns, "kv", edited); err != nil {
 		t.Fatal(err)
 	}
-	conv := e.slack.pressIn(approver1, chatops.ActionApprove, id)
+	conv := e.slack.pressIn(approver1, blockkit.ActionApprove, id)
 	conv.approvedAtOnce(t, approver1, e.source)
 	call := conv.posted(func(s string) bool { return strings.Contains(s, "not applied") || strings.Contains(s, "and applied") })
 	if txt := call.Form.Get("text"); !strings.Contains(txt, "`"+id+"` was not applied: the HostedCluster changed since the proposal") || !strings.Contains(txt, "fix noproxy "+e.cluster) {
@@ -202,7 +202,7 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	}
 	noProxy := func() string { return e.noProxy(t) }
 
-	call := e.slack.press("U0STRANGER", chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "not allowed") })
+	call := e.slack.press("U0STRANGER", blockkit.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "not allowed") })
 	if call.JSON["replace_original"] == true {
 		t.Error("a refusal replaced the incident message")
 	}
@@ -211,14 +211,14 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	}
 
 	// Four-eyes: the first approver's press is one approval of two.
-	call = e.slack.press(approver1, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
+	call = e.slack.press(approver1, blockkit.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
 	if txt := call.Form.Get("text"); !strings.Contains(txt, "<@"+approver1+">") || !strings.Contains(txt, "one more approver") {
 		t.Errorf("first approval answered %q", txt)
 	}
 	if got := noProxy(); got != scenario.SeedNoProxy {
 		t.Fatalf("one approver's press changed noProxy to %q", got)
 	}
-	conv := e.slack.pressIn(approver2, chatops.ActionApprove, inc.Key)
+	conv := e.slack.pressIn(approver2, blockkit.ActionApprove, inc.Key)
 	call = conv.approvedAtOnce(t, approver2, e.source)
 	t.Logf("approve answered: %s", call.Form.Get("text"))
 	call = conv.posted(func(s string) bool { return strings.Contains(s, "applied") || strings.Contains(s, "failed") })
@@ -249,8 +249,8 @@ func TestApproveButtonOnSeedIncidentLive(t *testing.T) {
 	// a later press proposes it again from the old value (one approval of
 	// two), and a second approver's would meet the agent's refusal to
 	// overwrite the changed HostedCluster.
-	e.slack.press(approver1, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
-	e.slack.pressIn(approver2, chatops.ActionApprove, inc.Key).posted(func(s string) bool {
+	e.slack.press(approver1, blockkit.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
+	e.slack.pressIn(approver2, blockkit.ActionApprove, inc.Key).posted(func(s string) bool {
 		return strings.Contains(s, "not applied") || strings.Contains(s, "nothing to change")
 	})
 	if again := noProxy(); again != got {

@@ -15,6 +15,7 @@ import (
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -272,7 +273,7 @@ func TestApprovalQueuedUntilAgentComes(t *testing.T) {
 	id, _ := e.propose(t, "mgmt-late")
 	cmds := &command.Handler{Bot: botKnowing(t), Changes: e.approvals}
 	start := time.Now()
-	r := cmds.HandleAction(conv.ctx(), chatops.ActionRequest{Origin: chatops.Origin{UserID: approver1}, ActionID: chatops.ActionApprove, Value: id})
+	r := cmds.HandleAction(conv.ctx(), chatops.ActionRequest{Origin: chatops.Origin{UserID: approver1}, ActionID: blockkit.ActionApprove, Value: id})
 	sentAtOnce(t, "the Approve button", r, time.Since(start), approver1, "mgmt-late")
 	if !strings.Contains(r.Text, "The outcome will be posted here.") || !r.ReplaceOriginal {
 		t.Errorf("answer %+v: want it to replace the proposal and promise the outcome here", r)
@@ -402,12 +403,12 @@ func TestTwoApprovalsKeepTheButtons(t *testing.T) {
 	e := newApprovals(t, "mgmt-1", func(c *approval.Config) { c.Policy.Approvals = 2 })
 	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Changes: e.approvals}
 	id, _ := e.propose(t, "mgmt-1")
-	r := press(c, approver1, chatops.ActionApprove, id)
+	r := press(c, approver1, blockkit.ActionApprove, id)
 	if !strings.Contains(r.Text, "approved by <@"+approver1+"> (1 of 2 approvals): 1 more approver(s) needed") || !r.ReplaceOriginal ||
-		!slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + id, chatops.ActionReject + "=" + id}) {
+		!slices.Equal(buttons(r), []string{blockkit.ActionApprove + "=" + id, blockkit.ActionReject + "=" + id}) {
 		t.Errorf("first approval: %q, replace %v, buttons %v", r.Text, r.ReplaceOriginal, buttons(r))
 	}
-	if r := press(c, approver1, chatops.ActionApprove, id); !strings.Contains(r.Text, "You already approved") || r.ReplaceOriginal {
+	if r := press(c, approver1, blockkit.ActionApprove, id); !strings.Contains(r.Text, "You already approved") || r.ReplaceOriginal {
 		t.Errorf("the same approver again: %+v", r)
 	}
 	time.Sleep(1500 * time.Millisecond)

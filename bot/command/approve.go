@@ -11,6 +11,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -38,7 +39,7 @@ func (a *Changes) Approve(ctx context.Context, id, user string, opts ...approval
 		// the proposal, and the next approver presses Approve there.
 		need := p.Needed()
 		return proposalReply(p.ID, fmt.Sprintf("`%s`%s approved by %s (%d of %d approvals): %d more approver(s) needed — press Approve or `/hcp approve %s`.",
-			esc(id), requestedBy(p), mention(user), len(p.Approvers), need, need-len(p.Approvers), esc(id)))
+			esc(id), requestedBy(p), blockkit.Mention(user), len(p.Approvers), need, need-len(p.Approvers), esc(id)))
 	}
 	then := "The outcome will be posted here."
 	if later == nil {
@@ -54,7 +55,7 @@ func (a *Changes) Approve(ctx context.Context, id, user string, opts ...approval
 // requestedBy names the person who requested p, for the reply.
 func requestedBy(p approval.Proposal) string {
 	if p.RequestedBy != "" && !strings.HasPrefix(p.RequestedBy, approval.SystemRequesterPrefix) && !slices.Contains(p.Approvers, p.RequestedBy) {
-		return " (requested by " + mention(p.RequestedBy) + ")"
+		return " (requested by " + blockkit.Mention(p.RequestedBy) + ")"
 	}
 	return ""
 }
@@ -63,7 +64,7 @@ func requestedBy(p approval.Proposal) string {
 func approvedBy(p approval.Proposal) string {
 	names := make([]string, len(p.Approvers))
 	for i, a := range p.Approvers {
-		names[i] = mention(a)
+		names[i] = blockkit.Mention(a)
 	}
 	if len(names) == 0 {
 		return "nobody"
@@ -116,7 +117,7 @@ func Outcome(p approval.Proposal) chatops.Reply {
 		// An executed change can be undone: say how, and offer the button
 		// (which proposes the rollback; it needs an approval of its own).
 		text += fmt.Sprintf("\nUndo with `/hcp rollback %s` (needs approval).", id)
-		btn := slack.NewButtonBlockElement(chatops.ActionRollback, p.ID, plainText("Roll back"))
+		btn := slack.NewButtonBlockElement(blockkit.ActionRollback, p.ID, blockkit.Plain("Roll back"))
 		return chatops.Reply{Text: text, InChannel: true, Blocks: textBlocks(text, slack.NewActionBlock("undo-"+p.ID, btn))}
 	}
 	return chatops.Reply{Text: text, InChannel: true}
@@ -206,7 +207,7 @@ func (a *Changes) Reject(ctx context.Context, id, reason, user string) chatops.R
 	if err != nil && !errors.Is(err, approval.ErrAudit) {
 		return chatops.Reply{Text: fmt.Sprintf("Could not reject `%s`: %s", esc(id), errText(err))}
 	}
-	text := fmt.Sprintf("`%s` rejected by %s", esc(id), mention(user))
+	text := fmt.Sprintf("`%s` rejected by %s", esc(id), blockkit.Mention(user))
 	if reason != "" {
 		text += ": " + esc(redact.RedactText(reason))
 	}
@@ -241,7 +242,7 @@ func refusal(verb, id string, p approval.Proposal, err error) (text string, refu
 	case errors.Is(err, approval.ErrAlreadyDecided):
 		by := ""
 		if p.DecidedBy != "" {
-			by = " by " + mention(p.DecidedBy)
+			by = " by " + blockkit.Mention(p.DecidedBy)
 		}
 		return fmt.Sprintf("`%s` was already decided: it is %s%s.", id, esc(string(p.State)), by), true
 	case errors.Is(err, approval.ErrNotPermitted):

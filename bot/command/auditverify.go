@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -31,7 +32,7 @@ func (c *Handler) auditVerify(ctx context.Context) chatops.Reply {
 	}
 	r, err := c.AuditVerifier.Verify(ctx)
 	if err != nil {
-		return chatops.Reply{Text: "Could not verify the audit trail: " + chatops.EscapeText(redact.RedactText(err.Error()))}
+		return chatops.Reply{Text: "Could not verify the audit trail: " + blockkit.EscapeText(redact.RedactText(err.Error()))}
 	}
 	scope := fmt.Sprintf("%d records on %d subjects since seq %d", r.Records, r.Subjects, r.FirstSeq)
 	var notes []string
@@ -60,7 +61,7 @@ func (c *Handler) auditVerify(ctx context.Context) chatops.Reply {
 		if rs := []rune(line); len(rs) > auditLineRunes {
 			line = string(rs[:auditLineRunes-1]) + "…"
 		}
-		line = chatops.EscapeCode(line)
+		line = blockkit.EscapeCode(line)
 		if utf8.RuneCountInString(b.String())+utf8.RuneCountInString(line)+1 > budget {
 			break
 		}

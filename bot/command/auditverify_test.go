@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
-	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
@@ -47,8 +47,8 @@ func TestAuditVerifyCommand(t *testing.T) {
 	ask := func() string {
 		t.Helper()
 		r := h.HandleCommand(ctx, chatops.Request{Origin: chatops.Origin{UserID: "UAUDITOR"}, Command: chatops.AuditVerify{}})
-		if n := len([]rune(r.Text)); n > notify.MaxSectionText || r.InChannel {
-			t.Errorf("reply of %d characters (limit %d), in channel %v", n, notify.MaxSectionText, r.InChannel)
+		if n := len([]rune(r.Text)); n > blockkit.MaxSectionText || r.InChannel {
+			t.Errorf("reply of %d characters (limit %d), in channel %v", n, blockkit.MaxSectionText, r.InChannel)
 		}
 		return r.Text
 	}

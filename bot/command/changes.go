@@ -12,9 +12,9 @@ import (
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
-	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
@@ -82,9 +82,9 @@ func howToDecide(p approval.Proposal) string {
 // buttons carrying its id; Text stays the whole message (the notification
 // fallback, and what the console prints).
 func proposalReply(id, text string) chatops.Reply {
-	approve := slack.NewButtonBlockElement(chatops.ActionApprove, id, plainText("Approve"))
+	approve := slack.NewButtonBlockElement(blockkit.ActionApprove, id, blockkit.Plain("Approve"))
 	approve.Style = slack.StylePrimary
-	reject := slack.NewButtonBlockElement(chatops.ActionReject, id, plainText("Reject"))
+	reject := slack.NewButtonBlockElement(blockkit.ActionReject, id, blockkit.Plain("Reject"))
 	reject.Style = slack.StyleDanger
 	return chatops.Reply{Text: text, InChannel: true, Blocks: textBlocks(text, slack.NewActionBlock("decide-"+id, approve, reject))}
 }
@@ -92,15 +92,7 @@ func proposalReply(id, text string) chatops.Reply {
 // textBlocks renders mrkdwn text as section blocks within Slack's limits,
 // followed by extra blocks.
 func textBlocks(text string, extra ...slack.Block) []slack.Block {
-	var blocks []slack.Block
-	for _, part := range notify.SplitText(text, notify.MaxSectionText) {
-		blocks = append(blocks, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, part, false, false), nil, nil))
-	}
-	return notify.ClampBlocks(append(blocks, extra...))
-}
-
-func plainText(s string) *slack.TextBlockObject {
-	return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+	return blockkit.ClampBlocks(append(blockkit.Sections(text), extra...))
 }
 
 // errText is an error for chat: credentials redacted, escaped for mrkdwn.
@@ -108,10 +100,7 @@ func errText(err error) string { return esc(redact.RedactText(err.Error())) }
 
 // esc escapes text that did not come from this package (user input,
 // cluster data) for Slack mrkdwn, so that it cannot ping or link.
-func esc(s string) string { return chatops.EscapeText(s) }
+func esc(s string) string { return blockkit.EscapeText(s) }
 
 // escCode escapes text shown inside a code span or block.
-func escCode(s string) string { return chatops.EscapeCode(s) }
-
-// mention renders a Slack user id as a mention.
-func mention(user string) string { return "<@" + esc(user) + ">" }
+func escCode(s string) string { return blockkit.EscapeCode(s) }

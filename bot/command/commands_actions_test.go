@@ -19,6 +19,7 @@ import (
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -90,7 +91,7 @@ func pressApprove(t *testing.T, c *command.Handler, user, id, source string) *la
 	t.Helper()
 	conv := &later{}
 	start := time.Now()
-	r := c.HandleAction(conv.ctx(), chatops.ActionRequest{Origin: chatops.Origin{UserID: user}, ActionID: chatops.ActionApprove, Value: id})
+	r := c.HandleAction(conv.ctx(), chatops.ActionRequest{Origin: chatops.Origin{UserID: user}, ActionID: blockkit.ActionApprove, Value: id})
 	sentAtOnce(t, "Approve of "+id, r, time.Since(start), user, source)
 	if !r.ReplaceOriginal {
 		t.Errorf("Approve of %s does not replace the proposal: %+v", id, r)
@@ -208,7 +209,7 @@ func TestExposeCommand(t *testing.T) {
 			t.Errorf("proposal lacks %q", want)
 		}
 	}
-	if !r.InChannel || !slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + id, chatops.ActionReject + "=" + id}) {
+	if !r.InChannel || !slices.Equal(buttons(r), []string{blockkit.ActionApprove + "=" + id, blockkit.ActionReject + "=" + id}) {
 		t.Errorf("proposal in channel %v with buttons %v", r.InChannel, buttons(r))
 	}
 	p, err := e.flow.Get(context.Background(), id)
@@ -234,7 +235,7 @@ func TestExposeCommand(t *testing.T) {
 
 	// A stranger's button: refused to them alone, audited, nothing runs.
 	before = auditKinds(t, e.log)[audit.KindRefused]
-	r = press(c, stranger, chatops.ActionApprove, id)
+	r = press(c, stranger, blockkit.ActionApprove, id)
 	if !strings.Contains(r.Text, "not allowed") || r.InChannel || r.ReplaceOriginal {
 		t.Errorf("stranger's Approve: %+v", r)
 	}
@@ -250,14 +251,14 @@ func TestExposeCommand(t *testing.T) {
 	if !strings.HasPrefix(r.Text, "`"+id+"` (requested by <@"+requester+">) approved by <@"+approver1+"> and applied: Exposed hosted Service petclinic/petclinic") || !r.ReplaceOriginal || !r.InChannel {
 		t.Errorf("approver's Approve: outcome %+v", r)
 	}
-	if !strings.Contains(r.Text, "/hcp rollback "+id) || !slices.Equal(buttons(r), []string{chatops.ActionRollback + "=" + id}) {
+	if !strings.Contains(r.Text, "/hcp rollback "+id) || !slices.Equal(buttons(r), []string{blockkit.ActionRollback + "=" + id}) {
 		t.Errorf("outcome offers no rollback: %q %v", r.Text, buttons(r))
 	}
 	if n := e.agent.calls(); n != 1 {
 		t.Errorf("executed %d times", n)
 	}
 	// A second press is refused and does not replace the result.
-	if r := press(c, approver2, chatops.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
+	if r := press(c, approver2, blockkit.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
 		t.Errorf("second Approve: %+v", r)
 	}
 	if c := (&command.Handler{Bot: c.Bot}); !strings.Contains(cmd(c, requester, chatops.Expose{Cluster: chatops.ClusterRef{Namespace: "clusters", Name: "web"}, Namespace: "a", Service: "b"}).Text, "not available") {
@@ -271,13 +272,13 @@ func TestRejectButton(t *testing.T) {
 	e := newApprovals(t, "mgmt-1")
 	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "c1")), Changes: e.approvals}
 	id, _ := e.propose(t, "mgmt-1")
-	if r := press(c, stranger, chatops.ActionReject, id); !strings.Contains(r.Text, "not allowed") || r.ReplaceOriginal {
+	if r := press(c, stranger, blockkit.ActionReject, id); !strings.Contains(r.Text, "not allowed") || r.ReplaceOriginal {
 		t.Errorf("stranger's Reject: %+v", r)
 	}
-	if r := press(c, requester, chatops.ActionReject, id); !strings.Contains(r.Text, "rejected by") || !r.ReplaceOriginal {
+	if r := press(c, requester, blockkit.ActionReject, id); !strings.Contains(r.Text, "rejected by") || !r.ReplaceOriginal {
 		t.Errorf("requester's Reject: %+v", r)
 	}
-	if r := press(c, approver1, chatops.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
+	if r := press(c, approver1, blockkit.ActionApprove, id); !strings.Contains(r.Text, "already decided") || r.ReplaceOriginal {
 		t.Errorf("Approve after Reject: %+v", r)
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -310,10 +311,10 @@ func TestRollbackCommand(t *testing.T) {
 	conv.wait(t, "and applied")
 
 	// The Roll back button proposes, like the command.
-	r = press(c, requester, chatops.ActionRollback, id)
+	r = press(c, requester, blockkit.ActionRollback, id)
 	rb := rollbackIDs.FindString(r.Text)
 	if rb == "" || !strings.Contains(r.Text, "roll back `"+id+"`") || !strings.Contains(r.Text, "delete the Services labelled hcpbot.io/action-id="+id) ||
-		!slices.Equal(buttons(r), []string{chatops.ActionApprove + "=" + rb, chatops.ActionReject + "=" + rb}) || r.ReplaceOriginal {
+		!slices.Equal(buttons(r), []string{blockkit.ActionApprove + "=" + rb, blockkit.ActionReject + "=" + rb}) || r.ReplaceOriginal {
 		t.Fatalf("rollback proposal: %q %v", r.Text, buttons(r))
 	}
 	if r := cmd(c, approver2, chatops.Rollback{ActionID: id}); !strings.Contains(r.Text, "already proposed as `"+rb+"`") {
@@ -323,7 +324,7 @@ func TestRollbackCommand(t *testing.T) {
 		t.Fatalf("proposing a rollback executed: %d executions", n)
 	}
 	for user, want := range map[string]string{requester: "Four-eyes", stranger: "not allowed"} {
-		if r := press(c, user, chatops.ActionApprove, rb); !strings.Contains(r.Text, want) || r.ReplaceOriginal {
+		if r := press(c, user, blockkit.ActionApprove, rb); !strings.Contains(r.Text, want) || r.ReplaceOriginal {
 			t.Errorf("rollback approved by %s: %q", user, r.Text)
 		}
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
-	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/internal/testenv"
@@ -65,7 +65,7 @@ func TestSilenceCommand(t *testing.T) {
 	if r := cmd(e.cmds, requester, chatops.Silence{IncidentID: "inc-0123456789ab", Duration: time.Hour}); !strings.Contains(r.Text, "Unknown incident") {
 		t.Errorf("unknown incident: %q", r.Text)
 	}
-	if r := press(e.cmds, requester, chatops.ActionSilence, "inc-0123456789ab"); !strings.Contains(r.Text, "Unknown incident") {
+	if r := press(e.cmds, requester, blockkit.ActionSilence, "inc-0123456789ab"); !strings.Contains(r.Text, "Unknown incident") {
 		t.Errorf("Silence button on an unknown incident: %q", r.Text)
 	}
 	// Within the grammar's 30 days but over the store's maximum.
@@ -114,8 +114,8 @@ func TestAuditCommand(t *testing.T) {
 	}
 	r = cmd(e.cmds, requester, chatops.Audit{N: 1000})
 	t.Logf("audit 1000: %d characters", len([]rune(r.Text)))
-	if n := len([]rune(r.Text)); n > notify.MaxSectionText {
-		t.Errorf("audit reply of %d characters exceeds a section's %d", n, notify.MaxSectionText)
+	if n := len([]rune(r.Text)); n > blockkit.MaxSectionText {
+		t.Errorf("audit reply of %d characters exceeds a section's %d", n, blockkit.MaxSectionText)
 	}
 	if !strings.Contains(r.Text, "more did not fit") {
 		t.Errorf("cut reply does not say so:\n%s", r.Text)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -48,7 +49,7 @@ func TestStatusSaysWhyNotWatched(t *testing.T) {
 		return c.HandleCommand(context.Background(), chatops.Request{Command: chatops.Status{Cluster: cluster}}).Text
 	}
 	one := &chatops.ClusterRef{Namespace: "clusters", Name: "web"}
-	want := chatops.EscapeText("mgmt-1/clusters/web: not watched: " + refusedReason)
+	want := blockkit.EscapeText("mgmt-1/clusters/web: not watched: " + refusedReason)
 	for _, got := range []string{status(one), status(nil)} {
 		if !strings.Contains(got, want) {
 			t.Errorf("status:\n%s\nwant it to contain\n%s", got, want)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
@@ -43,7 +44,7 @@ func TestDiagnoseExplainsRules(t *testing.T) {
 		"`" + diagnose.WarnTrustedCAExpiring + "`",
 		"in 8 days",
 	} {
-		if !strings.Contains(got, chatops.EscapeText(want)) {
+		if !strings.Contains(got, blockkit.EscapeText(want)) {
 			t.Errorf("/hcp diagnose lacks %q:\n%s", want, got)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/scenario"
@@ -72,7 +72,7 @@ func TestExposeSeed004Live(t *testing.T) {
 	if id == "" || !strings.Contains(reply, "hcpbot-np-"+id) || !strings.Contains(reply, "is not of type NodePort already") {
 		t.Fatalf("expose proposal: %q", reply)
 	}
-	conv := e.slack.pressIn(approver1, chatops.ActionApprove, id)
+	conv := e.slack.pressIn(approver1, blockkit.ActionApprove, id)
 	conv.approvedAtOnce(t, approver1, e.source)
 	txt := conv.posted(outcomeOf(id)).Form.Get("text")
 	if !strings.Contains(txt, "and applied") || !strings.Contains(txt, "nothing created in the hosted cluster") {
@@ -154,7 +154,7 @@ func TestExposeSeed004Live(t *testing.T) {
 		t.Errorf("proposal on free ports: %q", reply)
 	}
 	e.agentStop()
-	conv = e.slack.pressIn(approver1, chatops.ActionApprove, id)
+	conv = e.slack.pressIn(approver1, blockkit.ActionApprove, id)
 	conv.approvedAtOnce(t, approver1, e.source)
 	takePort(t, cpNS, "holds-30002", 30002)
 	mgmtBefore = serviceVersions(t, env.Kube)

@@ -26,7 +26,7 @@ import (
 	"github.com/hcpbot/hcpbot/approval/wire"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -129,15 +129,15 @@ func TestFourEyesNoSinglePersonLive(t *testing.T) {
 		want string
 	}{
 		{"incident Approve button", func() string {
-			r := press(alone, chatops.ActionApprove, inc.Key, contains("1 of 2", "approved by"))
+			r := press(alone, blockkit.ActionApprove, inc.Key, contains("1 of 2", "approved by"))
 			fixID = fixIDs.FindString(r)
 			return r
 		}, "one more approver is needed"},
 		{"incident Approve button again", func() string {
-			return press(alone, chatops.ActionApprove, inc.Key, contains("already approved", "approved by"))
+			return press(alone, blockkit.ActionApprove, inc.Key, contains("already approved", "approved by"))
 		}, "another approver has to approve"},
 		{"the proposal's Approve button", func() string {
-			return press(alone, chatops.ActionApprove, fixID, contains(fixID))
+			return press(alone, blockkit.ActionApprove, fixID, contains(fixID))
 		}, "Four-eyes"},
 		{"/hcp approve", func() string {
 			return e.slack.command("approve "+fixID, alone, contains(fixID))
@@ -148,12 +148,12 @@ func TestFourEyesNoSinglePersonLive(t *testing.T) {
 			return e.slack.command("approve "+ownFix, alone, contains(ownFix))
 		}, "Four-eyes"},
 		{"/hcp fix noproxy, then its Approve button", func() string {
-			return press(alone, chatops.ActionApprove, ownFix, contains(ownFix))
+			return press(alone, blockkit.ActionApprove, ownFix, contains(ownFix))
 		}, "Four-eyes"},
 		{"/hcp expose, then its Approve button", func() string {
 			r := e.slack.command("expose "+e.cluster+" "+appNS+"/petclinic 8080", alone, func(s string) bool { return anyID.MatchString(s) })
 			ownExpose = anyID.FindString(r)
-			return press(alone, chatops.ActionApprove, ownExpose, contains(ownExpose))
+			return press(alone, blockkit.ActionApprove, ownExpose, contains(ownExpose))
 		}, "Four-eyes"},
 		{"/hcp expose, then /hcp approve", func() string {
 			return e.slack.command("approve "+ownExpose, alone, contains(ownExpose))
@@ -174,7 +174,7 @@ func TestFourEyesNoSinglePersonLive(t *testing.T) {
 
 	// The second person: answered at once, naming both; the fix is
 	// applied, once.
-	conv := e.slack.pressIn(approver2, chatops.ActionApprove, inc.Key)
+	conv := e.slack.pressIn(approver2, blockkit.ActionApprove, inc.Key)
 	if r := conv.approvedAtOnce(t, approver2, e.source).Form.Get("text"); !strings.Contains(r, "`"+fixID+"` (requested by <@"+alone+">) approved by <@"+approver2+">") {
 		t.Errorf("second approver answered %q", r)
 	}
@@ -202,7 +202,7 @@ func TestFourEyesNoSinglePersonLive(t *testing.T) {
 	if got := e.slack.command("approve "+rb, alone, contains(rb)); !strings.Contains(got, "Four-eyes") {
 		t.Errorf("rollback approved by its requester: %q", got)
 	}
-	if got := press(alone, chatops.ActionApprove, rb, contains(rb)); !strings.Contains(got, "Four-eyes") {
+	if got := press(alone, blockkit.ActionApprove, rb, contains(rb)); !strings.Contains(got, "Four-eyes") {
 		t.Errorf("rollback button pressed by its requester: %q", got)
 	}
 	if s := stateOf(t, e.flow, rb); s != approval.StatePending {

@@ -10,6 +10,7 @@ import (
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -107,7 +108,7 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		return c.status(cmd.Cluster)
 	case chatops.Diagnose:
 		if cmd.IncidentID != "" {
-			return c.HandleAction(ctx, chatops.ActionRequest{Origin: r.Origin, ActionID: chatops.ActionDetails, Value: cmd.IncidentID})
+			return c.HandleAction(ctx, chatops.ActionRequest{Origin: r.Origin, ActionID: blockkit.ActionDetails, Value: cmd.IncidentID})
 		}
 		k, reply, ok := c.resolve(cmd.Cluster)
 		if !ok {
@@ -154,7 +155,7 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 		}
 		text, err := c.Digester.DigestNow(ctx)
 		if err != nil {
-			return chatops.Reply{Text: chatops.EscapeText("The digest could not be posted: " + err.Error())}
+			return chatops.Reply{Text: blockkit.EscapeText("The digest could not be posted: " + err.Error())}
 		}
 		return chatops.Reply{Text: text}
 	case chatops.NoProxyCheck:
@@ -194,25 +195,25 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 // the rollback; Silence on an incident mutes it for ButtonSilence.
 func (c *Handler) HandleAction(ctx context.Context, r chatops.ActionRequest) chatops.Reply {
 	switch r.ActionID {
-	case chatops.ActionDetails:
+	case blockkit.ActionDetails:
 		for _, inc := range c.Bot.Incidents() {
 			if inc.Key == r.Value {
 				return c.diagnose(inc.Cluster)
 			}
 		}
 		return chatops.Reply{Text: "That incident is no longer known."}
-	case chatops.ActionApprove:
+	case blockkit.ActionApprove:
 		for _, inc := range c.Bot.Incidents() {
 			if inc.Key == r.Value && inc.Open() {
 				return c.approveIncidentFix(ctx, r, inc)
 			}
 		}
 		return decision(c.HandleCommand(decidedLater(ctx), chatops.Request{Origin: r.Origin, Command: chatops.Approve{ActionID: r.Value}}))
-	case chatops.ActionReject:
+	case blockkit.ActionReject:
 		return decision(c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.Reject{ActionID: r.Value}}))
-	case chatops.ActionRollback:
+	case blockkit.ActionRollback:
 		return c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.Rollback{ActionID: r.Value}})
-	case chatops.ActionSilence:
+	case blockkit.ActionSilence:
 		return c.HandleCommand(ctx, chatops.Request{Origin: r.Origin, Command: chatops.Silence{IncidentID: r.Value, Duration: ButtonSilence, Reason: "Silence button"}})
 	}
 	return chatops.Reply{Text: "This button is not available yet."}

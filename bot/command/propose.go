@@ -13,6 +13,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
@@ -34,7 +35,7 @@ func (a *Changes) ProposeNoProxy(ctx context.Context, k diagnose.Key, hc *event.
 	}
 	_, diff := noProxyDiff(req.NoProxy)
 	text := fmt.Sprintf("%s proposes `%s` for %s: add %s to the noProxy.\n```%s```\n%s%s%s",
-		mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), howToDecide(p), pausedRollout(hc, req, time.Now()), warning)
+		blockkit.Mention(user), p.ID, esc(k.String()), esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), howToDecide(p), pausedRollout(hc, req, time.Now()), warning)
 	return proposalReply(p.ID, text)
 }
 
@@ -150,7 +151,7 @@ func (a *Changes) firstApproval(ctx context.Context, k diagnose.Key, hc *event.H
 	}
 	text := fmt.Sprintf("%s approved the fix of %s as `%s` (1 of %d approvals): add %s to the noProxy.\n```%s```\n"+
 		"Four-eyes rule: %s — press Approve (here or on the incident) or `/hcp approve %s`; reject with `/hcp reject %s &lt;reason&gt;`. Expires %s.%s%s",
-		mention(user), esc(k.String()), p.ID, p.Needed()+1, esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), more, p.ID, p.ID,
+		blockkit.Mention(user), esc(k.String()), p.ID, p.Needed()+1, esc(strings.Join(req.NoProxy.Add, ", ")), escCode(diff), more, p.ID, p.ID,
 		p.ExpiresAt.UTC().Format("15:04 UTC"), pausedRollout(hc, req, time.Now()), warning)
 	return proposalReply(p.ID, text)
 }
@@ -252,7 +253,7 @@ func (a *Changes) ProposeExpose(ctx context.Context, k diagnose.Key, hc *event.H
 		infraID = esc(hc.InfraID)
 	}
 	text := fmt.Sprintf("%s proposes `%s` for %s: expose Service `%s/%s` of the hosted cluster through NodePorts.\n%s\n%s%s",
-		mention(user), p.ID, esc(k.String()), esc(params.Namespace), esc(params.Service),
+		blockkit.Mention(user), p.ID, esc(k.String()), esc(params.Namespace), esc(params.Service),
 		exposePlan(p.ID, k, params, infraID), howToDecide(p), warning)
 	return proposalReply(p.ID, text)
 }

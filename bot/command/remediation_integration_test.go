@@ -10,7 +10,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/scenario"
@@ -45,7 +45,7 @@ func TestFixNotHealedRollbackLive(t *testing.T) {
 	}
 	noProxy := func() string { return e.noProxy(t) }
 
-	first := e.slack.press(approver1, chatops.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
+	first := e.slack.press(approver1, blockkit.ActionApprove, inc.Key, func(s string) bool { return strings.Contains(s, "1 of 2") })
 	fixID := regexp.MustCompile("fix-[a-z2-7]+").FindString(first.Form.Get("text"))
 	// The requester approving again is refused (four-eyes), and audited.
 	if r := e.slack.command("approve "+fixID, approver1, func(s string) bool { return strings.Contains(s, fixID) }); !strings.Contains(r, "Four-eyes") {
@@ -97,7 +97,7 @@ func TestFixNotHealedRollbackLive(t *testing.T) {
 	for _, bl := range blocks {
 		if a, ok := bl.(*slack.ActionBlock); ok {
 			for _, el := range a.Elements.ElementSet {
-				if btn, ok := el.(*slack.ButtonBlockElement); ok && btn.ActionID == chatops.ActionRollback {
+				if btn, ok := el.(*slack.ButtonBlockElement); ok && btn.ActionID == blockkit.ActionRollback {
 					rollbackID = btn.Value
 				}
 			}
@@ -108,7 +108,7 @@ func TestFixNotHealedRollbackLive(t *testing.T) {
 	}
 
 	// The button proposes the rollback; the other approver runs it.
-	call := e.slack.press(approver1, chatops.ActionRollback, rollbackID, func(s string) bool { return rollbackIDs.MatchString(s) })
+	call := e.slack.press(approver1, blockkit.ActionRollback, rollbackID, func(s string) bool { return rollbackIDs.MatchString(s) })
 	rb := rollbackIDs.FindString(call.Form.Get("text"))
 	if rb == "" {
 		t.Fatalf("Roll back answered %v", call.Form)

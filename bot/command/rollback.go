@@ -7,6 +7,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
@@ -28,7 +29,7 @@ func (a *Changes) ProposeRollback(ctx context.Context, id, user string, opts ...
 	case errors.Is(err, approval.ErrIsRollback):
 		return chatops.Reply{Text: fmt.Sprintf("`%s` is itself a rollback; propose the original change again instead.", eid)}
 	case errors.Is(err, approval.ErrRolledBack):
-		return chatops.Reply{Text: fmt.Sprintf("`%s` was already rolled back by %s.", eid, mention(orig.RolledBackBy))}
+		return chatops.Reply{Text: fmt.Sprintf("`%s` was already rolled back by %s.", eid, blockkit.Mention(orig.RolledBackBy))}
 	case errors.Is(err, approval.ErrNotExecuted):
 		return chatops.Reply{Text: fmt.Sprintf("`%s` is %s; only executed actions can be rolled back.", eid, esc(string(orig.State)))}
 	case errors.Is(err, approval.ErrNothingToUndo):
@@ -43,7 +44,7 @@ func (a *Changes) ProposeRollback(ctx context.Context, id, user string, opts ...
 	}
 	undo := p.Change.Rollback.Undo
 	text := fmt.Sprintf("%s proposes `%s`: roll back `%s` (%s) on %s — %s.\n%s%s",
-		mention(user), p.ID, eid, esc(string(undo.Type)), esc(k.String()), esc(redact.RedactText(undoSummary(undo))), howToDecide(p), warning)
+		blockkit.Mention(user), p.ID, eid, esc(string(undo.Type)), esc(k.String()), esc(redact.RedactText(undoSummary(undo))), howToDecide(p), warning)
 	return proposalReply(p.ID, text)
 }
 

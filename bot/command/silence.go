@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/silence"
 )
@@ -50,7 +51,7 @@ func (c *Handler) silence(ctx context.Context, cmd chatops.Silence, user string)
 	case err != nil:
 		return chatops.Reply{Text: "Could not store the silence: " + errText(err)}
 	}
-	text := fmt.Sprintf("%s silenced %s for %s, until %s (`%s`).", mention(user), esc(what),
+	text := fmt.Sprintf("%s silenced %s for %s, until %s (`%s`).", blockkit.Mention(user), esc(what),
 		formatSpan(sil.ExpiresAt.Sub(sil.CreatedAt)), sil.ExpiresAt.UTC().Format("2006-01-02 15:04 UTC"), sil.ID)
 	if sil.Reason != "" {
 		text += " Reason: " + esc(sil.Reason)

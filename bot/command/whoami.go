@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/identity"
 )
@@ -24,7 +25,7 @@ func (c *Handler) whoami(ctx context.Context, user string) chatops.Reply {
 	w := &whoamiLookup{h: c, m: m, user: user}
 	w.resolveGroups(ctx)
 	var b strings.Builder
-	fmt.Fprintf(&b, "Your Kubernetes identity (Slack user `%s`) per management cluster: the agent makes a change you approve there as this identity, so that cluster's RBAC decides what you may change.", chatops.EscapeCode(user))
+	fmt.Fprintf(&b, "Your Kubernetes identity (Slack user `%s`) per management cluster: the agent makes a change you approve there as this identity, so that cluster's RBAC decides what you may change.", blockkit.EscapeCode(user))
 	if m.Required {
 		b.WriteString(" identities.required is on: without an identity there, the agent does not act on your approval.")
 	}
@@ -35,7 +36,7 @@ func (c *Handler) whoami(ctx context.Context, user string) chatops.Reply {
 			fmt.Fprintf(&b, "… and %d more management clusters.\n", len(sources)-i)
 			break
 		}
-		fmt.Fprintf(&b, "• `%s`: %s\n", chatops.EscapeCode(s), w.on(ctx, s))
+		fmt.Fprintf(&b, "• `%s`: %s\n", blockkit.EscapeCode(s), w.on(ctx, s))
 	}
 	other := "every management cluster"
 	if len(sources) > 0 {
@@ -163,23 +164,23 @@ func (w *whoamiLookup) entryName(e identity.Entry) string {
 	i := slices.IndexFunc(w.m.Entries, func(x identity.Entry) bool { return reflect.DeepEqual(x, e) })
 	by := "your user ID"
 	if e.Group() {
-		by = fmt.Sprintf("the Slack user group `%s`", chatops.EscapeCode(e.Slack))
+		by = fmt.Sprintf("the Slack user group `%s`", blockkit.EscapeCode(e.Slack))
 	}
 	return fmt.Sprintf("identities.map[%d] (%s)", i, by)
 }
 
 func describeIdentity(id identity.Identity, e identity.Entry, entry string) string {
-	s := "user `" + chatops.EscapeCode(id.User) + "`"
+	s := "user `" + blockkit.EscapeCode(id.User) + "`"
 	if len(id.Groups) > 0 {
 		gs := make([]string, len(id.Groups))
 		for i, g := range id.Groups {
-			gs[i] = "`" + chatops.EscapeCode(g) + "`"
+			gs[i] = "`" + blockkit.EscapeCode(g) + "`"
 		}
 		s += ", groups " + strings.Join(gs, ", ")
 	}
 	s += " — " + entry
 	if e.EmailPrefix != "" {
-		s += ", the prefix `" + chatops.EscapeCode(e.EmailPrefix) + "` and your Slack e-mail"
+		s += ", the prefix `" + blockkit.EscapeCode(e.EmailPrefix) + "` and your Slack e-mail"
 	}
 	switch {
 	case slices.Contains(id.Hosted, identity.AllHosted):
@@ -187,7 +188,7 @@ func describeIdentity(id identity.Identity, e identity.Entry, entry string) stri
 	case len(id.Hosted) > 0:
 		hs := make([]string, len(id.Hosted))
 		for i, h := range id.Hosted {
-			hs[i] = "`" + chatops.EscapeCode(h) + "`"
+			hs[i] = "`" + blockkit.EscapeCode(h) + "`"
 		}
 		s += "; in hosted clusters " + strings.Join(hs, ", ") + " too"
 	}

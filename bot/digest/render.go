@@ -10,7 +10,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/hcpbot/hcpbot/audit"
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/noproxy"
@@ -195,7 +195,7 @@ func entryText(entry string) string {
 	}
 	// Redacted before cutting, so no cut can hide a credential from
 	// clean's redaction.
-	return fmt.Sprintf(" (`%s`)", notify.Truncate(redact.RedactText(entry), maxEntryText))
+	return fmt.Sprintf(" (`%s`)", blockkit.Truncate(redact.RedactText(entry), maxEntryText))
 }
 
 // age says how long a finding has been seen: new, or since its first
@@ -326,7 +326,7 @@ func writeSilences(b *strings.Builder, ss []silence.Silence, mode Mode) {
 			if mode == Compact {
 				// Redacted before cutting, so no cut can hide a credential
 				// from clean's redaction.
-				reason = notify.Truncate(redact.RedactText(reason), maxCompactReason)
+				reason = blockkit.Truncate(redact.RedactText(reason), maxCompactReason)
 			}
 			b.WriteString(": " + reason)
 		}
@@ -382,7 +382,7 @@ func writeAction(b *strings.Builder, a audit.Record) {
 // write and redacts any URL credentials, wherever they came from. Mentions
 // we built ("<@U…>") are restored after escaping.
 func clean(s string) string {
-	return mention.ReplaceAllString(chatops.EscapeText(redact.RedactText(s)), "<@$1>")
+	return mention.ReplaceAllString(blockkit.EscapeText(redact.RedactText(s)), "<@$1>")
 }
 
 // mention matches an escaped user mention; Slack user ids are U… or W…
@@ -393,21 +393,17 @@ var mention = regexp.MustCompile(`&lt;@([UW][A-Z0-9]+)&gt;`)
 // sections splits text into section blocks within Slack's limits; limit
 // > 0 caps their number and says what was left out.
 func sections(text string, limit int) []slack.Block {
-	chunks := notify.SplitText(text, notify.MaxSectionText)
-	if limit > 0 && len(chunks) > limit {
-		left := len(chunks) - limit
-		chunks = append(chunks[:limit:limit], fmt.Sprintf("_… %d more sections left out; the console digest has everything._", left))
+	blocks := blockkit.Sections(text)
+	if limit > 0 && len(blocks) > limit {
+		left := len(blocks) - limit
+		blocks = append(blocks[:limit:limit], blockkit.Sections(fmt.Sprintf("_… %d more sections left out; the console digest has everything._", left))...)
 	}
-	blocks := make([]slack.Block, 0, len(chunks))
-	for _, c := range chunks {
-		blocks = append(blocks, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, c, false, false), nil, nil))
-	}
-	return notify.ClampBlocks(blocks)
+	return blockkit.ClampBlocks(blocks)
 }
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	return notify.Truncate(s, notify.MaxHeaderText)
+	return blockkit.Truncate(s, blockkit.MaxHeaderText)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bot"
-	"github.com/hcpbot/hcpbot/bot/chatops"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
@@ -63,7 +63,7 @@ func TestDigestSaysWhyNotWatched(t *testing.T) {
 			t.Fatalf("mode %d: no reply for %s (the cluster is compliant, so only Unwatched makes it worth one)", mode, keyBad)
 		}
 		t.Logf("mode %d reply:\n%s", mode, text(rp))
-		if want := chatops.EscapeText("🙈 Not watched by hcpbot: " + why); !strings.Contains(text(rp), want) {
+		if want := blockkit.EscapeText("🙈 Not watched by hcpbot: " + why); !strings.Contains(text(rp), want) {
 			t.Errorf("mode %d: reply:\n%s\nwant it to contain\n%s", mode, text(rp), want)
 		}
 		if rp, ok := replyByID(out.replies, "cluster/"+keyGood.String()); ok && strings.Contains(text(rp), "Not watched") {

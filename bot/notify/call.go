@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/slack-go/slack"
 )
 
@@ -138,16 +139,16 @@ const (
 // options renders a message for chat.postMessage or chat.update in form f.
 func options(text string, blocks []slack.Block, f form, update bool, threadTS string, extra ...slack.MsgOption) []slack.MsgOption {
 	if text == "" {
-		text = Truncate(PlainText(blocks), MaxSectionText)
+		text = blockkit.Truncate(PlainText(blocks), blockkit.MaxSectionText)
 	}
 	if text == "" {
 		text = "(no text)"
 	}
 	switch f {
 	case formText:
-		text = Truncate(text, fallbackText)
+		text = blockkit.Truncate(text, fallbackText)
 	case formShort:
-		text = Truncate(text, shortText) + shortNote
+		text = blockkit.Truncate(text, shortText) + shortNote
 	}
 	opts := []slack.MsgOption{slack.MsgOptionText(text, false)}
 	switch {

@@ -30,8 +30,8 @@
 // (channel_not_found, not_in_channel, is_archived, token_revoked, ...) is
 // logged once when it goes bad and once when a post there succeeds again,
 // and listed by Unpostable meanwhile (`/hcp status` shows it); each new
-// rendering for it is still tried once. blockkit holds the limits Slack
-// checks; ClampBlocks keeps messages within them.
+// rendering for it is still tried once. bot/blockkit holds the limits
+// Slack checks; blockkit.ClampBlocks keeps messages within them.
 //
 // # Coalescing, order and priority
 //

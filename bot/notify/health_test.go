@@ -10,6 +10,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/internal/testenv/slackrec"
 )
 
@@ -178,7 +179,7 @@ func TestMsgBlocksTooLongFallsBack(t *testing.T) {
 	})
 	m, _ = rec.Message(ch, rec.Messages(ch)[0].TS)
 	if n := utf8.RuneCountInString(m.Text); n > fallbackText || !strings.HasPrefix(m.Text, "summary v2") || len(m.Blocks) > 2 {
-		t.Errorf("updated to %d characters %q…, blocks %s; want the text alone", n, Truncate(m.Text, 40), m.Blocks)
+		t.Errorf("updated to %d characters %q…, blocks %s; want the text alone", n, blockkit.Truncate(m.Text, 40), m.Blocks)
 	}
 	if got := counter(t, f.reg, "hcpbot_slack_dropped_total", map[string]string{"kind": kindUpdate}); got != 0 {
 		t.Errorf("dropped{update} = %v, want none", got)

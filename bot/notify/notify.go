@@ -21,7 +21,7 @@ type Message struct {
 	// Text is the notification and fallback text (mrkdwn).
 	Text string
 	// Blocks is the Block Kit rendering; the notifier clamps it to Slack's
-	// limits with ClampBlocks.
+	// limits with blockkit.ClampBlocks.
 	Blocks []slack.Block
 	// Version (from 1) increases with every new rendering of Key. A version never
 	// overwrites a newer one, and re-sending a delivered version is a no-op,

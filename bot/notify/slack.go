@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/slack-go/slack"
@@ -206,8 +207,8 @@ func (s *Slack) Upsert(ctx context.Context, m Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("notify: upsert %q: %w", m.Key, err)
 	}
-	m.Blocks = ClampBlocks(m.Blocks)
-	m.Text = Truncate(m.Text, MaxMessageText)
+	m.Blocks = blockkit.ClampBlocks(m.Blocks)
+	m.Text = blockkit.Truncate(m.Text, blockkit.MaxMessageText)
 	q, err := s.queue(m.Channel)
 	if err != nil {
 		return err
@@ -229,8 +230,8 @@ func (s *Slack) Reply(ctx context.Context, r Reply) error {
 	if limit := s.cfg.MaxPendingReplies; limit > 0 && s.pending.Load() >= int64(limit) {
 		return ErrQueueFull
 	}
-	r.Blocks = ClampBlocks(r.Blocks)
-	r.Text = Truncate(r.Text, MaxMessageText)
+	r.Blocks = blockkit.ClampBlocks(r.Blocks)
+	r.Text = blockkit.Truncate(r.Text, blockkit.MaxMessageText)
 	q, err := s.queue(r.Channel)
 	if err != nil {
 		return err

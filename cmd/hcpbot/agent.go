@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
@@ -34,7 +33,6 @@ import (
 	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
-	"github.com/hcpbot/hcpbot/redact"
 	"github.com/hcpbot/hcpbot/watchers"
 )
 
@@ -46,6 +44,9 @@ func init() {
 // and the command line (runAgent) or from the file alone (hcpbot all).
 type agentFlags struct {
 	kubeconfig string
+	// host is what the agent reads of the machine it runs on (cli.host):
+	// where its kubeconfig and its embedded NATS store are found.
+	host host
 	// kube is the management cluster's client config, loaded and checked
 	// by agentKube before anything else starts.
 	kube      *rest.Config
@@ -184,6 +185,7 @@ func agentSettings(c *cli, args []string) (agentFlags, error) {
 		}
 	}
 	f := agentFlagsFromConfig(cfg, c.getenv)
+	f.host = c.host()
 	if sec != nil {
 		f.natsCredsContent = sec.NATSCreds
 	}
@@ -246,7 +248,7 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 	if err != nil {
 		return usageErrorf("--source: %v", err)
 	}
-	if f.kube, err = agentKube(ctx, f.kubeconfig); err != nil {
+	if f.kube, err = agentKube(ctx, f.host, f.kubeconfig); err != nil {
 		return err
 	}
 	conn, err := connectNATS(ctx, agentNATSClient(f, inbox), log)
@@ -264,7 +266,7 @@ func agentMain(ctx context.Context, f agentFlags, log zerolog.Logger) error {
 func agentNATSClient(f agentFlags, inbox string) natsClient {
 	return natsClient{
 		urls: f.natsURLs, storeDir: f.natsStore, listen: f.natsListen, creds: f.natsCreds, credsContent: f.natsCredsContent, nkeySeed: f.natsNkeySeed, caFile: f.natsCA,
-		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox, role: bus.AgentRole(f.source),
+		name: "hcpbot-agent-" + f.identity, inboxPrefix: inbox, role: bus.AgentRole(f.source), getenv: f.host.getenv,
 	}
 }
 
@@ -334,10 +336,9 @@ func agentRun(ctx context.Context, f agentFlags, conn *bus.Conn, log zerolog.Log
 	}
 	cfg := f.kube
 	if cfg == nil {
-		var err error
-		if cfg, err = agentKube(ctx, f.kubeconfig); err != nil {
-			return err
-		}
+		// agentMain and runConfigured load it (agentKube) before anything
+		// starts, so that a cluster the agent cannot reach fails the start.
+		return errors.New("agent: the management cluster's client is not loaded")
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -540,57 +541,6 @@ func newExecutor(cfg *rest.Config) (*actions.Executor, error) {
 	return &actions.Executor{Dynamic: dyn, Kube: kube, Config: x}, nil
 }
 
-// kubeCheckTimeout bounds agentKube's question to the API server: long
-// enough for a busy server, short enough that a wrong kubeconfig shows as
-// a failed start instead of a process that runs and watches nothing.
-const kubeCheckTimeout = 15 * time.Second
-
-// agentKube loads the management cluster's kubeconfig and asks its API
-// server for /version, so that a kubeconfig that does not load, or a
-// server that refuses it (unreachable, bad certificate, bad credentials),
-// stops the agent at once with the reason rather than leaving a process
-// that looks ready and watches nothing. /version is readable by every
-// authenticated user (system:public-info-viewer): it needs no grant.
-func agentKube(ctx context.Context, path string) (*rest.Config, error) {
-	cfg, err := kubeConfig(path)
-	if err != nil {
-		return nil, err
-	}
-	cfg.UserAgent = "hcpbot-agent/" + version.Version
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, kubeCheckTimeout)
-	defer cancel()
-	if err := kube.Discovery().RESTClient().Get().AbsPath("/version").Do(cctx).Error(); err != nil {
-		from := path
-		if from == "" {
-			from = "in-cluster/default"
-		}
-		return nil, fmt.Errorf("kubeconfig %s: the management cluster's API server %s: GET /version: %w", from, redact.RedactURL(cfg.Host), err)
-	}
-	return cfg, nil
-}
-
-// kubeConfig: an explicit file, else in-cluster, else the usual loading rules.
-func kubeConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		if cfg, err := rest.InClusterConfig(); err == nil {
-			return cfg, nil
-		}
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if path != "" {
-		rules.ExplicitPath = path
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	return cfg, nil
-}
-
 // natsClient is how a process connects to NATS: the URLs, or none and the
 // embedded server's store and listen address; the user's credentials (a
 // .creds file, its content, or an nkey seed file) and CA; the client name
@@ -607,6 +557,9 @@ type natsClient struct {
 	// the agents it runs: each has a user there (the bot always has).
 	role   bus.Role
 	agents []string
+	// getenv finds the user's cache folder, the embedded server's store
+	// without storeDir, as `config check` does (embeddedStoreDir).
+	getenv func(string) string
 }
 
 // connectNATS connects to the given URLs, or starts the embedded server
@@ -616,12 +569,13 @@ func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.C
 	storeDir := nc.storeDir
 	cfg.URLs = splitList(nc.urls)
 	if len(cfg.URLs) == 0 {
-		if storeDir == "" {
-			base, err := os.UserCacheDir()
-			if err != nil {
-				return nil, fmt.Errorf("no --nats-store-dir and no user folder for the embedded NATS store: %w", err)
-			}
-			storeDir = filepath.Join(base, "hcpbot", "nats")
+		getenv := nc.getenv
+		if getenv == nil { // the bot's (botNATSClient): the same in production
+			getenv = os.Getenv
+		}
+		var err error
+		if storeDir, err = embeddedStoreDir(storeDir, getenv); err != nil {
+			return nil, err
 		}
 		cfg.Embedded = bus.LocalConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Listen: nc.listen, Agents: nc.agents}
 		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server")
@@ -634,6 +588,26 @@ func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.C
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	return bus.Connect(cctx, cfg, log)
+}
+
+// embeddedStoreDir is where the embedded server keeps JetStream: dir
+// (nats.storeDir), else hcpbot/nats in the user's cache folder, found as
+// os.UserCacheDir finds it on Linux (go/src/os/file.go:528-538) but in
+// getenv: $XDG_CACHE_HOME (absolute), else $HOME/.cache.
+func embeddedStoreDir(dir string, getenv func(string) string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	cache := getenv("XDG_CACHE_HOME")
+	switch {
+	case cache == "" && getenv("HOME") == "":
+		return "", errors.New("nats.storeDir is not set and neither $XDG_CACHE_HOME nor $HOME is, so the embedded NATS server has no folder for its store: set nats.storeDir, or nats.urls")
+	case cache == "":
+		cache = filepath.Join(getenv("HOME"), ".cache")
+	case !filepath.IsAbs(cache):
+		return "", fmt.Errorf("nats.storeDir is not set and $XDG_CACHE_HOME (%s) is relative, so the embedded NATS server has no folder for its store: set nats.storeDir, or nats.urls", cache)
+	}
+	return filepath.Join(cache, "hcpbot", "nats"), nil
 }
 
 // listenerLimits bound what one client can hold of an HTTP listener: a

@@ -93,7 +93,7 @@ func runConfigured(ctx context.Context, c *cli, cfg *configs.Config, sec *config
 	if name == "all" {
 		// Before anything starts: a process whose agent cannot reach its
 		// management cluster must fail, not run a bot that knows nothing.
-		if agentKubeConfig, err = agentKube(ctx, cfg.Agent.Kubeconfig); err != nil {
+		if agentKubeConfig, err = agentKube(ctx, c.host(), cfg.Agent.Kubeconfig); err != nil {
 			return fmt.Errorf("agent.kubeconfig: %w", err)
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/slack-go/slack"
 	"golang.org/x/net/http/httpproxy"
 	"golang.org/x/sys/unix"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -113,7 +112,7 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 		rep.For = string(r)
 		rep.Problems = append(rep.Problems, configStartProblems(cfg, r)...)
 		if *secrets {
-			rep.Problems = append(rep.Problems, configStoreDirProblems(cfg)...)
+			rep.Problems = append(rep.Problems, configStoreDirProblems(cfg, c.getenv)...)
 		}
 		var sec *configs.Secrets
 		if *secrets {
@@ -125,8 +124,8 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 			}
 		}
 		if r != configs.RoleBot && *secrets {
-			rep.Problems = append(rep.Problems, configKubeconfigProblems(ctx, cfg, *online)...)
-			rep.Warnings = configProxyWarnings(cfg, c.getenv, os.ReadFile)
+			rep.Problems = append(rep.Problems, configKubeconfigProblems(ctx, cfg, c.host(), *online)...)
+			rep.Warnings = configProxyWarnings(cfg, c.host(), os.ReadFile)
 		}
 		if *online && r != configs.RoleAgent && sec != nil {
 			rep.Problems = append(rep.Problems, configSlackProblems(ctx, cfg, sec)...)
@@ -180,14 +179,18 @@ func configStartProblems(cfg *configs.Config, r configs.Role) []configs.Problem 
 	return ps
 }
 
-// configStoreDirProblems: the embedded server creates nats.storeDir and
-// writes JetStream's files there, so the nearest existing folder on its
-// path must be a folder this process may write to (not, say, the
-// read-only root file system of a pod). Nothing is created.
-func configStoreDirProblems(cfg *configs.Config) []configs.Problem {
-	dir := cfg.NATS.StoreDir
-	if len(cfg.NATS.URLs) > 0 || dir == "" {
+// configStoreDirProblems: the embedded server creates its store folder
+// (nats.storeDir, else in the user's cache folder: embeddedStoreDir, from
+// getenv) and writes JetStream's files there, so the nearest existing
+// folder on its path must be a folder this process may write to (not,
+// say, the read-only root file system of a pod). Nothing is created.
+func configStoreDirProblems(cfg *configs.Config, getenv func(string) string) []configs.Problem {
+	if len(cfg.NATS.URLs) > 0 {
 		return nil
+	}
+	dir, err := embeddedStoreDir(cfg.NATS.StoreDir, getenv)
+	if err != nil {
+		return []configs.Problem{cfg.Problem("nats.storeDir", "%v", err)}
 	}
 	p := filepath.Clean(dir)
 	for {
@@ -211,13 +214,14 @@ func configStoreDirProblems(cfg *configs.Config) []configs.Problem {
 	}
 }
 
-// configKubeconfigProblems loads agent.kubeconfig the way the agent will:
-// the file parses, has a current context naming a cluster with a server,
-// and the client builds from it (certificate files it names are read).
-// With online the API server is asked for /version, as the agent does at
-// start (agentKube), in-cluster when agent.kubeconfig is unset; without,
-// nothing is dialled and unset is fine.
-func configKubeconfigProblems(ctx context.Context, cfg *configs.Config, online bool) []configs.Problem {
+// configKubeconfigProblems builds the agent's client from
+// agent.kubeconfig as start-up will (agentKubeClient, from the same host
+// h): the file parses, has a current context naming a cluster with a
+// server, and the client builds from it (certificate files it names are
+// read); empty, the pod's service account or else the kubeconfig loading
+// rules must give one, as they must at start. With online the API server
+// is asked for /version too, as the agent does at start (agentKube).
+func configKubeconfigProblems(ctx context.Context, cfg *configs.Config, h host, online bool) []configs.Problem {
 	if cfg.Agent == nil {
 		return nil
 	}
@@ -226,21 +230,20 @@ func configKubeconfigProblems(ctx context.Context, cfg *configs.Config, online b
 		return []configs.Problem{cfg.Problem("agent.kubeconfig", "%v", err)}
 	}
 	if path != "" {
+		// Says which part of the file is missing, where client-go says
+		// only that the configuration is invalid.
 		if _, _, err := configKubeServer(path, os.ReadFile); err != nil {
 			return fail(err)
 		}
-		rc, err := kubeConfig(path)
-		if err == nil {
-			_, err = kubernetes.NewForConfig(rc)
-		}
-		if err != nil {
-			return fail(err)
-		}
 	}
+	var err error
 	if online {
-		if _, err := agentKube(ctx, path); err != nil {
-			return fail(err)
-		}
+		_, err = agentKube(ctx, h, path)
+	} else {
+		_, _, _, err = agentKubeClient(h, path)
+	}
+	if err != nil {
+		return fail(err)
 	}
 	return nil
 }
@@ -451,9 +454,12 @@ func configDur(d time.Duration) string {
 // its proxy from net/http.ProxyFromEnvironment, so a corporate HTTPS_PROXY
 // set for Slack also catches the API server unless NO_PROXY exempts it:
 // the agent then depends on the proxy to see the very clusters whose proxy
-// problems it is meant to report. Nothing is dialled; only the variables
-// and the kubeconfig file are read.
-func configProxyWarnings(cfg *configs.Config, getenv func(string) string, readFile func(string) ([]byte, error)) []string {
+// problems it is meant to report. The API server is the one the agent
+// would take on h (agent.kubeconfig's, the pod's, else the kubeconfig
+// loading rules'). Nothing is dialled; only the variables and the
+// kubeconfig files are read.
+func configProxyWarnings(cfg *configs.Config, h host, readFile func(string) ([]byte, error)) []string {
+	getenv := h.getenv
 	warnings := []string{}
 	if cfg.Agent == nil {
 		return warnings
@@ -488,6 +494,16 @@ func configProxyWarnings(cfg *configs.Config, getenv func(string) string, readFi
 			return warnings // the kubeconfig names its own proxy: the environment does not apply
 		}
 		targets = append(targets, target{server, "the API server of " + kc})
+	} else if _, err := h.inCluster(); err != nil {
+		// Not in a pod: the agent takes what the loading rules find.
+		rc, from, err := kubeConfig(h, "")
+		switch {
+		case err != nil:
+			return warnings // a problem of its own (configKubeconfigProblems)
+		case rc.Proxy != nil:
+			return warnings // the kubeconfig names its own proxy
+		}
+		targets = append(targets, target{rc.Host, "the API server of " + from})
 	} else {
 		targets = append(targets, target{"https://kubernetes.default.svc", "the in-cluster API name"})
 		if host := getenv("KUBERNETES_SERVICE_HOST"); host != "" {

@@ -4,21 +4,52 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 )
 
-// configRun is run with an environment, for the proxy and secret checks.
+// configRun runs with an environment, for the proxy and secret checks,
+// in a pod of the management cluster, where configs/deploy runs the
+// agent and where the configurations of these tests (agent.kubeconfig
+// empty: in-cluster) are meant to start: inPod's host, env on top.
 func configRun(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	serviceAccount, podEnv := inPod(t, env)
+	return configRunOn(t, serviceAccount, podEnv, args...)
+}
+
+// configRunOn runs on a host of the test's: env is its whole environment
+// and serviceAccount the folder of a pod's service account (cli.serviceAccount).
+func configRunOn(t *testing.T, serviceAccount string, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }}
+	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }, serviceAccount: serviceAccount}
 	code = c.main(context.Background(), args)
 	return code, out.String(), errOut.String()
+}
+
+// inPod is a pod's host as rest.InClusterConfig reads it (client-go
+// rest/config.go:546-577): the service account's token and CA in a
+// folder, and the API server's Service in KUBERNETES_SERVICE_HOST and
+// KUBERNETES_SERVICE_PORT (a service CIDR address, never dialled: the
+// checks here are offline); HOME a writable folder (where the embedded
+// NATS server's store goes without nats.storeDir); env on top.
+func inPod(t *testing.T, env map[string]string) (serviceAccount string, podEnv map[string]string) {
+	t.Helper()
+	serviceAccount = t.TempDir()
+	natstest.WriteTLS(t, serviceAccount) // its ca.crt
+	if err := os.WriteFile(filepath.Join(serviceAccount, "token"), []byte("eyJhbGciOiJSUzI1NiJ9.not-read.sig"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	podEnv = map[string]string{"KUBERNETES_SERVICE_HOST": "172.31.0.1", "KUBERNETES_SERVICE_PORT": "443", "HOME": t.TempDir()}
+	maps.Copy(podEnv, env)
+	return serviceAccount, podEnv
 }
 
 func configFile(t *testing.T, content string) string {
@@ -162,7 +193,7 @@ func TestConfigCheckProxyWarning(t *testing.T) {
 			[]string{"warning: agent: Kubernetes API traffic to https://172.31.0.1:443, the in-cluster API address (KUBERNETES_SERVICE_HOST), would go through the proxy http://***@proxy.corp.example:3128 from HTTPS_PROXY: NO_PROXY does not exempt 172.31.0.1"}},
 		{"in-cluster, service CIDR and .svc exempt", inCluster,
 			map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": ".svc,172.31.0.0/16", "KUBERNETES_SERVICE_HOST": "172.31.0.1"}, nil},
-		{"in-cluster, nothing exempt, no pod env", inCluster,
+		{"in-cluster, nothing exempt", inCluster,
 			map[string]string{"https_proxy": proxy},
 			[]string{"https://kubernetes.default.svc, the in-cluster API name, would go through the proxy http://***@proxy.corp.example:3128 from https_proxy: NO_PROXY is not set"}},
 		{"upper-case NO_PROXY wins over lower-case, as in net/http", inCluster,
@@ -200,6 +231,15 @@ func TestConfigCheckProxyWarning(t *testing.T) {
 			t.Errorf("code %d, stderr %q", code, errOut)
 		}
 	})
+	t.Run("not in a pod: the server KUBECONFIG names, not the in-cluster one", func(t *testing.T) {
+		writeKubeconfig("")
+		noPod := filepath.Join(t.TempDir(), "no-service-account")
+		code, out, errOut := configRunOn(t, noPod, map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": ".svc", "KUBECONFIG": kubeconfig, "HOME": t.TempDir()}, "config", "check", "--config", inCluster)
+		want := "agent: Kubernetes API traffic to https://api.mgmt.example:6443, the API server of KUBECONFIG (" + kubeconfig + "), would go through the proxy"
+		if code != 0 || !strings.Contains(errOut, want) || strings.Contains(errOut, "in-cluster") {
+			t.Errorf("code %d, want ok and only %q:\n%s%s", code, want, out, errOut)
+		}
+	})
 	t.Run("unreadable kubeconfig", func(t *testing.T) {
 		// A problem (TestConfigCheckKubeconfig), not also a warning.
 		p := configFile(t, "agent:\n  source: mgmt-1\n  kubeconfig: /nonexistent/kubeconfig\n")
@@ -209,7 +249,7 @@ func TestConfigCheckProxyWarning(t *testing.T) {
 		}
 	})
 	t.Run("--json carries the warnings", func(t *testing.T) {
-		code, out, _ := configRun(t, map[string]string{"HTTPS_PROXY": proxy}, "config", "check", "--json", "--config", inCluster)
+		code, out, _ := configRun(t, map[string]string{"HTTPS_PROXY": proxy, "NO_PROXY": ".svc"}, "config", "check", "--json", "--config", inCluster)
 		var rep configReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || len(rep.Warnings) != 1 {
 			t.Errorf("code %d %v %+v", code, err, rep)
@@ -270,7 +310,7 @@ func TestConfigCheckKubeconfig(t *testing.T) {
 				}
 			}
 			p := configFile(t, "agent:\n  source: mgmt-1\n  kubeconfig: "+kc+"\n")
-			code, out, errOut := run(t, "config", "check", "--config", p)
+			code, out, errOut := configRun(t, nil, "config", "check", "--config", p)
 			if tc.want == "" {
 				if code != 0 || !strings.Contains(out, "kubeconfig "+kc) {
 					t.Fatalf("code %d\n%s%s", code, out, errOut)

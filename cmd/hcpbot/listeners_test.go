@@ -17,6 +17,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -180,7 +181,7 @@ log: {level: info, format: json}
 	// responder that allows the configured Slack host (rec's here).
 	const late = "RSOCKETLATE"
 	press := slackrec.ButtonPress(slackrec.Press{UserID: "U0SOCKET01", UserName: "sam", ChannelID: channel, MessageTS: "1712345678.000100",
-		ActionID: chatops.ActionDetails, Value: "inc-0a1b2c", ResponseURL: rec.ResponseURL(late)})
+		ActionID: blockkit.ActionDetails, Value: "inc-0a1b2c", ResponseURL: rec.ResponseURL(late)})
 	if err := a.Send("interactive", "env-press-1", press); err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ log: {level: info, format: json}
 	// A response_url outside the Slack host is refused before any post
 	// (loopback, never dialled).
 	evil := slackrec.ButtonPress(slackrec.Press{UserID: "U0SOCKET01", UserName: "sam", ChannelID: channel, MessageTS: "1712345678.000100",
-		ActionID: chatops.ActionDetails, Value: "inc-0a1b2c", ResponseURL: "http://127.0.0.1:9/hooks/T0/1/x"})
+		ActionID: blockkit.ActionDetails, Value: "inc-0a1b2c", ResponseURL: "http://127.0.0.1:9/hooks/T0/1/x"})
 	if err := b.Send("interactive", "env-press-2", evil); err != nil {
 		t.Fatal(err)
 	}

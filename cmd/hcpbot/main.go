@@ -29,6 +29,11 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// serviceAccount is the folder where the kubelet mounts a pod's
+	// service account (token, ca.crt); empty, the kubelet's own. With
+	// getenv it is all that loading the agent's kube client reads of the
+	// host (host), so tests give the command a host of their own.
+	serviceAccount string
 	// routeKlog sends the Kubernetes libraries' klog output to the logger.
 	// klog is process-global, so only the real main sets it; in-process
 	// tests leave it nil.

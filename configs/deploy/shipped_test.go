@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hcpbot/hcpbot/actions"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/hypershift"
 	"github.com/hcpbot/hcpbot/internal/controlplane"
@@ -215,7 +216,7 @@ func TestDeployAsShipped(t *testing.T) {
 	rec.WaitFor(t, 3*time.Minute, func(r *slackrec.Recorder) bool {
 		for _, m := range r.Messages(channel) {
 			if m.ThreadTS == "" && strings.Contains(m.Text, c.Namespace+"/"+c.Name) {
-				if v := buttonValue(m.Blocks, chatops.ActionApprove); v != "" {
+				if v := buttonValue(m.Blocks, blockkit.ActionApprove); v != "" {
 					incident, key = m, v
 					return true
 				}
@@ -229,7 +230,7 @@ func TestDeployAsShipped(t *testing.T) {
 	slackURL := "http://" + bots[0].addr(t, "slack")
 	press := func(n int, user string, done func(string) bool) string {
 		rch := fmt.Sprintf("R%s%d", channel, n)
-		payload := slackrec.ButtonPress(slackrec.Press{UserID: user, UserName: strings.ToLower(user), ActionID: chatops.ActionApprove,
+		payload := slackrec.ButtonPress(slackrec.Press{UserID: user, UserName: strings.ToLower(user), ActionID: blockkit.ActionApprove,
 			BlockID: "decide-" + key, Value: key, ResponseURL: rec.ResponseURL(rch), Message: &incident})
 		req, err := slackrec.InteractionRequest(ctx, slackURL+chatops.ActionsPath, signingSecret, payload, time.Now())
 		if err != nil {

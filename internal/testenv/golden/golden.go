@@ -1,6 +1,6 @@
 // Package golden keeps the Block Kit JSON of each message kind hcpbot
 // sends in testdata/golden/<name>.json, compares renderings against it, and
-// checks it against Slack's limits (package bot/notify/blockkit), so that
+// checks it against Slack's limits (package bot/blockkit), so that
 // a change of wording or layout shows up in review as a diff of what Slack
 // receives, and no rendering Slack would refuse gets in.
 //
@@ -23,7 +23,7 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/hcpbot/hcpbot/bot/notify/blockkit"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden from the current rendering")

@@ -20,7 +20,7 @@
 // other method.
 //
 // Every message posted, updated or sent to a response_url is checked
-// against Block Kit's documented limits (package bot/notify/blockkit): one
+// against Block Kit's documented limits (package bot/blockkit): one
 // over them is answered invalid_blocks (a text over 40,000 characters
 // msg_too_long), as Slack answers it, and recorded (BlockViolations). Any
 // such message fails the test at its end unless the test called

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/hcpbot/hcpbot/bot/notify/blockkit"
+	"github.com/hcpbot/hcpbot/bot/blockkit"
 )
 
 // Slack's answers beyond the happy path: messages over Block Kit's limits,

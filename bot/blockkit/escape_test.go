@@ -1,4 +1,4 @@
-package chatops
+package blockkit
 
 import "testing"
 

@@ -1,4 +1,4 @@
-package notify
+package blockkit
 
 import (
 	"encoding/json"

@@ -1,7 +1,18 @@
-// Package blockkit holds Slack's documented Block Kit and message limits,
-// one table for the code that keeps messages within them (notify's
-// ClampBlocks) and the code that checks them (Validate: the Slack recorder
-// in tests, golden tests of every message kind).
+// Package blockkit is the vocabulary of the bot's Slack messages, one
+// leaf package that the correlator (bot), the chat layer (bot/chatops and
+// bot/command), the digest and the notifier (bot/notify) all speak, so
+// that none of them imports another for a word:
+//
+//   - Slack's documented Block Kit and message limits (this file) and
+//     Validate, which checks a message against them (the Slack recorder
+//     in tests, golden tests of every message kind);
+//   - keeping within them: Truncate and SplitText (text.go), ClampBlocks
+//     (clamp.go);
+//   - mrkdwn: EscapeText, EscapeCode, Mention, and the text objects and
+//     blocks built from it, within their limits: Mrkdwn, Plain, Field,
+//     Sections (mrkdwn.go);
+//   - the button action ids the bot puts on its messages and accepts back
+//     (actions.go).
 //
 // Validate works on the JSON Slack receives, so it sees exactly what a
 // chat.postMessage, chat.update, chat.postEphemeral or response_url post
@@ -82,7 +93,9 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// ValidateBlocks checks blocks as slack-go sends them.
+// ValidateBlocks checks blocks as slack-go sends them. What ClampBlocks
+// returns passes, unless it breaks a limit clamping cannot repair (a
+// duplicate block_id, an empty text, a mrkdwn header, ...).
 func ValidateBlocks(blocks []slack.Block) error {
 	if len(blocks) == 0 {
 		return nil
