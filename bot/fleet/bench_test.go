@@ -17,7 +17,10 @@ import (
 // how long a command through group 0 takes (group 1 over NATS, group 0
 // in-process).
 //
-//	go test -run '^$' -bench FleetAnswers2000 -benchtime 3x ./bot/fleet/
+//	go test -v -run '^$' -bench FleetAnswers2000 -benchtime 5x ./bot/fleet/
+//
+// (-v prints the sizes). "status, one group alone" is the same command on
+// group 1's own bot, without the fleet, for comparison.
 func BenchmarkFleetAnswers2000(b *testing.B) {
 	f := newFixture(b, 2000)
 	maxPayload := f.conns[0].NC.MaxPayload()
@@ -36,6 +39,7 @@ func BenchmarkFleetAnswers2000(b *testing.B) {
 		run  func()
 	}{
 		{"status", func() { ask(h0, chatops.Status{}) }},
+		{"status, one group alone", func() { ask(&command.Handler{Bot: f.bots[1]}, chatops.Status{}) }},
 		{"incidents", func() { ask(h0, chatops.Incidents{}) }},
 		{"diagnose (group 1)", func() { ask(h0, diagnoseCmd(1)) }},
 		{"digest states", func() { c.GatherStates(context.Background()) }},
