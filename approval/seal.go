@@ -13,6 +13,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
+	"github.com/hcpbot/hcpbot/bot/fleet/wire"
 )
 
 // What the bot signs, each under its own context string, so that a
@@ -79,6 +80,14 @@ func (s *Signer) ForAudit() audit.Signer {
 // decision, a request or an audit record, nor they for it.
 func (s *Signer) ForCheckpoints() checkpoint.Signer {
 	return contextSigner{s, checkpoint.SigningContext, "the checkpoint signer signs checkpoints only"}
+}
+
+// ForFleet is the key as the bot groups seal their answers to each other
+// with it (package bot/fleet): it signs only what starts with
+// wire.SigningContext, so no fleet answer passes for a checkpoint, a
+// proposal, a decision, a request or an audit record, nor they for it.
+func (s *Signer) ForFleet() wire.Signer {
+	return contextSigner{s, wire.SigningContext, "the fleet signer signs fleet answers only"}
 }
 
 // contextSigner is the key for one use: it signs only what starts with

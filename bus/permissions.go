@@ -61,6 +61,11 @@ func auditRefused() []string {
 	}
 }
 
+// FleetSubjects are the subjects bot groups ask each other on and answer
+// into (package bot/fleet, wire.Filter): the bot's user publishes and
+// subscribes there, an agent's does neither.
+const FleetSubjects = event.SubjectRoot + ".fleet.>"
+
 // BotPermissions are the rights of the bot's user (all replicas): it owns
 // the events and actions streams and every KV bucket (creates and updates
 // them, reads them through consumers and direct gets, writes the buckets
@@ -70,7 +75,9 @@ func auditRefused() []string {
 // changes. It queues action requests, appends audit records and asks the
 // agents to restate their clusters; it never consumes the agents'
 // requests, publishes events or deletes anything. Its replies arrive on
-// its own inbox prefix only.
+// its own inbox prefix only. With partitions, its groups ask and answer
+// each other on FleetSubjects (answers sealed with its signing key: these
+// rights alone make no answer that a group believes).
 func BotPermissions() *server.Permissions {
 	allow := []string{
 		ActionsStreamSubjects,
@@ -82,6 +89,7 @@ func BotPermissions() *server.Permissions {
 		// Account limits and usage: the KV client asks before creating a
 		// bucket.
 		"$JS.API.INFO",
+		FleetSubjects,
 	}
 	allow = append(allow, ownedStream(EventsStreamName)...)
 	allow = append(allow, streamConsumers(EventsStreamName)...)
@@ -105,7 +113,7 @@ func BotPermissions() *server.Permissions {
 	deny = append(deny, auditRefused()...)
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: allow, Deny: deny},
-		Subscribe: &server.SubjectPermission{Allow: []string{event.BotInboxPrefix + ".>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{event.BotInboxPrefix + ".>", FleetSubjects}},
 	}
 }
 
@@ -157,6 +165,7 @@ func AgentPermissions(source string) (*server.Permissions, error) {
 		event.SubjectRoot + ".actions.>",
 		event.RestateSubject,
 		event.SubjectRoot + ".identity.>",
+		FleetSubjects,
 	}
 	for _, b := range []string{ProposalsBucket, SilencesBucket, LeasesBucket, SlackMessagesBucket, SlackReplayBucket, DigestTicksBucket, DigestStateBucket, CheckpointsBucket} {
 		deny = append(deny, "$KV."+b+".>")
@@ -169,8 +178,10 @@ func AgentPermissions(source string) (*server.Permissions, error) {
 		return nil, fmt.Errorf("bus: agent permissions: %w", err)
 	}
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: allow, Deny: deny},
-		Subscribe: &server.SubjectPermission{Allow: []string{inbox + ".>", event.RestateSubject, check}},
+		Publish: &server.SubjectPermission{Allow: allow, Deny: deny},
+		// The bot groups' requests and answers (FleetSubjects) are
+		// theirs alone: an agent that heard them could answer them.
+		Subscribe: &server.SubjectPermission{Allow: []string{inbox + ".>", event.RestateSubject, check}, Deny: []string{FleetSubjects}},
 		// It answers the bots' identity checks on their reply subjects,
 		// one answer each, within the check's wait: no right to publish
 		// into a bot's inbox otherwise.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -13,7 +12,6 @@ import (
 	"github.com/hcpbot/hcpbot/bot/blockkit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
-	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/noproxy"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -71,23 +69,8 @@ func (c *Handler) status(ref *chatops.ClusterRef) chatops.Reply {
 		}
 	}
 	clusters := 0
-	for _, k := range c.Bot.Clusters() {
-		if ref != nil && (k.Cluster != event.ClusterRef{Namespace: ref.Namespace, Name: ref.Name} || (ref.Mgmt != "" && ref.Mgmt != k.Source)) {
-			continue
-		}
-		diags, _ := c.Bot.Diagnose(k)
-		state := "healthy"
-		if why, ok := c.Bot.Unwatched(k); ok {
-			// Why the bot is blind there comes first, in full.
-			state = "not watched: " + why
-			diags = slices.DeleteFunc(diags, func(d diagnose.Diagnosis) bool { return d.Rule == diagnose.RuleHostedNotWatched })
-			if len(diags) > 0 {
-				state += "; also " + string(diags[0].Severity) + ": " + diags[0].Title
-			}
-		} else if len(diags) > 0 {
-			state = string(diags[0].Severity) + ": " + diags[0].Title
-		}
-		fmt.Fprintf(&b, "%s: %s\n", k, blockkit.EscapeText(state))
+	for _, l := range c.statusLines(ref) {
+		fmt.Fprintf(&b, "%s: %s\n", l.Key, blockkit.EscapeText(l.State))
 		clusters++
 	}
 	if clusters == 0 {

@@ -101,6 +101,10 @@ var _ chatops.Handler = (*Handler)(nil)
 
 // HandleCommand implements chatops.Handler.
 func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.Reply {
+	return c.inView(ctx, func(c *Handler) chatops.Reply { return c.command(ctx, r) })
+}
+
+func (c *Handler) command(ctx context.Context, r chatops.Request) chatops.Reply {
 	switch cmd := r.Command.(type) {
 	case chatops.Incidents:
 		return c.incidents()
@@ -194,6 +198,10 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 // message as it was. Roll back on an executed action's message proposes
 // the rollback; Silence on an incident mutes it for ButtonSilence.
 func (c *Handler) HandleAction(ctx context.Context, r chatops.ActionRequest) chatops.Reply {
+	return c.inView(ctx, func(c *Handler) chatops.Reply { return c.action(ctx, r) })
+}
+
+func (c *Handler) action(ctx context.Context, r chatops.ActionRequest) chatops.Reply {
 	switch r.ActionID {
 	case blockkit.ActionDetails:
 		for _, inc := range c.Bot.Incidents() {

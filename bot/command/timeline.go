@@ -43,7 +43,7 @@ func (c *Handler) timeline(ctx context.Context, id string) chatops.Reply {
 			}
 			// The trail tells the fix's story whole: the correlator's
 			// own remedy steps would repeat part of it.
-			steps = append(inc.EventSteps(), trail...)
+			steps = append(c.eventSteps(inc), trail...)
 		}
 	}
 	if pt, ok := c.Delivery.(notify.PostTimes); ok {

@@ -74,6 +74,9 @@ type Input struct {
 	Silences []silence.Silence
 	// Actions are audit records; Build keeps those after Previous.At.
 	Actions []audit.Record
+	// Missing says, one sentence each, which bot groups did not answer
+	// (bot/fleet): their clusters are not in this digest.
+	Missing []string
 	// Previous is the finding set of the previous digest, nil for the
 	// first one.
 	Previous *Snapshot
@@ -160,6 +163,9 @@ type Digest struct {
 	OtherExposures      []Exposure
 	OtherSilences       []silence.Silence
 	ExposuresIncomplete bool
+	// Missing are the bot groups whose clusters are not in the digest
+	// (Input.Missing).
+	Missing []string
 }
 
 // Counts of one management cluster, for the summary.
@@ -218,7 +224,7 @@ var actionKinds = map[audit.Kind]bool{audit.KindExecuted: true, audit.KindFailed
 // Build makes the digest at now. It is pure.
 func Build(now time.Time, in Input) Digest {
 	d := Digest{At: now, Counts: map[noproxy.Severity]int{}, Action: map[noproxy.Severity]int{}, First: in.Previous == nil,
-		ExposuresIncomplete: in.ExposuresIncomplete}
+		ExposuresIncomplete: in.ExposuresIncomplete, Missing: in.Missing}
 	prev := map[string]bool{}
 	if in.Previous != nil {
 		d.Since = in.Previous.At

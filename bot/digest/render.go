@@ -182,6 +182,9 @@ func summaryText(d Digest, name string) string {
 	if d.ExposuresIncomplete {
 		b.WriteString("⚠️ The NodePort exposures could not all be read; the list may be incomplete.\n")
 	}
+	for _, m := range d.Missing {
+		b.WriteString("⚠️ " + redact.RedactText(m) + "\n")
+	}
 	fmt.Fprintf(&b, "_At %s_", d.At.UTC().Format(time.RFC3339))
 	return b.String()
 }

@@ -71,6 +71,14 @@ type States interface {
 	ClusterStates() []bot.ClusterState
 }
 
+// Gatherer is States spread over several bot groups (bot/fleet.Client):
+// the digest gathers every group's clusters within its context and says
+// which groups did not answer, one sentence each.
+type Gatherer interface {
+	States
+	GatherStates(ctx context.Context) (states []bot.ClusterState, missing []string)
+}
+
 // Exposures lists the NodePort exposures in place: executed expose
 // proposals not rolled back; *approval.Flow implements it. A partial list
 // comes with an error.
@@ -337,7 +345,15 @@ func (r *Runner) post(ctx context.Context, d configs.Digest, key string, at time
 		return err
 	}
 	in := Input{Previous: prev, Clients: r.cfg.Clients}
-	for _, s := range r.cfg.Bot.ClusterStates() {
+	states := r.cfg.Bot.ClusterStates
+	if g, ok := r.cfg.Bot.(Gatherer); ok {
+		states = func() []bot.ClusterState {
+			s, missing := g.GatherStates(ctx)
+			in.Missing = missing
+			return s
+		}
+	}
+	for _, s := range states() {
 		c := Cluster{Key: s.Key, HostedCluster: s.HostedCluster, Diagnoses: s.Diagnoses, Unwatched: s.Unwatched}
 		if r.cfg.ClientsOf != nil {
 			c.Clients = r.cfg.ClientsOf(s.Key, s.HostedCluster.Labels)
@@ -382,7 +398,9 @@ func (r *Runner) post(ctx context.Context, d configs.Digest, key string, at time
 			return fmt.Errorf("digest %s: queue reply %s: %w", d.Name, rp.ID, err)
 		}
 	}
-	if !baseline {
+	if !baseline || len(in.Missing) > 0 {
+		// A digest without some groups' clusters is no baseline: the
+		// next one would call all their findings new.
 		return nil
 	}
 	data, err := json.Marshal(dg.Snapshot())

@@ -26,6 +26,7 @@ import (
 	botcmd "github.com/hcpbot/hcpbot/bot/command"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/digest"
+	"github.com/hcpbot/hcpbot/bot/fleet"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
@@ -34,6 +35,7 @@ import (
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
 	"github.com/hcpbot/hcpbot/noproxy"
+	"github.com/hcpbot/hcpbot/partition"
 )
 
 func init() {
@@ -346,7 +348,12 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok
 	}
 	b := bot.New(bcfg, conn.JS, notifier, reg, log)
-	commands := &botcmd.Handler{Bot: b, Audit: auditLog, AuditVerifier: verifier, Silences: silences, Identities: cfg.Identities}
+	group, groups := botGroup(cfg)
+	reader, serveFleet, err := botFleet(cfg, group, groups, conn, signer, b, log)
+	if err != nil {
+		return err
+	}
+	commands := &botcmd.Handler{Bot: reader, Audit: auditLog, AuditVerifier: verifier, Silences: silences, Identities: cfg.Identities}
 	if n, isSlack := notifier.(*notify.Slack); isSlack {
 		commands.Delivery = n // `/hcp status` lists the channels Slack refuses
 	}
@@ -365,7 +372,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		if sec.SlackBotToken != "" {
 			mode = digest.Compact
 		}
-		dc := digest.Config{Digests: cfg.Digests, Bot: b, Out: notifier, Mode: mode, ClientsOf: clientsOf(cfg.Bot), Log: log}
+		dc := digest.Config{Digests: cfg.Digests, Bot: reader, Out: notifier, Mode: mode, ClientsOf: clientsOf(cfg.Bot), Log: log}
 		dc.Audit = auditLog
 		dc.Silences = silences
 		if flow != nil {
@@ -413,6 +420,9 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = lease.Run(ctx) })
+	if serveFleet != nil {
+		wg.Go(func() { _ = serveFleet(ctx) })
+	}
 	// The lease holder checks the whole trail's chain (and signatures)
 	// every hour; hcpbot_audit_verify_problems says what it found.
 	wg.Go(func() { _ = verifier.Run(ctx, auditVerifyEvery, lease.Leader) })
@@ -465,6 +475,45 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	err = b.Run(ctx)
 	wg.Wait()
 	return err
+}
+
+// botGroup is this replica's bot group and the fleet's partition set.
+// Integrator: PART's bot.partitions / bot.partition (--partition,
+// HCPBOT_PARTITION) and the static map replace this one group.
+func botGroup(*configs.Config) (partition.ID, partition.Set) {
+	return partition.ID{Index: 0, Count: 1}, partition.Set{Count: 1}
+}
+
+// fleetReader is what the commands and the digest read: the local bot,
+// or with partitions the whole fleet through it.
+type fleetReader interface {
+	botcmd.Correlator
+	digest.States
+}
+
+// botFleet makes the commands and the digest of a partitioned bot (P > 1)
+// read every group (package bot/fleet): the returned run answers the
+// other groups' requests from b on hcpbot.fleet.<P>.<k> until its context
+// ends. Answers are sealed with the signing key, so partitions need one.
+// With one group it returns b and no run: no subscription, no subject.
+func botFleet(cfg *configs.Config, group partition.ID, set partition.Set, conn *bus.Conn, signer *approval.Signer, b *bot.Bot, log zerolog.Logger) (fleetReader, func(context.Context) error, error) {
+	if group.Count <= 1 {
+		return b, nil, nil
+	}
+	if signer == nil {
+		return nil, nil, errors.New("bot.partitions > 1 needs approvals with a signing key: the groups' answers to each other are sealed with it")
+	}
+	log = log.With().Str("component", "fleet").Int("group", group.Index).Int("groups", group.Count).Logger()
+	srv, err := fleet.NewServer(fleet.ServerConfig{Group: group, Bot: b, Conn: conn.NC, Signer: signer.ForFleet(), Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := fleet.NewClient(fleet.ClientConfig{Set: set, Self: group.Index, Bot: b, Conn: conn.NC,
+		Trusted: append([]string{signer.PublicKey()}, cfg.Approvals.TrustedKeys...), Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, srv.Run, nil
 }
 
 // slackOptions are the chatops options of both transports: the replay
