@@ -13,6 +13,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
+	"github.com/hcpbot/hcpbot/bot/silence"
 )
 
 // What the bot signs, each under its own context string, so that a
@@ -79,6 +80,14 @@ func (s *Signer) ForAudit() audit.Signer {
 // decision, a request or an audit record, nor they for it.
 func (s *Signer) ForCheckpoints() checkpoint.Signer {
 	return contextSigner{s, checkpoint.SigningContext, "the checkpoint signer signs checkpoints only"}
+}
+
+// ForSilences is the key as the bot seals its silences with it (package
+// bot/silence): it signs only what starts with silence.SigningContext, so
+// no silence passes for a proposal, a decision, a request, an audit
+// record or a checkpoint, nor they for it.
+func (s *Signer) ForSilences() silence.Signer {
+	return contextSigner{s, silence.SigningContext, "the silence signer signs silences only"}
 }
 
 // contextSigner is the key for one use: it signs only what starts with

@@ -321,7 +321,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return err
 	}
 	verifier := audit.NewVerifier(auditLog, audit.VerifyOptions{TrustedKeys: trusted}, auditMetrics, log)
-	silences, err := silence.NewStore(ctx, conn.JS, auditLog, silence.WithReplicas(replicas))
+	silences, err := silence.NewStore(ctx, conn.JS, auditLog, silenceOptions(cfg, signer, replicas, log)...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/approval"
+	"github.com/hcpbot/hcpbot/bot/silence"
+	"github.com/hcpbot/hcpbot/configs"
+)
+
+// silenceOptions seals silences with the signing key (bot/silence: a
+// silence mutes an incident, so a stolen bot NATS seed must not write
+// one). Without a key (no approvals) they stay unsealed records, as
+// before sealing: silences keep working on a read-only bot, and the start
+// says who can then write one.
+func silenceOptions(cfg *configs.Config, signer *approval.Signer, replicas int, log zerolog.Logger) []silence.Option {
+	opts := []silence.Option{silence.WithReplicas(replicas), silence.WithLogger(log)}
+	if signer == nil {
+		log.Warn().Str("bucket", silence.Bucket).Msg("no signing key (no approvals): silences are not sealed, whoever holds the bot's NATS credentials can mute any incident")
+		return opts
+	}
+	return append(opts, silence.WithSigner(signer.ForSilences(), cfg.Approvals.TrustedKeys...))
+}
