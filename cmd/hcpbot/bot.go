@@ -558,7 +558,7 @@ func botConfig(c *configs.Bot, leader func() bool) bot.Config {
 			return c.Channel(configs.Incident{Source: k.Source, Namespace: k.Cluster.Namespace, Cluster: k.Cluster.Name, Kind: kind, Labels: labels})
 		},
 		GroupWait: c.GroupWait, GroupInterval: c.GroupInterval, ResolveTimeout: c.ResolveTimeout,
-		HealDeadline:   c.HealDeadline,
+		HealDeadline: c.HealDeadline, CheckpointEvery: checkpointEvery(c.CheckpointEvery),
 		StormThreshold: c.Storm.Threshold, StormWindow: c.Storm.Window,
 		Clients: clientsOf(c),
 		Leader:  leader,

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/approval"
@@ -20,4 +22,14 @@ func silenceOptions(cfg *configs.Config, signer *approval.Signer, replicas int, 
 		return opts
 	}
 	return append(opts, silence.WithSigner(signer.ForSilences(), cfg.Approvals.TrustedKeys...))
+}
+
+// checkpointEvery is bot.checkpointEvery as bot.Config takes it: 0s in
+// the file means at a clean shutdown only (bot.Config's negative), the
+// default is already filled in.
+func checkpointEvery(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
