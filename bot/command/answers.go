@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -12,7 +11,6 @@ import (
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/chatops"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
-	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/noproxy"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -59,42 +57,6 @@ func (c *Handler) incidents() chatops.Reply {
 
 // maxReply keeps a listing inside one readable Slack message.
 const maxReply = 3500
-
-func (c *Handler) status(ref *chatops.ClusterRef) chatops.Reply {
-	var b strings.Builder
-	// Incidents meant for a channel the bot cannot post to reach nobody:
-	// that comes first, whatever cluster was asked about.
-	if c.Delivery != nil {
-		for _, p := range c.Delivery.Unpostable() {
-			fmt.Fprintf(&b, "cannot post to <#%s>: %s (since %s)\n", p.Channel, p.Error, p.Since.UTC().Format("2006-01-02 15:04 UTC"))
-		}
-	}
-	c.refusedSilences(&b)
-	clusters := 0
-	for _, k := range c.Bot.Clusters() {
-		if ref != nil && (k.Cluster != event.ClusterRef{Namespace: ref.Namespace, Name: ref.Name} || (ref.Mgmt != "" && ref.Mgmt != k.Source)) {
-			continue
-		}
-		diags, _ := c.Bot.Diagnose(k)
-		state := "healthy"
-		if why, ok := c.Bot.Unwatched(k); ok {
-			// Why the bot is blind there comes first, in full.
-			state = "not watched: " + why
-			diags = slices.DeleteFunc(diags, func(d diagnose.Diagnosis) bool { return d.Rule == diagnose.RuleHostedNotWatched })
-			if len(diags) > 0 {
-				state += "; also " + string(diags[0].Severity) + ": " + diags[0].Title
-			}
-		} else if len(diags) > 0 {
-			state = string(diags[0].Severity) + ": " + diags[0].Title
-		}
-		fmt.Fprintf(&b, "%s: %s\n", k, chatops.EscapeText(state))
-		clusters++
-	}
-	if clusters == 0 {
-		b.WriteString("No hosted clusters known yet.")
-	}
-	return chatops.Reply{Text: b.String()}
-}
 
 // maxRefusedShown bounds the refused silences `status` lists: each is an
 // attack or a migration, one or a hundred say the same.

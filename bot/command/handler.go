@@ -104,7 +104,7 @@ func (c *Handler) HandleCommand(ctx context.Context, r chatops.Request) chatops.
 	case chatops.Incidents:
 		return c.incidents()
 	case chatops.Status:
-		return c.status(cmd.Cluster)
+		return c.status(cmd.Cluster, cmd.Mgmt)
 	case chatops.Diagnose:
 		if cmd.IncidentID != "" {
 			return c.HandleAction(ctx, chatops.ActionRequest{Origin: r.Origin, ActionID: chatops.ActionDetails, Value: cmd.IncidentID})
