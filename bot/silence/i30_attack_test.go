@@ -17,6 +17,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/silence"
 	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/testenv"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
 	"github.com/hcpbot/hcpbot/internal/testenv/syncbuf"
@@ -327,14 +328,16 @@ func TestI30AttackBotSeedDeletesSilence(t *testing.T) {
 	c, _ := e.replica()
 	refusedEventually(t, c, now, sils[0].ID, "missing from the bucket, yet the audit trail records")
 	refusedEventually(t, c, now, sils[1].ID, "missing from the bucket, yet the audit trail records")
-	refusedEventually(t, c, now, sils[2].ID, "not trusted")
+	refusedEventually(t, c, now, sils[2].ID, "replaced by a record that is refused (silence sealed by a key that is not trusted")
 	refusedEventually(t, c, now, "sil-zzzzzzzzzz", "deleted from the bucket by someone without the bot's key")
-	if _, ok := c.Match(sils[0].Cluster, "", now); ok {
-		t.Error("a replica started later applies a silence the bucket lacks")
+	for _, sil := range sils {
+		if _, ok := c.Match(sil.Cluster, "", now); ok {
+			t.Errorf("a replica started later applies %s, which the bucket lacks", sil.ID)
+		}
 	}
 	// A day on: the silences expired, the deletion of what was no
-	// silence shown for a day; the forged record still in the bucket.
-	if list, _ := c.Refused(now.Add(25 * time.Hour)); len(list) != 1 || list[0].Key != sils[2].ID {
+	// silence shown for a day.
+	if list, _ := c.Refused(now.Add(25 * time.Hour)); len(list) != 0 {
 		t.Errorf("refusals of the later replica a day on: %+v", list)
 	}
 
@@ -479,5 +482,53 @@ func TestI30AttackRefusalsBounded(t *testing.T) {
 	}
 	if _, ok := s.Match("", inc, now); !ok {
 		t.Error("the deleted silence no longer applies")
+	}
+}
+
+// The same attacker appends to the audit trail (the bot's NATS user may:
+// bus.BotPermissions) records that claim silences the bucket lacks,
+// naming the bot's key without its signature. A replica's comparison of
+// the trail with the bucket lists such a claim — noise a person sees —
+// but applies nothing, lists none that would outlive the longest
+// silence, and `/hcp audit verify` reports each record as forged.
+func TestI30AttackBotSeedForgesSilenceAuditRecords(t *testing.T) {
+	e := newSealedEnv(t)
+	ctx := testContext(t)
+	now := e.clock.Now()
+	attacker := e.conn(bus.BotRole())
+	subject, err := event.AuditSubject("mgmt-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bot's chain on that subject began long ago: a genuine silence.
+	s, _ := e.replica()
+	if _, err := s.Add(ctx, silence.Silence{Cluster: other, CreatedBy: user, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(id string, until time.Time) {
+		rec := audit.Record{ID: id + ".silenced", Time: now, Actor: user, Kind: audit.KindSilenced, ActionID: id, Source: "mgmt-a", Cluster: "clusters/example",
+			Summary: "silenced cluster " + cluster + " for 1h0m0s, until " + until.Format(time.RFC3339),
+			Chain:   audit.ChainVersion, Key: e.signer.PublicKey(), Sig: []byte("not a signature")}
+		if _, err := attacker.JS.Publish(ctx, subject, mustJSON(t, rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("sil-pppppppppp", now.Add(time.Hour))
+	claim("sil-qqqqqqqqqq", now.Add(400*24*time.Hour)) // longer than any silence
+
+	later, _ := e.replica()
+	refusedEventually(t, later, now, "sil-pppppppppp", "missing from the bucket, yet the audit trail records")
+	if _, ok := later.Match(cluster, "", now); ok {
+		t.Error("a claim in the trail silences the cluster")
+	}
+	if _, ok := later.Match(other, "", now); !ok {
+		t.Error("the genuine silence does not apply")
+	}
+	if list, _ := later.Refused(now); len(list) != 1 {
+		t.Errorf("refusals %+v, want the plausible claim only", list)
+	}
+	report, err := e.trail.Verify(ctx, audit.VerifyOptions{TrustedKeys: []string{e.signer.PublicKey()}})
+	if err != nil || report.ProblemCount < 2 {
+		t.Errorf("audit verify does not report both forged records: %+v, %v", report, err)
 	}
 }

@@ -52,6 +52,7 @@
 package silence
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -671,33 +672,57 @@ func (s *Store) refuseLocked(key string, now time.Time, reason string, kept *Sil
 
 func (s *Store) noteLocked(r Refusal) {
 	key, reason := r.Key, r.Reason
-	s.log.Error().Str("bucket", Bucket).Str("key", clip(key, 80)).Str("reason", reason).
-		Msg("silence refused: someone without the bot's signing key wrote the silences bucket (or an hcpbot of before sealing did)")
 	if _, ok := s.refused[key]; !ok && len(s.refused) >= maxRefusals {
-		// A genuine silence tampered with is never crowded out by
-		// junk records: one of those makes room.
+		// What is certain never gives way to what may be noise: a
+		// genuine silence tampered with evicts anything else, a silence
+		// the trail names (whose audit record may be forged too) evicts
+		// a refused record. The rest is counted, and logged sparingly:
+		// a flood of records must not flood the log either.
 		victim := ""
-		if r.genuine() {
-			for k, o := range s.refused {
-				if !o.genuine() {
-					victim = k
-					break
-				}
+		for k, o := range s.refused {
+			if o.rank() > r.rank() && (victim == "" || o.rank() > s.refused[victim].rank()) {
+				victim = k
 			}
 		}
 		s.more++
 		if victim == "" {
+			if s.more == 1 || isPowerOfTen(s.more) {
+				s.log.Error().Str("bucket", Bucket).Int("not_listed", s.more).Str("last_key", clip(key, 80)).Str("reason", reason).
+					Msg("silence records refused past what the bot lists: someone is writing the silences bucket without the bot's signing key")
+			}
 			return
 		}
 		delete(s.refused, victim)
 	}
+	s.log.Error().Str("bucket", Bucket).Str("key", clip(key, 80)).Str("reason", reason).
+		Msg("silence refused: someone without the bot's signing key wrote the silences bucket (or an hcpbot of before sealing did)")
 	s.refused[key] = r
+}
+
+func isPowerOfTen(n int) bool {
+	for n >= 10 && n%10 == 0 {
+		n /= 10
+	}
+	return n == 1
 }
 
 func (s *Store) refusedLocked(key string) bool { _, ok := s.refused[key]; return ok }
 
 // genuine reports whether r is about a silence the bot made.
 func (r Refusal) genuine() bool { return r.Kept != nil || r.Missing }
+
+// rank orders refusals by how sure and how serious: a genuine silence
+// tampered with (0), one the trail names missing (1), a refused record
+// (2). Refused lists them in that order; the first are kept longest.
+func (r Refusal) rank() int {
+	switch {
+	case r.Kept != nil:
+		return 0
+	case r.Missing:
+		return 1
+	}
+	return 2
+}
 
 // same reports whether a and b are one silence (times compared as
 // instants, whatever their representation).
@@ -727,11 +752,8 @@ func (s *Store) Refused(now time.Time) (list []Refusal, more int) {
 		list = append(list, r)
 	}
 	slices.SortFunc(list, func(a, b Refusal) int {
-		if a.genuine() != b.genuine() {
-			if a.genuine() {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.rank(), b.rank()); c != 0 {
+			return c
 		}
 		if c := a.Seen.Compare(b.Seen); c != 0 {
 			return c
@@ -779,24 +801,34 @@ func (s *Store) crossCheck(ctx context.Context, trail audit.Reader) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range recs {
-		if r.Kind != audit.KindSilenced || !idPattern.MatchString(r.ActionID) || !slices.Contains(s.trusted, r.Key) {
+		// A sealing bot's records are chained and signed; the signature
+		// itself is the verifier's to check (`/hcp audit verify`).
+		if r.Kind != audit.KindSilenced || !idPattern.MatchString(r.ActionID) || !slices.Contains(s.trusted, r.Key) || r.Chain == 0 || len(r.Sig) == 0 {
 			continue
 		}
 		_, until, ok := strings.Cut(r.Summary, ", until ")
 		expires, perr := time.Parse(time.RFC3339, until)
-		if !ok || perr != nil || !now.Before(expires) {
+		// No silence outlives the maximum after it was made: a record
+		// saying otherwise is no record of Add's (and would stay listed).
+		if !ok || perr != nil || !now.Before(expires) || expires.After(r.Time.Add(s.max+clockSkew)) {
 			continue
 		}
 		if _, there := s.cache[r.ActionID]; there {
 			continue
 		}
-		if o, listed := s.refused[r.ActionID]; listed && (o.genuine() || !o.Deleted) {
-			// Refused as written, or known deleted with what it was.
-			continue
+		what := "deleted"
+		if o, listed := s.refused[r.ActionID]; listed {
+			if o.genuine() {
+				continue
+			}
+			if !o.Deleted {
+				// The genuine record was replaced by one refused.
+				what = "replaced by a record that is refused (" + clip(o.Reason, 200) + ")"
+			}
 		}
 		s.noteLocked(Refusal{Key: r.ActionID, Seen: now, Missing: true, Until: expires,
-			Reason: fmt.Sprintf("missing from the bucket, yet the audit trail records %q (by %s, %s; `/hcp audit verify` checks that record's seal): deleted by someone without the bot's key before this replica started; not applied here, re-create it with `/hcp silence` if it still matters",
-				clip(r.Summary, 200), clip(r.Actor, maxUserLen), r.Time.UTC().Format(time.RFC3339))})
+			Reason: fmt.Sprintf("missing from the bucket, yet the audit trail records %q (by %s, %s; `/hcp audit verify` checks that record's seal): %s by someone without the bot's key before this replica started; not applied here, re-create it with `/hcp silence` if it still matters",
+				clip(r.Summary, 200), clip(r.Actor, maxUserLen), r.Time.UTC().Format(time.RFC3339), what)})
 	}
 	return err
 }
