@@ -14,6 +14,7 @@ import (
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/fleet/wire"
+	"github.com/hcpbot/hcpbot/bot/silence"
 )
 
 // What the bot signs, each under its own context string, so that a
@@ -88,6 +89,14 @@ func (s *Signer) ForCheckpoints() checkpoint.Signer {
 // proposal, a decision, a request or an audit record, nor they for it.
 func (s *Signer) ForFleet() wire.Signer {
 	return contextSigner{s, wire.SigningContext, "the fleet signer signs fleet answers only"}
+}
+
+// ForSilences is the key as the bot seals its silences with it (package
+// bot/silence): it signs only what starts with silence.SigningContext, so
+// no silence passes for a proposal, a decision, a request, an audit
+// record or a checkpoint, nor they for it.
+func (s *Signer) ForSilences() silence.Signer {
+	return contextSigner{s, silence.SigningContext, "the silence signer signs silences only"}
 }
 
 // contextSigner is the key for one use: it signs only what starts with

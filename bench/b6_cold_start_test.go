@@ -50,7 +50,8 @@ import (
 // shipped bounds of bus.EventsStream) — and only the bot's start is timed:
 // bot.New + Run (production timers) until it logs that the replay caught
 // up, and until `/hcp status` through the signed HTTP slash-command
-// endpoint (chatops.Server + command.Handler) lists every hosted cluster.
+// endpoint (chatops.Server + command.Handler) accounts for every hosted
+// cluster in one message (command.StatusAccounted).
 //
 // Two starts are timed on the same fleet: without a checkpoint (the whole
 // stream replayed), and from a checkpoint (bot/checkpoint) at most an
@@ -210,7 +211,7 @@ func b6Run(b *testing.B, events int) {
 	if !ck.restored {
 		r.Note("the second start did not restore the checkpoint: its figures are a full replay's")
 	}
-	r.Note("checkpoint_*: the first start's bot (the leader, current) writes a checkpoint (bot.WriteCheckpoint: checkpoint_write_s, checkpoint_bytes in checkpoint_chunks of the KV bucket %s on the same server); the fleet's next hour (checkpoint_tail_events, B6's mix) is appended; a new bot (the leader, production timers) restores the checkpoint (checkpoint_restore_s: read, verify, decode) and replays the events after it: checkpoint_current_s until it logs \"events replayed\", checkpoint_status_complete_s until `/hcp status` lists every hosted cluster", bus.CheckpointsBucket)
+	r.Note("checkpoint_*: the first start's bot (the leader, current) writes a checkpoint (bot.WriteCheckpoint: checkpoint_write_s, checkpoint_bytes in checkpoint_chunks of the KV bucket %s on the same server); the fleet's next hour (checkpoint_tail_events, B6's mix) is appended; a new bot (the leader, production timers) restores the checkpoint (checkpoint_restore_s: read, verify, decode) and replays the events after it: checkpoint_current_s until it logs \"events replayed\", checkpoint_status_complete_s until `/hcp status` accounts for every hosted cluster", bus.CheckpointsBucket)
 
 	// --- What a checkpoint at the last restatement would leave: the
 	// stream's last 12 hours, on a server of its own.
@@ -221,7 +222,7 @@ func b6Run(b *testing.B, events int) {
 	if tail.current > 0 {
 		r.Add("checkpoint_saving", 1-tail.current.Seconds()/cs.current.Seconds(), "of the cold start")
 	}
-	r.Note("current_s: bot.New + Run until it logs \"events replayed\" (its replay reached the stream's last sequence at start); status_complete_s: until a signed `/hcp status` to chatops.Server lists all %d hosted clusters; during the replay `/hcp status` is asked every %v (max latency and deferred answers above)", f.hosted(), b6StatusEvery)
+	r.Note("current_s: bot.New + Run until it logs \"events replayed\" (its replay reached the stream's last sequence at start); status_complete_s: until a signed `/hcp status` to chatops.Server accounts for all %d hosted clusters in one message (its summary counts them all, each needing attention is listed, the healthy are counted per management cluster with the command that lists one's: command.StatusAccounted); during the replay `/hcp status` is asked every %v (max latency and deferred answers above)", f.hosted(), b6StatusEvery)
 	r.Note("bot: the leader, production timers (configs defaults), the Slack notifier with its KV store against slackrec (Slack's limits); slack_calls = every call it made (the history ends healthy: nothing should be posted). heap_live_at_current = the live heap of the last GC before the replay caught up, minus before the start; heap_current_gc_* = the same after a collection forced at the catch-up (before the leader's first flush); both include the embedded nats-server's part (its block caches of the replay): the %s-current.heap.pprof profile splits them. The replay sweeps the incidents the history replaced as it goes (bot/pending.go: the Slack store has no message for them), so nothing waits for the first flush; pending_released_s = from the start until the heap fell below half of heap_live_at_current, or the note says it did not; heap_bot_state = then, live heap with the stopped bot referenced − without it; heap_process_growth and RSS include the embedded nats-server's caches", id)
 	r.Note("shares: ref_deliver = an ordered consumer counting the stream (JetStream alone), ref_deliver_decode = the same decoding each event with event.DecodeAll; the rest of the bot's replay is the model, diagnosis and incidents")
 	r.Note("tail_* = a bot without a checkpoint on a stream holding only the last 12 h (the events since the agents' last restatement): replaying from the last restatement without the checkpoint's incidents would give incidents open across it new keys (docs/capacity.md), so this is a reference, not a way to start")
@@ -466,7 +467,13 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 		if strings.HasPrefix(text, "Working on it") {
 			return 0, true, took
 		}
-		return strings.Count(text, "/"+fleetNS+"/hc-"), false, took
+		// Complete: the reply accounts for every hosted cluster, each
+		// listed or counted with the command that lists it.
+		total, accounted, ok := command.StatusAccounted(text)
+		if !ok || accounted != total {
+			return min(accounted, total), false, took
+		}
+		return total, false, took
 	}
 
 	rctx, cancel := context.WithCancel(ctx)
@@ -527,7 +534,7 @@ func b6Start(b *testing.B, ctx context.Context, js jetstream.JetStream, f fleet,
 			break
 		}
 		if time.Now().After(deadline) {
-			r.Note("`/hcp status` listed %d of %d hosted clusters a minute after the replay caught up", lines, f.hosted())
+			r.Note("`/hcp status` accounted for %d of %d hosted clusters a minute after the replay caught up", lines, f.hosted())
 			break
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -224,7 +224,14 @@ type Bot struct {
 	// approved fix ran before it says "fix applied, not healed" and offers
 	// the rollback. Default 30m.
 	HealDeadline time.Duration
-	Storm        Storm
+	// CheckpointEvery is how often the leader writes a checkpoint of its
+	// state (bot/checkpoint), so that a start replays at most this much
+	// of the events stream; it writes one at a clean shutdown too.
+	// Default 1h; 0s written explicitly: at a clean shutdown only; else at
+	// least MinCheckpointEvery and shorter than nats.eventsMaxAge. Needs a
+	// signing key (approvals): checkpoints are sealed with it.
+	CheckpointEvery time.Duration
+	Storm           Storm
 	// Routes send incidents to channels; the first matching route wins.
 	Routes []Route
 	// DefaultChannel gets every incident no route matches. Required.
@@ -367,6 +374,7 @@ const (
 	DefaultGroupInterval       = time.Minute
 	DefaultResolveTimeout      = 5 * time.Minute
 	DefaultHealDeadline        = 30 * time.Minute
+	DefaultCheckpointEvery     = time.Hour
 	DefaultStormThreshold      = 20
 	DefaultStormWindow         = 30 * time.Second
 	DefaultSlackAPIURL         = "https://slack.com/api/"
@@ -375,6 +383,10 @@ const (
 	DefaultTimezone            = "UTC"
 	DefaultLogLevel            = "info"
 	DefaultLogFormat           = "json"
+	// MinCheckpointEvery: each checkpoint rewrites the bot's whole state
+	// (about 14 MB at 2,000 hosted clusters, docs/capacity.md), times the
+	// replicas; more often costs NATS more than the replay it saves.
+	MinCheckpointEvery = 10 * time.Second
 )
 
 // AgentDefaults is the configuration of `hcpbot agent` run without a file:

@@ -26,7 +26,9 @@ const (
 bot:
   defaultChannel: C0123456789
 `
-	slackBase = `bot:
+	// withApprovals gives the bot a signing key (checkpoints need one).
+	withApprovals = "approvals:\n  approverGroups: [S01234ABCD]\n"
+	slackBase     = `bot:
   defaultChannel: C0123456789
 slack:
   botTokenEnv: SLACK_BOT_TOKEN
@@ -77,7 +79,7 @@ func TestExampleDefaultsMatchCode(t *testing.T) {
 		"bufferEvents": true, "hostedProbeInterval": true, "nodeJoinGrace": true, "groupWait": true, "groupInterval": true,
 		"resolveTimeout": true, "healDeadline": true, "threshold": true, "window": true, "apiURL": true, "socketMode": true,
 		"fourEyes": true, "requireFourEyes": true, "proposalTTL": true, "level": true, "format": true, "kubeconfig": true,
-		"noProxyClients": true, "serviceNodePortRange": true,
+		"noProxyClients": true, "serviceNodePortRange": true, "checkpointEvery": true,
 	}
 	for _, line := range strings.Split(Example, "\n") {
 		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
@@ -237,6 +239,13 @@ func TestRejected(t *testing.T) {
 		{"empty file", "", 0, "", "empty configuration"},
 		{"neither agent nor bot", "log:\n  level: info\n", 0, "", "neither agent nor bot"},
 		{"bad log level", "agent:\n  source: mgmt-1\nlog:\n  level: verbose\n", 4, "log.level", "want debug, info, warn or error"},
+		{"checkpoint too often", botBase + "  checkpointEvery: 1s\n" + withApprovals, 6, "bot.checkpointEvery", "must be at least 10s (each checkpoint rewrites the bot's whole state), or 0s"},
+		{"checkpoint negative", botBase + "  checkpointEvery: -1h\n" + withApprovals, 6, "bot.checkpointEvery", "must not be negative"},
+		{"checkpoint without unit", botBase + "  checkpointEvery: 3600\n" + withApprovals, 6, "bot.checkpointEvery", "has no unit"},
+		{"checkpoint not a duration", botBase + "  checkpointEvery: hourly\n" + withApprovals, 6, "bot.checkpointEvery", "is not a duration"},
+		{"checkpoint past the stream", "nats:\n  eventsMaxAge: 2h\n" + botBase + "  checkpointEvery: 2h\n" + withApprovals, 8, "bot.checkpointEvery", "2h0m0s is not shorter than nats.eventsMaxAge (2h0m0s)"},
+		{"checkpoint past the default stream", botBase + "  checkpointEvery: 100h\n" + withApprovals, 6, "bot.checkpointEvery", "is not shorter than nats.eventsMaxAge (72h0m0s)"},
+		{"checkpoint without a signing key", botBase + "  checkpointEvery: 30m\n", 6, "bot.checkpointEvery", "needs approvals"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { expectProblem(t, tc.yaml, tc.field, tc.msg, tc.line) })

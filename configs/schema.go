@@ -322,6 +322,15 @@ func (d *decoder) bot(n *yaml.Node, path string, b *Bot) bool {
 				b.HealDeadline = t
 			}
 		}},
+		{"checkpointEvery", func(v *yaml.Node, p string) {
+			if t, ok := d.duration(v, p, 0); ok {
+				if t > 0 && t < MinCheckpointEvery {
+					d.problem(v, p, "%s: must be at least %s (each checkpoint rewrites the bot's whole state), or 0s for a checkpoint at a clean shutdown only", t, MinCheckpointEvery)
+					return
+				}
+				b.CheckpointEvery = t
+			}
+		}},
 		{"storm", func(v *yaml.Node, p string) {
 			d.mapping(v, p, []field{
 				{"threshold", func(v *yaml.Node, p string) {
@@ -880,6 +889,17 @@ func (d *decoder) check(c *Config) {
 		d.problem(d.at("nats.duplicateWindow"), "nats.duplicateWindow", "%s is longer than nats.eventsMaxAge (%s): JetStream requires the window to fit in the retention", dup, maxAge)
 	}
 
+	if b := c.Bot; b != nil && set("bot.checkpointEvery") && c.Approvals == nil && !set("approvals") {
+		// Accepted and ignored would be worse than refused.
+		d.problem(d.at("bot.checkpointEvery"), "bot.checkpointEvery", "needs approvals: checkpoints are sealed with approvals' signing key, and without one the bot keeps none (every start replays the whole events stream)")
+	}
+	if b := c.Bot; b != nil && b.CheckpointEvery >= maxAge {
+		// The events after a checkpoint must still be in the stream when
+		// a start restores it, or it is refused and the whole stream
+		// replayed: one this old would be, near the end of every interval.
+		d.problem(d.at("bot.checkpointEvery"), "bot.checkpointEvery", "%s is not shorter than nats.eventsMaxAge (%s): a start would find the events after the checkpoint aged out of the stream, refuse it and replay in full", b.CheckpointEvery, maxAge)
+	}
+
 	if a := c.Agent; a != nil {
 		if !set("agent.source") && a.Source == "" {
 			d.problem(d.at("agent"), "agent.source", "is required: the name of this management cluster (DNS-1123 label)")
@@ -1059,6 +1079,9 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 		b.GroupInterval = orDuration(b.GroupInterval, DefaultGroupInterval)
 		b.ResolveTimeout = orDuration(b.ResolveTimeout, DefaultResolveTimeout)
 		b.HealDeadline = orDuration(b.HealDeadline, DefaultHealDeadline)
+		if !set("bot.checkpointEvery") {
+			b.CheckpointEvery = DefaultCheckpointEvery // 0s written explicitly means "at shutdown only"
+		}
 		if b.Storm.Threshold == 0 {
 			b.Storm.Threshold = DefaultStormThreshold
 		}

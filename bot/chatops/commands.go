@@ -22,8 +22,12 @@ type Command interface {
 // first word, e.g. "fix").
 type ShowHelp struct{ Topic string }
 
-// Status asks for the state of one cluster, or of all when Cluster is nil.
-type Status struct{ Cluster *ClusterRef }
+// Status asks for the state of one cluster, of one management cluster's
+// (Mgmt, typed "mgmt-1:"), or of all when both are empty.
+type Status struct {
+	Cluster *ClusterRef
+	Mgmt    string
+}
 
 // Incidents lists the open incidents.
 type Incidents struct{}
@@ -136,6 +140,9 @@ func (Whoami) command()       {}
 func (c ShowHelp) String() string { return join("help", c.Topic) }
 func (c Status) String() string {
 	if c.Cluster == nil {
+		if c.Mgmt != "" {
+			return "status " + c.Mgmt + ":"
+		}
 		return "status"
 	}
 	return "status " + c.Cluster.String()

@@ -42,7 +42,7 @@ var specs []spec
 func init() {
 	specs = []spec{
 		{verb: "help", args: "[command]", summary: "list the commands, or explain one", parse: parseHelp},
-		{verb: "status", args: "[cluster]", summary: "state of all clusters, or of one", parse: parseStatus},
+		{verb: "status", args: "[cluster]", summary: "state of all clusters, of one, or of one management cluster's (mgmt-1:)", parse: parseStatus},
 		{verb: "incidents", summary: "open incidents", parse: noArgs(Incidents{})},
 		{verb: "diagnose", args: "<cluster|incident-id>", summary: "diagnose a cluster now", parse: parseDiagnose},
 		{verb: "fix", sub: "noproxy", args: "<cluster> [--add ENTRY,...]", summary: "propose a noProxy fix (needs approval)", parse: parseFixNoProxy},
@@ -191,6 +191,15 @@ func parseStatus(args []string) (Command, error) {
 	}
 	if len(args) == 0 {
 		return Status{}, nil
+	}
+	// "mgmt-1:" is every hosted cluster of one management cluster: the
+	// fleet's answer counts the healthy ones per management cluster and
+	// points here to list them.
+	if mgmt, rest, _ := strings.Cut(args[0], ":"); rest == "" && strings.HasSuffix(args[0], ":") {
+		if errs := validation.IsDNS1123Label(mgmt); len(errs) > 0 {
+			return nil, hintf("%s: management cluster %s is not a DNS label", clusterHint, quote(mgmt))
+		}
+		return Status{Mgmt: mgmt}, nil
 	}
 	c, err := ParseClusterRef(args[0])
 	if err != nil {

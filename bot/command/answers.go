@@ -59,24 +59,46 @@ func (c *Handler) incidents() chatops.Reply {
 // maxReply keeps a listing inside one readable Slack message.
 const maxReply = 3500
 
-func (c *Handler) status(ref *chatops.ClusterRef) chatops.Reply {
-	var b strings.Builder
-	// Incidents meant for a channel the bot cannot post to reach nobody:
-	// that comes first, whatever cluster was asked about.
-	if c.Delivery != nil {
-		for _, p := range c.Delivery.Unpostable() {
-			fmt.Fprintf(&b, "cannot post to <#%s>: %s (since %s)\n", p.Channel, p.Error, p.Since.UTC().Format("2006-01-02 15:04 UTC"))
+// maxRefusedShown bounds the refused silences `status` lists: each is an
+// attack or a migration, one or a hundred say the same.
+const maxRefusedShown = 5
+
+// refusedSilences says, first in `status`, which records of the silences
+// bucket silence nothing and which silences someone deleted or replaced:
+// somebody wrote the bucket without the bot's signing key, and a person
+// must see it, not only the log.
+func (c *Handler) refusedSilences(b *strings.Builder) {
+	if c.Silences == nil {
+		return
+	}
+	list, more := c.Silences.Refused(c.now())
+	for i, r := range list {
+		if i == maxRefusedShown {
+			more += len(list) - i
+			break
 		}
+		what := "silence record `" + escCode(clip(r.Key, 40)) + "` refused, it silences nothing: "
+		switch {
+		case r.Kept != nil:
+			what = "silence `" + escCode(r.Kept.ID) + "` tampered with, still applied: "
+		case r.Missing:
+			what = "silence `" + escCode(r.Key) + "` deleted: "
+		}
+		fmt.Fprintf(b, "%s%s (seen %s)\n", what, esc(redact.RedactText(clip(r.Reason, 300))), r.Seen.UTC().Format("2006-01-02 15:04 UTC"))
 	}
-	clusters := 0
-	for _, l := range c.statusLines(ref) {
-		fmt.Fprintf(&b, "%s: %s\n", l.Key, blockkit.EscapeText(l.State))
-		clusters++
+	if more > 0 {
+		fmt.Fprintf(b, "… and %d more refused silence records (the bot's log names each)\n", more)
 	}
-	if clusters == 0 {
-		b.WriteString("No hosted clusters known yet.")
+	if len(list) > 0 {
+		b.WriteString("Refused silence records are written by someone holding the bot's NATS credentials without its signing key (or by an hcpbot of before silences were sealed: re-create those with `/hcp silence`).\n")
 	}
-	return chatops.Reply{Text: b.String()}
+}
+
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
 }
 
 // diagnose answers with the first diagnosis in full, the others by title,

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/blockkit"
@@ -22,9 +24,12 @@ type silenceEnv struct {
 	store *silence.Store
 	log   *audit.Log
 	now   time.Time
+	js    jetstream.JetStream
 }
 
-func newSilences(t *testing.T) *silenceEnv {
+// newSilences is a Handler with a silence Store made with opts (not run:
+// what it adds is in its copy at once).
+func newSilences(t *testing.T, opts ...silence.Option) *silenceEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 	defer cancel()
@@ -40,12 +45,12 @@ func newSilences(t *testing.T) *silenceEnv {
 	}
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	s, err := silence.NewStore(ctx, conn.JS, log, silence.WithClock(clock))
+	s, err := silence.NewStore(ctx, conn.JS, log, append([]silence.Option{silence.WithClock(clock)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &command.Handler{Bot: botKnowing(t, kubevirt("mgmt-1", "clusters", "web")), Silences: s, Audit: log, Now: clock}
-	return &silenceEnv{cmds: c, store: s, log: log, now: now}
+	return &silenceEnv{cmds: c, store: s, log: log, now: now, js: conn.JS}
 }
 
 func TestSilenceCommand(t *testing.T) {

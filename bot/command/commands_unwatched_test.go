@@ -22,10 +22,17 @@ import (
 // (watchers.TestFaultKubeconfigRefused shows it does).
 const refusedReason = `admin kubeconfig refused: Secret clusters/web-admin-kubeconfig: user "admin" uses an exec plugin (exec); hcpbot runs no programs and accepts inline credentials only`
 
-// feed hands the bot an event as NATS would deliver it.
+// feed hands the bot an event of mgmt-1 as NATS would deliver it.
 func feed(t *testing.T, b *bot.Bot, ref *event.ClusterRef, p event.Payload, key string, at time.Time) {
 	t.Helper()
-	e, err := event.New("mgmt-1", ref, event.ObjectRef{Kind: "HostedCluster", Namespace: ref.Namespace, Name: ref.Name, UID: "u1"}, p, key, at)
+	feedFrom(t, b, "mgmt-1", "u1", ref, p, key, at)
+}
+
+// feedFrom hands the bot an event of source about the HostedCluster of
+// uid as NATS would deliver it.
+func feedFrom(t *testing.T, b *bot.Bot, source, uid string, ref *event.ClusterRef, p event.Payload, key string, at time.Time) {
+	t.Helper()
+	e, err := event.New(source, ref, event.ObjectRef{Kind: "HostedCluster", Namespace: ref.Namespace, Name: ref.Name, UID: uid}, p, key, at)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,9 @@ type FleetView interface {
 type StatusLine struct {
 	Key   diagnose.Key
 	State string // "healthy", "critical: <title>", "not watched: <why>", ...
+	// Rank orders the listing: not watched, critical, warning, other,
+	// healthy (status.go).
+	Rank int
 }
 
 // StatusOf is the `status` line of every cluster of b that ref matches
@@ -58,7 +61,9 @@ func StatusOf(b Correlator, ref *chatops.ClusterRef) []StatusLine {
 		}
 		diags, _ := b.Diagnose(k)
 		state := "healthy"
-		if why, ok := b.Unwatched(k); ok {
+		why, unwatched := b.Unwatched(k)
+		rank := rankOf(unwatched, diags)
+		if unwatched {
 			// Why the bot is blind there comes first, in full.
 			state = "not watched: " + why
 			diags = slices.DeleteFunc(diags, func(d diagnose.Diagnosis) bool { return d.Rule == diagnose.RuleHostedNotWatched })
@@ -68,7 +73,7 @@ func StatusOf(b Correlator, ref *chatops.ClusterRef) []StatusLine {
 		} else if len(diags) > 0 {
 			state = string(diags[0].Severity) + ": " + diags[0].Title
 		}
-		out = append(out, StatusLine{Key: k, State: state})
+		out = append(out, StatusLine{Key: k, State: state, Rank: rank})
 	}
 	return out
 }

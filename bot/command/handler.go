@@ -109,7 +109,7 @@ func (c *Handler) command(ctx context.Context, r chatops.Request) chatops.Reply 
 	case chatops.Incidents:
 		return c.incidents()
 	case chatops.Status:
-		return c.status(cmd.Cluster)
+		return c.status(cmd.Cluster, cmd.Mgmt)
 	case chatops.Diagnose:
 		if cmd.IncidentID != "" {
 			return c.HandleAction(ctx, chatops.ActionRequest{Origin: r.Origin, ActionID: blockkit.ActionDetails, Value: cmd.IncidentID})

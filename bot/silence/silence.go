@@ -15,9 +15,44 @@
 // comfortably above the longest silence.
 //
 // Every silence is audited (audit.KindSilenced), with its reason redacted.
+//
+// # Who may write one: the seal
+//
+// A silence mutes what the bot posts about a hosted cluster or an
+// incident: whoever can write one hides an outage from the people on
+// call. The bucket's permission is not enough: a stolen bot NATS seed
+// writes it, and that seed cannot publish an event (docs/security.md).
+// So, given the bot's action-signing key (WithSigner:
+// approval.Signer.ForSilences, which signs only what starts with
+// SigningContext), every silence is sealed, bound to its key in the
+// bucket, and a record is applied only once its seal verifies against
+// the bot's key or a trusted one (approvals.trustedKeys) and its fields
+// pass the checks Add makes. Anything else — unsealed (written by an
+// hcpbot before silences were sealed, or by someone without the key),
+// sealed by another key, the bot's seal over another silence, another
+// kind of signature — silences nothing: it is logged as an error and
+// listed by Refused, which `/hcp status` shows.
+//
+// The bot never deletes or replaces a silence (the bucket's TTL ages
+// records out well after they expire, without a delete marker): a
+// delete, purge or replacement of a sealed silence that still applies is
+// someone else's. A replica that read the silence keeps applying it
+// until it expires and lists the deletion by Refused. A replica started
+// after the deletion never saw it: no seal proves a record absent. What
+// holds it is the signed audit record of its creation; at start a
+// sealing Store compares the trail with the bucket and lists by Refused
+// the silences the trail names, still within their time, that the
+// bucket lacks. It does not apply them: an audit record is no silence's
+// seal (the bot's NATS user appends to the trail; `/hcp audit verify`
+// reports what it did not sign).
+//
+// Without a signing key (a bot without approvals) silences are stored
+// and read unsealed, as before sealing: Sealed reports false and the
+// bot warns at start that the bucket's writers choose what is silenced.
 package silence
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -33,6 +68,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bus"
@@ -68,6 +105,87 @@ var (
 	// ErrAudit: the silence was stored (and applies) but its audit record
 	// could not be written.
 	ErrAudit = errors.New("silence audit record not written")
+	// ErrUnsealed: a record without a seal, read by a Store that seals
+	// (written by an hcpbot of before sealing, or without the key).
+	ErrUnsealed = errors.New("silence not sealed")
+	// ErrForged: a seal that does not verify (not made by the key it
+	// names, or made for another silence or another key in the bucket).
+	ErrForged = errors.New("silence seal does not verify")
+	// ErrUntrustedKey: sealed by a key not trusted here (another
+	// installation's, or one rotated out of approvals.trustedKeys).
+	ErrUntrustedKey = errors.New("silence sealed by a key that is not trusted")
+)
+
+// SigningContext starts what a Signer signs: the silence's id (its key
+// in Bucket), a newline and the silence's JSON follow.
+const SigningContext = "hcpbot-silence-v1\n"
+
+// Signer seals the silences a Store writes. The bot passes its
+// action-signing key (approval.Signer.ForSilences), which signs only what
+// starts with SigningContext.
+type Signer interface {
+	// PublicKey is the nkeys public key ("U…") the seal verifies with.
+	PublicKey() string
+	// Sign returns the ed25519 signature of input, as nkeys makes it.
+	Sign(input []byte) ([]byte, error)
+}
+
+// sealed is what a sealed silence's key holds: the silence's JSON as
+// signed, the key and the signature. The bytes verified are the bytes
+// decoded.
+type sealed struct {
+	Silence json.RawMessage `json:"silence"`
+	Key     string          `json:"key"`
+	Sig     []byte          `json:"sig"`
+}
+
+func signedInput(id string, body []byte) []byte {
+	return append([]byte(SigningContext+id+"\n"), body...)
+}
+
+// Seal is the value a sealing Store stores under sil.ID for sil. Tests
+// use it to write a silence the bot's key vouches for.
+func Seal(signer Signer, sil Silence) ([]byte, error) {
+	body, err := json.Marshal(sil)
+	if err != nil {
+		return nil, fmt.Errorf("silence: encode %s: %w", sil.ID, err)
+	}
+	sig, err := signer.Sign(signedInput(sil.ID, body))
+	if err != nil {
+		return nil, fmt.Errorf("silence: seal %s: %w", sil.ID, err)
+	}
+	return json.Marshal(sealed{Silence: body, Key: signer.PublicKey(), Sig: sig})
+}
+
+// maxRecord bounds the record a Store reads: a silence is well under 4
+// KiB (a reason of 500 characters redacted), a larger value is nobody's.
+const maxRecord = 16 << 10
+
+// Refusal is a record of the bucket that silences nothing, or a silence
+// deleted or replaced while it applied: what a person looking at `/hcp
+// status` must see, since it is somebody writing the bucket without the
+// bot's key.
+type Refusal struct {
+	Key    string    // the record's key in Bucket
+	Reason string    // why it silences nothing
+	Seen   time.Time // when this replica read it
+	// Kept is the genuine silence a deletion or replacement removed from
+	// the bucket, which this replica still applies until it expires.
+	Kept *Silence
+	// Deleted: the refused record was deleted since.
+	Deleted bool
+	// Missing: a silence the signed audit trail names, that would apply
+	// until Until, absent from the bucket when this replica started.
+	Missing bool
+	Until   time.Time
+}
+
+// Limits on what Refused keeps: an attacker who writes many records must
+// not grow the bot's memory, and a refusal of a record deleted since is
+// shown for a day.
+const (
+	maxRefusals  = 100
+	refusalAfter = 24 * time.Hour
 )
 
 // Silence mutes the notifications of one hosted cluster or one incident
@@ -107,14 +225,29 @@ type Store struct {
 	now   func() time.Time
 	max   time.Duration
 
+	// signer seals what Add writes; trusted are the keys a record read
+	// may be sealed with. Both nil: silences are stored unsealed.
+	signer  Signer
+	trusted []string
+	log     zerolog.Logger
+
 	mu    sync.RWMutex
 	cache map[string]Silence
+	// refused lists what silences nothing; more counts the refusals
+	// past maxRefusals, logged but not kept.
+	refused map[string]Refusal
+	more    int
+	// checked: the trail was compared with the bucket (crossCheck).
+	checked bool
 }
 
 type options struct {
 	replicas int
 	now      func() time.Time
 	max      time.Duration
+	signer   Signer
+	trusted  []string
+	log      zerolog.Logger
 }
 
 // Option configures NewStore.
@@ -131,6 +264,18 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // DefaultMaxDuration.
 func WithMaxDuration(d time.Duration) Option { return func(o *options) { o.max = d } }
 
+// WithSigner seals every silence Add writes with signer and makes the
+// Store apply only silences sealed by signer's key or one of trusted
+// (approvals.trustedKeys: the keys of before a rotation). Without it
+// silences are unsealed records.
+func WithSigner(signer Signer, trusted ...string) Option {
+	return func(o *options) { o.signer, o.trusted = signer, trusted }
+}
+
+// WithLogger is where refused records are logged (as errors). Default:
+// nowhere.
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
+
 // bucketTTL keeps records well past the longest silence, so a silence
 // never ages out of the bucket while it applies, even when the maximum is
 // raised later.
@@ -139,7 +284,7 @@ func bucketTTL(max time.Duration) time.Duration { return 2*max + 24*time.Hour }
 // NewStore creates the bucket or brings it to the options. Every silence
 // added is audited to a. Call Run to follow other replicas' silences.
 func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, opts ...Option) (*Store, error) {
-	o := options{replicas: 1, now: time.Now, max: DefaultMaxDuration}
+	o := options{replicas: 1, now: time.Now, max: DefaultMaxDuration, log: zerolog.Nop()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -153,8 +298,17 @@ func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, opt
 	if err != nil {
 		return nil, fmt.Errorf("silence: ensure bucket %s: %w", Bucket, err)
 	}
-	return &Store{kv: kv, audit: a, now: o.now, max: o.max, cache: map[string]Silence{}}, nil
+	st := &Store{kv: kv, audit: a, now: o.now, max: o.max, log: o.log, cache: map[string]Silence{}, refused: map[string]Refusal{}}
+	if o.signer != nil {
+		st.signer = o.signer
+		st.trusted = append([]string{o.signer.PublicKey()}, o.trusted...)
+	}
+	return st, nil
 }
+
+// Sealed reports whether the Store seals silences and applies only
+// sealed ones.
+func (s *Store) Sealed() bool { return s.signer != nil }
 
 // MaxDuration is the longest silence Add accepts.
 func (s *Store) MaxDuration() time.Duration { return s.max }
@@ -189,9 +343,9 @@ func (s *Store) Add(ctx context.Context, sil Silence) (Silence, error) {
 	if err := s.validate(sil); err != nil {
 		return Silence{}, err
 	}
-	data, err := json.Marshal(sil)
+	data, err := s.encode(sil)
 	if err != nil {
-		return Silence{}, fmt.Errorf("silence: encode %s: %w", sil.ID, err)
+		return Silence{}, err
 	}
 	if _, err := s.kv.Create(ctx, sil.ID, data); err != nil {
 		return Silence{}, fmt.Errorf("silence: store %s: %w", sil.ID, err)
@@ -205,6 +359,77 @@ func (s *Store) Add(ctx context.Context, sil Silence) (Silence, error) {
 		return sil, fmt.Errorf("silence: %w: %s: %w", ErrAudit, sil.ID, err)
 	}
 	return sil, nil
+}
+
+// encode is what Add stores for sil: sealed when the Store has a signer.
+func (s *Store) encode(sil Silence) ([]byte, error) {
+	if s.signer != nil {
+		return Seal(s.signer, sil)
+	}
+	data, err := json.Marshal(sil)
+	if err != nil {
+		return nil, fmt.Errorf("silence: encode %s: %w", sil.ID, err)
+	}
+	return data, nil
+}
+
+// open reads the record stored under key: its seal verified first when
+// the Store seals, then the fields Add checks. Nothing of an unverified
+// record is believed.
+func (s *Store) open(key string, value []byte) (Silence, error) {
+	if len(value) > maxRecord {
+		return Silence{}, fmt.Errorf("silence: %w: %s: a record of %d bytes", ErrInvalid, key, len(value))
+	}
+	body := value
+	var env sealed
+	isSealed := json.Unmarshal(value, &env) == nil && len(env.Silence) > 0
+	switch {
+	case isSealed && s.signer != nil:
+		if err := s.verify(key, env); err != nil {
+			return Silence{}, err
+		}
+		body = env.Silence
+	case isSealed:
+		// Unsealed mode cannot verify: the body is read as any
+		// unsealed record is (a bot that sealed before, without its
+		// key now).
+		body = env.Silence
+	case s.signer != nil:
+		return Silence{}, fmt.Errorf("%w: %s: written by an hcpbot of before sealing, or by someone without the signing key", ErrUnsealed, key)
+	}
+	var sil Silence
+	if err := json.Unmarshal(body, &sil); err != nil {
+		return Silence{}, fmt.Errorf("silence: %w: %s does not decode: %w", ErrInvalid, key, err)
+	}
+	if sil.ID != key || !idPattern.MatchString(sil.ID) {
+		return Silence{}, fmt.Errorf("silence: %w: %s holds silence %q", ErrInvalid, key, clip(sil.ID, 40))
+	}
+	// What Add would refuse applies no more when read: a sealed record
+	// too (a key rotated out keeps signing whatever its holder wants).
+	if err := s.validate(sil); err != nil {
+		return Silence{}, fmt.Errorf("%w (record %s)", err, key)
+	}
+	return sil, nil
+}
+
+// verify checks env's seal for the record under key.
+func (s *Store) verify(key string, env sealed) error {
+	switch {
+	case len(env.Sig) == 0 || env.Key == "":
+		return fmt.Errorf("%w: %s: no signature", ErrUnsealed, key)
+	case !slices.Contains(s.trusted, env.Key):
+		// Checked before the signature: an untrusted key's valid
+		// signature proves nothing here either way.
+		return fmt.Errorf("%w: %s: %.12s…", ErrUntrustedKey, key, env.Key)
+	}
+	kp, err := nkeys.FromPublicKey(env.Key)
+	if err != nil {
+		return fmt.Errorf("%w: %s: key: %w", ErrForged, key, err)
+	}
+	if err := kp.Verify(signedInput(key, env.Silence), env.Sig); err != nil {
+		return fmt.Errorf("%w: %s: bad signature", ErrForged, key)
+	}
+	return nil
 }
 
 func (s *Store) validate(sil Silence) error {
@@ -376,7 +601,10 @@ func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher) {
 				return
 			}
 			if e == nil {
-				continue // end of the initial values
+				// End of the initial values: what the trail says was
+				// silenced and the bucket lacks, once per Store.
+				s.crossCheckOnce(ctx)
+				continue
 			}
 			s.apply(e)
 		}
@@ -384,16 +612,223 @@ func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher) {
 }
 
 func (s *Store) apply(e jetstream.KeyValueEntry) {
+	now := s.now()
+	key := e.Key()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.pruneLocked(s.now())
+	defer s.pruneLocked(now)
+	kept, applies := s.cache[key]
+	applies = applies && kept.Active(now) && s.Sealed()
 	if e.Operation() != jetstream.KeyValuePut {
-		delete(s.cache, e.Key())
+		if applies {
+			// Nobody's silence ends early by a delete: hcpbot never
+			// deletes one, so this is someone writing the bucket.
+			s.refuseLocked(key, now, fmt.Sprintf("deleted from the bucket while it applies (%s); hcpbot never deletes a silence: still applied here until it expires", describe(kept)), &kept)
+			return
+		}
+		delete(s.cache, key)
+		if r, ok := s.refused[key]; ok && !r.genuine() {
+			r.Deleted, r.Seen = true, now
+			s.refused[key] = r
+			return
+		}
+		if s.Sealed() && !s.refusedLocked(key) {
+			// A delete marker nobody here saw the silence of: deleted
+			// before this replica started, or before its watch read
+			// the put. hcpbot deletes none; the trail says what it was
+			// (crossCheck, at start).
+			s.noteLocked(Refusal{Key: key, Seen: now, Deleted: true,
+				Reason: "deleted from the bucket by someone without the bot's key (hcpbot never deletes a silence); if it was a silence, `/hcp audit` names what it silenced"})
+		}
 		return
 	}
-	var sil Silence
-	if err := json.Unmarshal(e.Value(), &sil); err != nil || sil.ID != e.Key() || !idPattern.MatchString(sil.ID) {
-		return // not written by Add
+	sil, err := s.open(key, e.Value())
+	switch {
+	case err != nil && applies:
+		s.refuseLocked(key, now, fmt.Sprintf("replaced while it applies (%s) by a record that is refused: %v; the silence is still applied here until it expires", describe(kept), err), &kept)
+		return
+	case err != nil:
+		delete(s.cache, key)
+		s.refuseLocked(key, now, err.Error(), nil)
+		return
+	case applies && !same(sil, kept):
+		// Sealed by a trusted key, yet another silence under the same
+		// id: only a trusted key's holder can make it, not hcpbot
+		// (silences are never edited). The first one read stays.
+		s.refuseLocked(key, now, fmt.Sprintf("replaced while it applies (%s) by another sealed silence (%s): hcpbot never edits a silence; the first is still applied here", describe(kept), describe(sil)), &kept)
+		return
 	}
-	s.cache[sil.ID] = sil
+	if r, ok := s.refused[key]; ok && r.Kept == nil {
+		delete(s.refused, key)
+	}
+	s.cache[key] = sil
+}
+
+// refuseLocked records a refusal of the record under key and logs it as
+// an error. Callers hold mu.
+func (s *Store) refuseLocked(key string, now time.Time, reason string, kept *Silence) {
+	s.noteLocked(Refusal{Key: key, Reason: reason, Seen: now, Kept: kept})
+}
+
+func (s *Store) noteLocked(r Refusal) {
+	key, reason := r.Key, r.Reason
+	if _, ok := s.refused[key]; !ok && len(s.refused) >= maxRefusals {
+		// What is certain never gives way to what may be noise: a
+		// genuine silence tampered with evicts anything else, a silence
+		// the trail names (whose audit record may be forged too) evicts
+		// a refused record. The rest is counted, and logged sparingly:
+		// a flood of records must not flood the log either.
+		victim := ""
+		for k, o := range s.refused {
+			if o.rank() > r.rank() && (victim == "" || o.rank() > s.refused[victim].rank()) {
+				victim = k
+			}
+		}
+		s.more++
+		if victim == "" {
+			if s.more == 1 || isPowerOfTen(s.more) {
+				s.log.Error().Str("bucket", Bucket).Int("not_listed", s.more).Str("last_key", clip(key, 80)).Str("reason", reason).
+					Msg("silence records refused past what the bot lists: someone is writing the silences bucket without the bot's signing key")
+			}
+			return
+		}
+		delete(s.refused, victim)
+	}
+	s.log.Error().Str("bucket", Bucket).Str("key", clip(key, 80)).Str("reason", reason).
+		Msg("silence refused: someone without the bot's signing key wrote the silences bucket (or an hcpbot of before sealing did)")
+	s.refused[key] = r
+}
+
+func isPowerOfTen(n int) bool {
+	for n >= 10 && n%10 == 0 {
+		n /= 10
+	}
+	return n == 1
+}
+
+func (s *Store) refusedLocked(key string) bool { _, ok := s.refused[key]; return ok }
+
+// genuine reports whether r is about a silence the bot made.
+func (r Refusal) genuine() bool { return r.Kept != nil || r.Missing }
+
+// rank orders refusals by how sure and how serious: a genuine silence
+// tampered with (0), one the trail names missing (1), a refused record
+// (2). Refused lists them in that order; the first are kept longest.
+func (r Refusal) rank() int {
+	switch {
+	case r.Kept != nil:
+		return 0
+	case r.Missing:
+		return 1
+	}
+	return 2
+}
+
+// same reports whether a and b are one silence (times compared as
+// instants, whatever their representation).
+func same(a, b Silence) bool {
+	return a.ID == b.ID && a.Cluster == b.Cluster && a.Incident == b.Incident && a.Reason == b.Reason &&
+		a.CreatedBy == b.CreatedBy && a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt)
+}
+
+func describe(sil Silence) string {
+	return fmt.Sprintf("%s silencing %s until %s, by %s", sil.ID, sil.Target(), sil.ExpiresAt.UTC().Format(time.RFC3339), sil.CreatedBy)
+}
+
+// Refused lists the genuine silences deleted or replaced (first), then
+// the records of the bucket this replica read and applies not —
+// unsealed, forged, sealed by an untrusted key, invalid —, each oldest
+// first; more counts the refusals past what it keeps (each was logged).
+// A refusal stays while its record is in the bucket, a day after it is
+// deleted, and a deleted silence's until it expires.
+func (s *Store) Refused(now time.Time) (list []Refusal, more int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, r := range s.refused {
+		if (r.Kept != nil && !r.Kept.Active(now)) || (r.Deleted && now.Sub(r.Seen) > refusalAfter) || (r.Missing && !now.Before(r.Until)) {
+			delete(s.refused, key)
+			continue
+		}
+		list = append(list, r)
+	}
+	slices.SortFunc(list, func(a, b Refusal) int {
+		if c := cmp.Compare(a.rank(), b.rank()); c != 0 {
+			return c
+		}
+		if c := a.Seen.Compare(b.Seen); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return list, s.more
+}
+
+// crossCheckTimeout bounds the comparison of the trail with the bucket at
+// start: it must not hold the watch long.
+const crossCheckTimeout = 30 * time.Second
+
+func (s *Store) crossCheckOnce(ctx context.Context) {
+	s.mu.Lock()
+	done := s.checked
+	s.checked = true
+	s.mu.Unlock()
+	if done || !s.Sealed() {
+		return
+	}
+	trail, ok := s.audit.(audit.Reader)
+	if !ok {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, crossCheckTimeout)
+	defer cancel()
+	if err := s.crossCheck(cctx, trail); err != nil {
+		s.log.Warn().Err(err).Msg("silences: could not compare the audit trail with the bucket: a silence deleted before this start may go unnoticed")
+	}
+}
+
+// crossCheck lists, as refused, every silence that the trail says was
+// made, that still applies and that the bucket lacks: deleted by someone
+// without the bot's key before this replica started (a deletion leaves
+// nothing a seal can prove). It is not applied — the audit record is no
+// silence's seal, and a forged one (`/hcp audit verify` reports it)
+// must not mute anything — but a person sees it in `/hcp status`.
+func (s *Store) crossCheck(ctx context.Context, trail audit.Reader) error {
+	now := s.now()
+	recs, err := trail.Since(ctx, now.Add(-s.max-clockSkew))
+	if err != nil && !errors.Is(err, audit.ErrTooMany) {
+		return fmt.Errorf("silence: read the audit trail: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range recs {
+		// A sealing bot's records are chained and signed; the signature
+		// itself is the verifier's to check (`/hcp audit verify`).
+		if r.Kind != audit.KindSilenced || !idPattern.MatchString(r.ActionID) || !slices.Contains(s.trusted, r.Key) || r.Chain == 0 || len(r.Sig) == 0 {
+			continue
+		}
+		_, until, ok := strings.Cut(r.Summary, ", until ")
+		expires, perr := time.Parse(time.RFC3339, until)
+		// No silence outlives the maximum after it was made: a record
+		// saying otherwise is no record of Add's (and would stay listed).
+		if !ok || perr != nil || !now.Before(expires) || expires.After(r.Time.Add(s.max+clockSkew)) {
+			continue
+		}
+		if _, there := s.cache[r.ActionID]; there {
+			continue
+		}
+		what := "deleted"
+		if o, listed := s.refused[r.ActionID]; listed {
+			if o.genuine() {
+				continue
+			}
+			if !o.Deleted {
+				// The genuine record was replaced by one refused.
+				what = "replaced by a record that is refused (" + clip(o.Reason, 200) + ")"
+			}
+		}
+		s.noteLocked(Refusal{Key: r.ActionID, Seen: now, Missing: true, Until: expires,
+			Reason: fmt.Sprintf("missing from the bucket, yet the audit trail records %q (by %s, %s; `/hcp audit verify` checks that record's seal): %s by someone without the bot's key before this replica started; not applied here, re-create it with `/hcp silence` if it still matters",
+				clip(r.Summary, 200), clip(r.Actor, maxUserLen), r.Time.UTC().Format(time.RFC3339), what)})
+	}
+	return err
 }

@@ -323,7 +323,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return err
 	}
 	verifier := audit.NewVerifier(auditLog, audit.VerifyOptions{TrustedKeys: trusted}, auditMetrics, log)
-	silences, err := silence.NewStore(ctx, conn.JS, auditLog, silence.WithReplicas(replicas))
+	silences, err := silence.NewStore(ctx, conn.JS, auditLog, silenceOptions(cfg, signer, replicas, log)...)
 	if err != nil {
 		return err
 	}
@@ -607,7 +607,7 @@ func botConfig(c *configs.Bot, leader func() bool) bot.Config {
 			return c.Channel(configs.Incident{Source: k.Source, Namespace: k.Cluster.Namespace, Cluster: k.Cluster.Name, Kind: kind, Labels: labels})
 		},
 		GroupWait: c.GroupWait, GroupInterval: c.GroupInterval, ResolveTimeout: c.ResolveTimeout,
-		HealDeadline:   c.HealDeadline,
+		HealDeadline: c.HealDeadline, CheckpointEvery: checkpointEvery(c.CheckpointEvery),
 		StormThreshold: c.Storm.Threshold, StormWindow: c.Storm.Window,
 		Clients: clientsOf(c),
 		Leader:  leader,

@@ -19,6 +19,8 @@ import (
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot"
+	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/digest"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
@@ -114,6 +116,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		embListen    = p("TestAllEmbeddedListen", TestAllEmbeddedListen)
 		botResolve   = p("bot fixture: resolution", bf.resolve)
 		botHeal      = p("bot fixture: heal deadline", bf.healDeadline)
+		botCkpt      = p("bot fixture: checkpoint schedule", bf.checkpointEvery)
 		botApprovals = p("bot fixture: approvals", bf.approvals)
 		appTokenFile = p("Socket Mode app token file", proveAppTokenFile)
 		matchType    = p("match.type refused", proveMatchTypeRefused)
@@ -165,6 +168,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"bot.groupInterval":                  {proof: botResolve},
 		"bot.resolveTimeout":                 {proof: botResolve},
 		"bot.healDeadline":                   {proof: botHeal},
+		"bot.checkpointEvery":                {proof: botCkpt},
 		"bot.storm.threshold":                {proof: botStorm},
 		"bot.storm.window":                   {proof: botStorm},
 		"bot.routes[].match.source":          {proof: routes},
@@ -281,6 +285,7 @@ bot:
   groupInterval: 5s
   resolveTimeout: 2s
   healDeadline: 3s
+  checkpointEvery: 10s
   storm: {threshold: 2, window: 2s}
   routes:
     - match: {namespace: fp-win}
@@ -813,6 +818,41 @@ func (f *botFixture) resolve(t *testing.T) {
 	// before sending: allow for the first post's transit.
 	if d := resolved.Sub(first); d < 4*time.Second || d > 50*time.Second {
 		t.Errorf("resolution posted %s after the first message, want about groupInterval (5s) or more, well under the default 1m", d)
+	}
+}
+
+// checkpointEvery: bot.checkpointEvery — the running leader writes a
+// checkpoint every 10 s, each sealed with the bot's key: two generations
+// appear in the bucket while it runs, 10 s apart (the default 1h would
+// write none before its shutdown).
+func (f *botFixture) checkpointEvery(t *testing.T) {
+	f.start(t)
+	ctx := context.Background()
+	signer, err := approval.NewSigner(f.signingSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := f.conn(t).JS.KeyValue(ctx, bus.CheckpointsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.New(kv, signer.ForCheckpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, next checkpoint.Manifest
+	testenv.Eventually(t, 60*time.Second, "a checkpoint written while the bot runs", func() bool {
+		m, _, err := store.Load(ctx, bot.DefaultCheckpointName)
+		first = m
+		return err == nil
+	})
+	testenv.Eventually(t, 40*time.Second, "the next checkpoint", func() bool {
+		m, _, err := store.Load(ctx, bot.DefaultCheckpointName)
+		next = m
+		return err == nil && m.Generation != first.Generation
+	})
+	if d := next.Written.Sub(first.Written); d < 9*time.Second || d > 30*time.Second {
+		t.Errorf("checkpoints written %s apart, want about 10s (%s, then %s)", d, first.Written, next.Written)
 	}
 }
 
