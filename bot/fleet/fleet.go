@@ -118,6 +118,11 @@ func decodeRequest(data []byte) (request, error) {
 	if err := dec.Decode(&r); err != nil {
 		return r, fmt.Errorf("fleet: request: %w", err)
 	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		// One request is one JSON object: bytes after it would be
+		// sealed into the answer's binding unread.
+		return r, errors.New("fleet: request: bytes after the request")
+	}
 	if len(r.Nonce) < 32 {
 		return r, errors.New("fleet: request without a nonce")
 	}
