@@ -35,11 +35,14 @@
 // is one fan-out: a request published once per group asked, the answers
 // collected on one subscription of the caller's. Answers are gob, gzip
 // compressed, cut into chunks within the server's max_payload (wire.Seal);
-// a client takes at most MaxAnswer bytes per answer. A server answers at
-// most Concurrency requests at once and drops the others (a flood from
-// the bot's credentials costs it that many encodings at a time, not
-// memory without bound), and refuses requests larger than maxRequest or
-// with a reply subject outside wire.AnswerPrefix.
+// a client takes at most MaxAnswer bytes per answer (all the answers it
+// holds for a group together, counted before anything is allocated). A
+// server answers at most Concurrency requests at once, keeps at most
+// Backlog more waiting, each at most MaxWait, and drops the others (a
+// flood from the bot's credentials costs it that many encodings at a
+// time, not memory without bound; a burst of commands waits instead of
+// missing a group), and refuses requests larger than maxRequest or with
+// a reply subject outside wire.AnswerPrefix.
 package fleet
 
 import (
