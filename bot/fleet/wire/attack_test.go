@@ -103,3 +103,41 @@ func TestI30AttackSealedChunkCountsBoundedBeforeAllocation(t *testing.T) {
 		}
 	})
 }
+
+// Attacker 5, before any seal: what Open reads of a message is a JSON
+// header line, then the bytes after it are hashed; nothing is inflated
+// or gob-decoded (that happens to a whole answer whose every chunk
+// verified and whose bytes make the sealed digest). A header nested
+// 500,000 deep, one with a 1 MB signature by an untrusted key, one
+// claiming 2^62 chunks unsealed, each refused as forged or untrusted,
+// within little memory.
+func TestI30AttackHeaderBeforeTheSeal(t *testing.T) {
+	s, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := []byte(`{"nonce":"00112233445566778899aabbccddeeff","op":"states"}`)
+	trusted, digest := []string{s.PublicKey()}, wire.RequestDigest(request)
+	other, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := map[string][]byte{
+		"nested":         []byte(`{"x":` + strings.Repeat("[", 500_000) + strings.Repeat("]", 500_000) + "}\n"),
+		"1 MB signature": []byte(fmt.Sprintf(`{"p":2,"g":1,"key":%q,"sig":%q}`+"\n", other.PublicKey(), strings.Repeat("QUFB", 1<<18))),
+		"2^62 chunks":    []byte(fmt.Sprintf(`{"p":2,"g":1,"req":%q,"i":0,"n":%d}`+"\ngzip bomb here", digest, 1<<62)),
+	}
+	for name, msg := range msgs {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := wire.Open(msg, trusted, 2, digest)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("%s: opened", name)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+			t.Errorf("%s: %d MB allocated before the seal", name, grew>>20)
+		}
+		t.Logf("%s (%d bytes): %v", name, len(msg), err)
+	}
+}
