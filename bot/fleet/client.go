@@ -33,9 +33,12 @@ const (
 	// the caller's context allows more: a command's reply (chatops'
 	// handler timeout) must not wait on a dead group for long.
 	DefaultTimeout = 5 * time.Second
-	// DefaultMaxAnswer bounds one answer, inflated: the cluster states of
-	// 2,000 hosted clusters take about a tenth of it.
-	DefaultMaxAnswer = 256 << 20
+	// DefaultMaxAnswer bounds one answer, inflated: the largest, the
+	// digest's cluster states, is about 11 MB for a group of 5,000 hosted
+	// clusters (2.2 MB per 1,000, BenchmarkFleetAnswers2000), and a group
+	// of the fleet's size must fit several of them beside its own state in
+	// the pod's 512 MiB (docs/capacity.md).
+	DefaultMaxAnswer = 48 << 20
 	// inboxBytes bounds what a call's subscription holds unread.
 	inboxBytes = 64 << 20
 	// noResponders is the status of the server's message that nobody is

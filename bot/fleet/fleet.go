@@ -35,11 +35,14 @@
 // is one fan-out: a request published once per group asked, the answers
 // collected on one subscription of the caller's. Answers are gob, gzip
 // compressed, cut into chunks within the server's max_payload (wire.Seal);
-// a client takes at most MaxAnswer bytes per answer. A server answers at
-// most Concurrency requests at once and drops the others (a flood from
-// the bot's credentials costs it that many encodings at a time, not
-// memory without bound), and refuses requests larger than maxRequest or
-// with a reply subject outside wire.AnswerPrefix.
+// a client takes at most MaxAnswer bytes per answer (all the answers it
+// holds for a group together, counted before anything is allocated). A
+// server answers at most Concurrency requests at once, keeps at most
+// Backlog more waiting, each at most MaxWait, and drops the others (a
+// flood from the bot's credentials costs it that many encodings at a
+// time, not memory without bound; a burst of commands waits instead of
+// missing a group), and refuses requests larger than maxRequest or with
+// a reply subject outside wire.AnswerPrefix.
 package fleet
 
 import (
@@ -117,6 +120,11 @@ func decodeRequest(data []byte) (request, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
 		return r, fmt.Errorf("fleet: request: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		// One request is one JSON object: bytes after it would be
+		// sealed into the answer's binding unread.
+		return r, errors.New("fleet: request: bytes after the request")
 	}
 	if len(r.Nonce) < 32 {
 		return r, errors.New("fleet: request without a nonce")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -17,8 +18,20 @@ import (
 	"github.com/hcpbot/hcpbot/partition"
 )
 
-// DefaultConcurrency is how many requests a server answers at once.
-const DefaultConcurrency = 4
+// Defaults of a Server.
+const (
+	// DefaultConcurrency is how many requests a server answers at once.
+	DefaultConcurrency = 4
+	// DefaultBacklog is how many requests wait for an answer slot; the
+	// others are dropped. A burst of commands (a few people, the digest)
+	// waits milliseconds; dropping it made each command wait its whole
+	// deadline and say a group did not answer.
+	DefaultBacklog = 64
+	// DefaultMaxWait is how long a request may wait for a slot: after
+	// that its asker (DefaultTimeout) has likely given up, and answering
+	// a flood's old requests would only delay the new ones.
+	DefaultMaxWait = 2 * time.Second
+)
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
@@ -29,9 +42,19 @@ type ServerConfig struct {
 	// Signer seals the answers: approval.Signer.ForFleet.
 	Signer wire.Signer
 	// Concurrency bounds the requests answered at once; default
-	// DefaultConcurrency. Others are dropped while all are busy.
+	// DefaultConcurrency. Backlog (default DefaultBacklog) more wait for
+	// a slot, each at most MaxWait (default DefaultMaxWait); the others
+	// are dropped.
 	Concurrency int
+	Backlog     int
+	MaxWait     time.Duration
 	Log         zerolog.Logger
+}
+
+// waiting is a request heard while every slot was busy.
+type waiting struct {
+	m  *nats.Msg
+	at time.Time
 }
 
 // Server answers the fleet's requests to its group from the local bot.
@@ -39,6 +62,8 @@ type Server struct {
 	cfg     ServerConfig
 	replica string
 	sem     chan struct{}
+	backlog chan waiting
+	stopped atomic.Bool
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	sub     *nats.Subscription
@@ -50,7 +75,7 @@ type Server struct {
 // Stats counts what a server did with the requests it heard.
 type Stats struct {
 	Answered int64 // answers sent
-	Dropped  int64 // requests not answered: Concurrency answers were running
+	Dropped  int64 // requests not answered: the backlog was full, or they waited longer than MaxWait
 	Refused  int64 // malformed requests, or a reply subject outside the fleet's
 	Failed   int64 // answers not encoded, sealed or sent
 	// MaxInFlight is the most answers that were being made at once.
@@ -70,11 +95,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.Backlog <= 0 {
+		cfg.Backlog = DefaultBacklog
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultMaxWait
+	}
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("fleet: replica id: %w", err)
 	}
-	return &Server{cfg: cfg, replica: hex.EncodeToString(id[:]), sem: make(chan struct{}, cfg.Concurrency)}, nil
+	return &Server{cfg: cfg, replica: hex.EncodeToString(id[:]), sem: make(chan struct{}, cfg.Concurrency), backlog: make(chan waiting, cfg.Backlog)}, nil
 }
 
 // Stats returns the server's counts so far.
@@ -113,6 +144,7 @@ func (s *Server) Start() error {
 	}
 	s.mu.Lock()
 	s.sub = sub
+	s.stopped.Store(false)
 	s.mu.Unlock()
 	s.cfg.Log.Info().Str("subject", s.Subject()).Str("replica", s.replica).Msg("answering the fleet's requests")
 	return nil
@@ -123,6 +155,7 @@ func (s *Server) Stop() {
 	s.mu.Lock()
 	sub := s.sub
 	s.sub = nil
+	s.stopped.Store(true)
 	s.mu.Unlock()
 	if sub != nil {
 		_ = sub.Unsubscribe()
@@ -130,42 +163,93 @@ func (s *Server) Stop() {
 	s.wg.Wait()
 }
 
-// handle runs on the subscription's goroutine: it takes a slot or drops
-// the request, so a flood never queues answers.
+// handle runs on the subscription's goroutine: it puts the request in
+// the backlog (or drops it: full) and starts a worker when a slot is
+// free; a busy worker takes it when done. So a flood costs Concurrency
+// answers at a time and a backlog of small requests, never a queue
+// without bound.
 func (s *Server) handle(m *nats.Msg) {
-	if !strings.HasPrefix(m.Reply, wire.AnswerPrefix+".") {
+	switch {
+	case !strings.HasPrefix(m.Reply, wire.AnswerPrefix+"."):
 		// The reply subject is the requester's choice: the bot answers
 		// into the fleet's answer subjects only, never onto a subject
 		// its user may publish for other reasons.
 		s.refused.Add(1)
 		return
+	case len(m.Data) > maxRequest:
+		s.refused.Add(1) // before it takes room in the backlog
+		return
 	}
 	select {
-	case s.sem <- struct{}{}:
+	case s.backlog <- waiting{m: m, at: time.Now()}:
 	default:
-		if s.dropped.Add(1)%100 == 1 {
-			// Logged once a hundred: the flood is not to flood the log.
-			s.cfg.Log.Warn().Int64("dropped", s.dropped.Load()).Int("concurrency", s.cfg.Concurrency).Msg("fleet requests dropped: every answer slot busy")
-		}
+		s.drop("fleet requests dropped: every answer slot busy and the backlog full")
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sub == nil {
-		<-s.sem // stopped: Stop may be waiting already
-		return
+		return // stopped: Stop may be waiting already
 	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return // every slot busy: a worker takes it when done
+	}
+	s.enter()
+	s.wg.Go(s.work)
+}
+
+func (s *Server) drop(why string) {
+	if s.dropped.Add(1)%100 == 1 {
+		// Logged once a hundred: the flood is not to flood the log.
+		s.cfg.Log.Warn().Int64("dropped", s.dropped.Load()).Int("concurrency", s.cfg.Concurrency).Int("backlog", s.cfg.Backlog).Msg(why)
+	}
+}
+
+// enter counts an answer slot taken.
+func (s *Server) enter() {
 	n := s.inFlight.Add(1)
 	for {
 		top := s.maxInFlight.Load()
 		if n <= top || s.maxInFlight.CompareAndSwap(top, n) {
-			break
+			return
 		}
 	}
-	s.wg.Go(func() {
-		defer func() { s.inFlight.Add(-1); <-s.sem }()
-		s.answer(m)
-	})
+}
+
+// work holds a slot and answers the backlog until it is empty. A request
+// put in the backlog just as the last worker found it empty is seen by
+// that worker's check after it gave its slot back, or finds the slot
+// free itself (handle puts it in, then tries for a slot).
+func (s *Server) work() {
+	for {
+		for done := false; !done; {
+			select {
+			case w := <-s.backlog:
+				switch {
+				case s.stopped.Load():
+				case time.Since(w.at) > s.cfg.MaxWait:
+					s.drop("fleet requests dropped: waited too long for an answer slot")
+				default:
+					s.answer(w.m)
+				}
+			default:
+				done = true
+			}
+		}
+		s.inFlight.Add(-1)
+		<-s.sem
+		if len(s.backlog) == 0 || s.stopped.Load() {
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+			s.enter()
+		default:
+			return // another worker holds a slot and will see it
+		}
+	}
 }
 
 func (s *Server) answer(m *nats.Msg) {

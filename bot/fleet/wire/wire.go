@@ -190,44 +190,75 @@ func Open(msg []byte, trusted []string, count int, request string) (Chunk, error
 // Assembly collects the verified chunks of the answers to one request
 // from one group, per answer (a group's replicas may answer differently:
 // a follower lags), until one is whole.
+//
+// Max bounds what it holds of all the answers together, before anything
+// is allocated for a chunk: the bytes, and the chunk slots (a sealed
+// chunk's Total is only its sealer's word: a key in
+// approvals.trustedKeys, an old one maybe, could otherwise claim 2^40
+// chunks, or open answer after answer, and make the client allocate
+// without bound).
 type Assembly struct {
-	parts map[string][][]byte // by answer digest
-	have  map[string]int
-	size  map[string]int
-	// Max bounds the bytes held per answer; 0 means no bound.
+	answers map[string]*partial // by answer digest
+	held    int                 // bytes of every answer held
+	slots   int                 // chunk slots of every answer held
+	// Max bounds the bytes held, all answers together; 0 means no bound.
 	Max int
 }
+
+// partial is one answer's chunks so far.
+type partial struct {
+	parts [][]byte
+	have  int
+}
+
+// MaxChunks is the most chunks an answer of max bytes travels in: every
+// chunk but the last carries more than headerRoom bytes (Seal).
+func MaxChunks(max int) int { return max/headerRoom + 1 }
 
 // Add keeps c (verified by Open) and returns the whole answer once every
 // chunk of c's answer is there and their bytes are the sealed answer's.
 func (a *Assembly) Add(c Chunk) ([]byte, bool, error) {
-	if a.parts == nil {
-		a.parts, a.have, a.size = map[string][][]byte{}, map[string]int{}, map[string]int{}
+	if a.answers == nil {
+		a.answers = map[string]*partial{}
 	}
-	parts := a.parts[c.Answer]
-	if parts == nil {
-		parts = make([][]byte, c.Total)
-		a.parts[c.Answer] = parts
+	p := a.answers[c.Answer]
+	if p == nil {
+		if a.Max > 0 && a.slots+c.Total > MaxChunks(a.Max) {
+			return nil, false, fmt.Errorf("fleet answer: %d chunks claimed beside %d held, more than %d bytes travel in", c.Total, a.slots, a.Max)
+		}
+		p = &partial{parts: make([][]byte, c.Total)}
+		a.answers[c.Answer] = p
+		a.slots += c.Total
 	}
-	if len(parts) != c.Total {
+	if len(p.parts) != c.Total {
 		return nil, false, fmt.Errorf("%w: chunk counts differ within one answer", ErrForged)
 	}
-	if parts[c.Index] != nil {
+	if p.parts[c.Index] != nil {
 		return nil, false, nil // a second replica's copy of the same chunk
 	}
-	if a.Max > 0 && a.size[c.Answer]+len(c.Data) > a.Max {
+	if a.Max > 0 && a.held+len(c.Data) > a.Max {
 		return nil, false, fmt.Errorf("fleet answer: more than %d bytes", a.Max)
 	}
-	parts[c.Index] = c.Data
-	a.have[c.Answer]++
-	a.size[c.Answer] += len(c.Data)
-	if a.have[c.Answer] < c.Total {
+	p.parts[c.Index] = c.Data
+	p.have++
+	a.held += len(c.Data)
+	if p.have < c.Total {
 		return nil, false, nil
 	}
-	whole := bytes.Join(parts, nil)
-	delete(a.parts, c.Answer)
+	whole := bytes.Join(p.parts, nil)
+	a.drop(c.Answer)
 	if sum(whole) != c.Answer {
 		return nil, false, fmt.Errorf("%w: the chunks do not make the sealed answer", ErrForged)
 	}
 	return whole, true, nil
+}
+
+// drop forgets an answer and what it held.
+func (a *Assembly) drop(answer string) {
+	p := a.answers[answer]
+	for _, d := range p.parts {
+		a.held -= len(d)
+	}
+	a.slots -= len(p.parts)
+	delete(a.answers, answer)
 }
