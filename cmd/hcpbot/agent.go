@@ -34,6 +34,7 @@ import (
 	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
+	"github.com/hcpbot/hcpbot/partition"
 	"github.com/hcpbot/hcpbot/redact"
 	"github.com/hcpbot/hcpbot/watchers"
 )
@@ -607,6 +608,9 @@ type natsClient struct {
 	// the agents it runs: each has a user there (the bot always has).
 	role   bus.Role
 	agents []string
+	// partitions are the bot groups: the embedded server tags the events
+	// with their group (bus.LocalConfig.Partitions).
+	partitions partition.Set
 }
 
 // connectNATS connects to the given URLs, or starts the embedded server
@@ -623,7 +627,7 @@ func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.C
 			}
 			storeDir = filepath.Join(base, "hcpbot", "nats")
 		}
-		cfg.Embedded = bus.LocalConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Listen: nc.listen, Agents: nc.agents}
+		cfg.Embedded = bus.LocalConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Listen: nc.listen, Agents: nc.agents, Partitions: nc.partitions}
 		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server")
 	}
 	if pd := bus.ProxyFromEnvironment(); pd != nil && len(cfg.URLs) > 0 {
