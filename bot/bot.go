@@ -91,6 +91,8 @@ type Bot struct {
 	applied uint64
 	// writing serialises the checkpoints this replica writes.
 	writing sync.Mutex
+	// stormSuffix ends the storm keys of this group (partition.go).
+	stormSuffix string
 }
 
 // New returns a Bot. reg may be nil.
@@ -118,7 +120,8 @@ func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus
 	m := newMetrics(reg)
 	return &Bot{cfg: cfg, js: js, out: out, log: log.With().Str("component", "bot").Logger(), metrics: m,
 		kick: make(chan struct{}, 1), model: newModel(cfg.Clients), incidents: map[diagnose.Key]*Incident{},
-		storms: map[string]*Storm{}, gone: map[diagnose.Key]time.Time{}, caughtUp: true}
+		storms: map[string]*Storm{}, gone: map[diagnose.Key]time.Time{}, caughtUp: true,
+		stormSuffix: stormSuffix(cfg.Partitions, cfg.Partition)}
 }
 
 func newModel(clients diagnose.ClientsFunc) *diagnose.Model {
@@ -168,10 +171,17 @@ func (b *Bot) Run(ctx context.Context) error {
 	// the two are the correlator's main costs (make bench, B1). The
 	// channel keeps the stream's order.
 	decoded := make(chan decodedEvent, decodeAhead)
+	sel := newSelector(b.cfg.Partitions, b.cfg.Partition, b.log)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		d := decodedEvent{}
-		d.e, d.p, d.err = event.DecodeAll(m.Data())
-		if d.err == nil && !event.OnSourceSubject(m.Subject(), d.e.Source) {
+		if sel.skip(m.Subject()) {
+			// Another group's source: not decoded, but its sequence is
+			// passed on, so applied and the catch-up advance past it.
+			d.skip = true
+		} else {
+			d.e, d.p, d.err = event.DecodeAll(m.Data())
+		}
+		if !d.skip && d.err == nil && !event.OnSourceSubject(m.Subject(), d.e.Source) {
 			// NATS lets an agent publish only its own source's
 			// subjects; a body naming another source is a forgery.
 			d.err = fmt.Errorf("%w: source %q on subject %s", errWrongSource, d.e.Source, m.Subject())
@@ -198,7 +208,11 @@ func (b *Bot) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case d := <-decoded:
-				b.apply(d.e, d.p, d.err, d.seq)
+				if d.skip {
+					b.skipped(d.seq)
+				} else {
+					b.apply(d.e, d.p, d.err, d.seq)
+				}
 				if d.seq >= until {
 					b.markCaughtUp()
 				}
@@ -217,10 +231,22 @@ var errWrongSource = errors.New("event of another source")
 const decodeAhead = 256
 
 type decodedEvent struct {
-	e   event.Event
-	p   event.Payload
-	err error
-	seq uint64 // stream sequence, 0 when unknown
+	e    event.Event
+	p    event.Payload
+	err  error
+	seq  uint64 // stream sequence, 0 when unknown
+	skip bool   // another group's event, not decoded
+}
+
+// skipped notes another group's event as applied: a checkpoint taken now
+// covers it.
+func (b *Bot) skipped(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.applied = seq
+	b.mu.Unlock()
 }
 
 func (b *Bot) markCaughtUp() {

@@ -132,6 +132,25 @@ func incidentDiff(want, got []bot.Incident) []string {
 	return out
 }
 
+// replayInFull runs a bot like cfg's without checkpoints, the leader,
+// until it applied the whole stream and its incidents are want's (what
+// the leader's flush decides after the replay, silences and resolutions,
+// included), or 30 s passed; it returns the bot and the differences left.
+func replayInFull(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config, log zerolog.Logger, want []bot.Incident) (*botRun, []string) {
+	t.Helper()
+	cfg.Checkpoints, cfg.Leader = nil, nil
+	replayed := runBotLogged(t, js, rec, cfg, nil, nil, log)
+	waitApplied(t, js, replayed.bot)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		diff := incidentDiff(want, replayed.bot.Incidents())
+		if len(diff) == 0 || time.Now().After(deadline) {
+			return replayed, diff
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // stormDiff compares two replicas' storms.
 func stormDiff(want, got []bot.StormState) []string {
 	norm := func(ss []bot.StormState) map[string]string {
@@ -305,22 +324,9 @@ func TestCheckpointRestartEqualsFullReplay(t *testing.T) {
 	restored.cancel()
 
 	// The same stream replayed in full, by a bot without checkpoints.
-	full := cfg
-	full.Checkpoints = nil
 	mark = len(rec.Calls())
 	logC, bufC := capturedLog(t, "replayed")
-	replayed := runBotLogged(t, js, rec, full, nil, nil, logC)
-	waitApplied(t, js, replayed.bot)
-	var diff []string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		// Silences are seen by the leader's flush, after the replay.
-		diff = incidentDiff(wantIncidents, replayed.bot.Incidents())
-		if len(diff) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	replayed, diff := replayInFull(t, js, rec, cfg, logC, wantIncidents)
 	if len(diff) > 0 {
 		t.Errorf("restored and replayed incidents differ:\n%s", strings.Join(diff, "\n"))
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/partition"
 )
 
 // Config of a Bot.
@@ -72,6 +73,12 @@ type Config struct {
 	// start replays at most this much of the stream. 0 means
 	// DefaultCheckpointEvery; negative writes one at shutdown only.
 	CheckpointEvery time.Duration
+	// Partitions are the bot groups that share the events stream and
+	// Partition this bot's group, 0 <= Partition < Partitions.Count
+	// (partition.go). With Count <= 1, the default, the bot holds every
+	// source and nothing is named differently.
+	Partitions partition.Set
+	Partition  int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }

@@ -67,6 +67,15 @@
 // first asks the notifier whether each incident already has a message,
 // so incidents posted before a storm formed keep their own message.
 //
+// # Partitions: several bot groups
+//
+// With Config.Partitions.Count > 1 the bot is one group of several, each
+// holding the management clusters partition.Set.Of gives it (its own
+// lease "bot-p<P>-<k>", checkpoint and storm keys; docs/partitions.md).
+// It still reads the whole stream and skips, before decoding, the events
+// of sources it does not hold (partition.go), so any history replays
+// right; the tag NATS adds (event.Tag) is only checked.
+//
 // # Correlation (Alertmanager's dispatch, for this domain)
 //
 //   - One incident per hosted cluster at a time, holding every diagnosis of
@@ -137,6 +146,7 @@
 //	clock.go     the flush loop and the stages that decide by time
 //	storms.go    storms: forming, revived after a restart, their pipeline
 //	takeover.go  a new leader asks which messages exist
+//	partition.go one group of several: the events it skips, its storm keys
 //	resume.go    restoring a checkpoint at start, writing them on the leader
 //	state.go     what a checkpoint holds of the correlator, and back
 //	forget.go    what is forgotten, and when

@@ -170,6 +170,9 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	keys = keys[:0]
 	for _, s := range revived {
 		keys = append(keys, s.Key)
+		if s.bare != "" {
+			keys = append(keys, s.bare)
+		}
 	}
 	// A storm whose lookup failed is not revived: reviving one without a
 	// message would post a new root.
@@ -181,6 +184,14 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	f = &flushRun{ctx: ctx, now: b.cfg.Now()}
 	f.next = f.now.Add(maxFlush)
 	for _, s := range revived {
+		if !stormRoots[s.Key] && s.bare != "" && stormRoots[s.bare] {
+			// Posted by the one group before a repartition: its key is
+			// the group's own storm's without the suffix only in the
+			// group holding the storm's first member (the key hashes
+			// the cause and that member's opening), so one group takes
+			// the message over and the others post their part.
+			s.Key = s.bare
+		}
 		if stormRoots[s.Key] && b.storms[s.Key] == nil {
 			b.revive(s)
 		}

@@ -23,11 +23,14 @@ import (
 // it did not make it.
 const shutdownWrite = 20 * time.Second
 
+// checkpointName is Config.CheckpointName, or DefaultCheckpointName with
+// the group's name and the static map's layout when there are several
+// groups ("bot-p2-1"): each group restores its own state only.
 func (b *Bot) checkpointName() string {
 	if b.cfg.CheckpointName != "" {
 		return b.cfg.CheckpointName
 	}
-	return DefaultCheckpointName
+	return b.cfg.Partitions.CheckpointName(DefaultCheckpointName, b.cfg.Partitions.ID(b.cfg.Partition))
 }
 
 // restore loads the newest checkpoint into the bot and returns the stream

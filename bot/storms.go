@@ -31,6 +31,11 @@ type Storm struct {
 	listed  int    // members already listed in the thread
 	rooted  bool   // revived with the message of a previous run
 	held    reason // why a stage holds it back; "" after a rendering went out
+	// bare is a revived storm's key without the group's suffix (set with
+	// several groups only): the key one bot had before a repartition
+	// from one group, whose message the group holding the storm's first
+	// member takes over (flush.go).
+	bare string
 }
 
 // clearing reports whether every open member's signals have cleared: the
@@ -84,7 +89,10 @@ func (b *Bot) replayedStorms() []*Storm {
 	for channel, members := range byChannel {
 		groups, _ := storm.Find(members, b.cfg.StormThreshold, b.cfg.StormWindow)
 		for _, g := range groups {
-			s := &Storm{Key: g.Key(), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
+			s := &Storm{Key: b.stormKey(g), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
+			if b.stormSuffix != "" {
+				s.bare = g.Key()
+			}
 			for _, m := range g.Members {
 				s.Members = append(s.Members, byKey[m.Key])
 			}
@@ -188,9 +196,9 @@ func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
 			if !slices.ContainsFunc(g.Members, func(m storm.Member) bool { return isDue[m.Key] }) {
 				continue // all already told one by one
 			}
-			s := b.storms[g.Key()]
+			s := b.storms[b.stormKey(g)]
 			if s == nil {
-				s = &Storm{Key: g.Key(), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
+				s = &Storm{Key: b.stormKey(g), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
 				b.storms[s.Key] = s
 				b.log.Info().Str("storm", s.Key).Str("cause", s.Cause.Kind.String()).Int("clusters", len(g.Members)).Msg("storm")
 			}
@@ -364,3 +372,7 @@ func (b *Bot) listStormMembers(f *flushRun, s *Storm) {
 		s.listed = to
 	}
 }
+
+// stormKey is g's key, with this group's suffix when there are several
+// (partition.go).
+func (b *Bot) stormKey(g storm.Group) string { return g.Key() + b.stormSuffix }

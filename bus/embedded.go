@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
+	"github.com/hcpbot/hcpbot/partition"
 	"github.com/hcpbot/hcpbot/redact"
 )
 
@@ -67,6 +68,11 @@ type EmbeddedConfig struct {
 	// the host can lose acknowledged events of that window (see
 	// docs/reliability.md). make bench measures both (B1, B1-sync).
 	SyncAlways bool
+	// Mappings are account subject mappings installed in the account
+	// every user is in (the global one): the partition tags of the events
+	// (partition.Set.Mappings), as nats.conf's mappings block installs
+	// them on a deployed server. Every node of a cluster needs the same.
+	Mappings []partition.Mapping
 	// StartTimeout bounds the wait for readiness; default 30s. A deadline
 	// on the context passed to StartEmbedded applies as well.
 	StartTimeout time.Duration
@@ -168,6 +174,17 @@ func (cfg EmbeddedConfig) options() (*server.Options, error) {
 			Port: randomIfUnset(c.Port),
 		}
 		opts.Routes = routes
+	}
+	if len(cfg.Mappings) > 0 {
+		// nats.conf's top-level mappings do the same: the global account,
+		// which users without an account are in.
+		acc := server.NewAccount(server.DEFAULT_GLOBAL_ACCOUNT)
+		for _, m := range cfg.Mappings {
+			if err := acc.AddMapping(m.Src, m.Dest); err != nil {
+				return nil, fmt.Errorf("bus: subject mapping %s -> %s: %w", m.Src, m.Dest, err)
+			}
+		}
+		opts.Accounts = []*server.Account{acc}
 	}
 	return opts, nil
 }

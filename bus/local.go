@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/partition"
 )
 
 // Role is a NATS user of hcpbot: the bot (all its replicas; the zero
@@ -53,12 +54,20 @@ func (r Role) InboxPrefix() (string, error) {
 	return event.AgentInboxPrefix(r.source)
 }
 
-// Permissions are the role's rights, as nats.conf grants them.
+// Permissions are the role's rights, as nats.conf grants them, with one
+// bot group.
 func (r Role) Permissions() (*server.Permissions, error) {
+	return r.PermissionsIn(partition.Set{})
+}
+
+// PermissionsIn are the role's rights with the bot groups of set: an
+// agent's events are stored tagged with its group
+// (AgentPermissionsIn).
+func (r Role) PermissionsIn(set partition.Set) (*server.Permissions, error) {
 	if r.source == "" {
 		return BotPermissions(), nil
 	}
-	return AgentPermissions(r.source)
+	return AgentPermissionsIn(r.source, set)
 }
 
 // fileName is the role's seed file under the store's keys folder.
@@ -107,6 +116,11 @@ type LocalConfig struct {
 	Agents []string
 	// SyncAlways, as EmbeddedConfig.SyncAlways.
 	SyncAlways bool
+	// Partitions are the bot groups (bot.partitions, bot.partitionMap):
+	// with more than one, the server tags every event with its group
+	// (partition.Set.Mappings) and each agent may publish on its own
+	// group's tag only (AgentPermissionsIn).
+	Partitions partition.Set
 }
 
 // Local is the product's embedded server: no anonymous user, a user per
@@ -142,7 +156,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, log zerolog.Logger) (*Loca
 	l := &Local{keys: make(map[Role]nkeys.KeyPair, len(roles)), seedFiles: map[Role]string{}}
 	users := make([]*server.NkeyUser, 0, len(roles)+1)
 	for _, r := range roles {
-		perms, err := r.Permissions()
+		perms, err := r.PermissionsIn(cfg.Partitions)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +179,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, log zerolog.Logger) (*Loca
 
 	ecfg := EmbeddedConfig{
 		StoreDir: cfg.StoreDir, Name: orDefault(cfg.Name, defaultName), SyncAlways: cfg.SyncAlways,
-		Users: users, InProcessOnly: cfg.Listen == "",
+		Users: users, InProcessOnly: cfg.Listen == "", Mappings: cfg.Partitions.Mappings(),
 		Logger: log.With().Str("component", "nats-server").Logger(),
 	}
 	if cfg.Listen != "" {

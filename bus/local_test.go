@@ -365,7 +365,7 @@ func TestAgentPermissionsDottedSource(t *testing.T) {
 	}
 	allow := strings.Join(p.Publish.Allow, " ")
 	for _, want := range []string{
-		"hcpbot.events.mgmt~corp.>", "hcpbot.audit.mgmt~corp.agent",
+		"hcpbot.events.mgmt~corp.*.*.*", "hcpbot.audit.mgmt~corp.agent",
 		"$JS.API.CONSUMER.CREATE.HCPBOT_ACTIONS.agent-mgmt_corp.hcpbot.actions.mgmt~corp.request",
 		"$KV.hcpbot-action-results.mgmt_corp.>",
 	} {

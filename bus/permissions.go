@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/partition"
 )
 
 // The permission split of hcpbot's NATS users, in Go: what the embedded
@@ -117,8 +118,15 @@ func BotPermissions() *server.Permissions {
 	}
 }
 
-// AgentPermissions are the rights of the user of the agent of source (all
-// its replicas): it publishes its own events and audit records, looks up
+// AgentPermissions are AgentPermissionsIn with one bot group.
+func AgentPermissions(source string) (*server.Permissions, error) {
+	return AgentPermissionsIn(source, partition.Set{})
+}
+
+// AgentPermissionsIn are the rights of the user of the agent of source (all
+// its replicas) with the bot groups of set: it publishes its own events
+// (six tokens, event.Subject; with several groups also on its group's
+// tag, below) and audit records, looks up
 // the events and audit streams, reads the last audit record of its
 // subject (MSG.GET, for the records' chain), reads the approval store,
 // consumes its own action requests through its durable consumer
@@ -131,7 +139,17 @@ func BotPermissions() *server.Permissions {
 // A '.' in source is '~' in subjects (event.SourceToken) and '_' in the
 // consumer name and result keys (package actions' sourceKey, which this
 // package cannot import: actions imports bus).
-func AgentPermissions(source string) (*server.Permissions, error) {
+//
+// Events: nats-server applies the account's subject mappings before it
+// checks a publish permission (server/parser.go: selectMappedSubject,
+// then processInboundMsg's pubAllowedFullCheck), so with several groups
+// what is checked is the tagged subject the mapping made. The allow list
+// names that tag, the group of source and no other: an agent that
+// publishes a subject it tagged itself (eight tokens, which the mapping
+// of six does not touch) cannot steer its events into another group's
+// tag (TestI30AttackAgentSteersItsEventsToAnotherGroup). Exactly six
+// tokens otherwise ("<source>.*.*.*"): no subject of another shape.
+func AgentPermissionsIn(source string, set partition.Set) (*server.Permissions, error) {
 	tok, err := event.SourceToken(source)
 	if err != nil {
 		return nil, fmt.Errorf("bus: agent permissions: %w", err)
@@ -143,9 +161,10 @@ func AgentPermissions(source string) (*server.Permissions, error) {
 	key := strings.ReplaceAll(source, ".", "_")
 	consumer := "agent-" + key
 	results := "KV_" + ActionResultsBucket
+	events := event.EventsSubjectPrefix + "." + tok + ".*.*.*"
 	allow := []string{
 		// Its own events and audit records (JetStream publishes).
-		event.EventsSubjectPrefix + "." + tok + ".>",
+		events,
 		event.SubjectRoot + ".audit." + tok + ".agent",
 		// Look-ups, never changes; the last record of its audit subject.
 		jsStreamAPI("INFO", EventsStreamName), jsStreamAPI("INFO", AuditStreamName), jsStreamAPI("MSG.GET", AuditStreamName),
@@ -160,6 +179,9 @@ func AgentPermissions(source string) (*server.Permissions, error) {
 		// Its answers: its own keys only, read and created.
 		jsStreamAPI("INFO", results),
 		"$JS.API.DIRECT.GET." + results + ".$KV." + ActionResultsBucket + "." + key + ".>", "$KV." + ActionResultsBucket + "." + key + ".>",
+	}
+	if tag, ok := set.Tag(source); ok {
+		allow = append(allow, event.TagSubject(events, tag))
 	}
 	deny := []string{
 		event.SubjectRoot + ".actions.>",

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/noproxy"
+	"github.com/hcpbot/hcpbot/partition"
 )
 
 // Config is one hcpbot configuration file, validated, with defaults
@@ -240,6 +241,24 @@ type Bot struct {
 	// clusters' workloads use (see Clients). Default
 	// noproxy.DefaultClients: go, curl, requests, urllib.
 	NoProxyClients []noproxy.Client
+	// Partitions is the number of bot groups sharing the events stream,
+	// each holding the management clusters partition.Set.Of gives it
+	// (docs/capacity.md). Default 1: one group, nothing changes. More
+	// than one needs approvals' signing key (checkpoints are sealed
+	// with it).
+	Partitions int
+	// Partition is this process's group, 0 <= Partition < Partitions;
+	// `hcpbot bot --partition` (HCPBOT_PARTITION) overrides it so one
+	// Deployment per group shares the file. Default 0.
+	Partition int
+	// PartitionMap, optional, puts a management cluster (source) in a
+	// group; the others fall back to the hash. Every group < Partitions.
+	PartitionMap map[string]int
+}
+
+// PartitionSet is the bot groups as package partition reads them.
+func (b *Bot) PartitionSet() partition.Set {
+	return partition.Set{Count: max(b.Partitions, 1), Static: b.PartitionMap}
 }
 
 // Storm: when more than Threshold incidents open within Window, the bot

@@ -79,7 +79,7 @@ func TestExampleDefaultsMatchCode(t *testing.T) {
 		"bufferEvents": true, "hostedProbeInterval": true, "nodeJoinGrace": true, "groupWait": true, "groupInterval": true,
 		"resolveTimeout": true, "healDeadline": true, "threshold": true, "window": true, "apiURL": true, "socketMode": true,
 		"fourEyes": true, "requireFourEyes": true, "proposalTTL": true, "level": true, "format": true, "kubeconfig": true,
-		"noProxyClients": true, "serviceNodePortRange": true, "checkpointEvery": true,
+		"noProxyClients": true, "serviceNodePortRange": true, "checkpointEvery": true, "partitions": true, "partition": true,
 	}
 	for _, line := range strings.Split(Example, "\n") {
 		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
@@ -199,6 +199,13 @@ func TestRejected(t *testing.T) {
 		{"empty approvals", botBase + "approvals:\n  fourEyes: false\n", 6, "approvals", "nobody could approve"},
 		{"bad log format", "agent:\n  source: mgmt-1\nlog: {format: text}\n", 3, "log.format", "want json or console"},
 		{"route without condition", botBase + "  routes:\n    - channel: C0123456789\n", 7, "bot.routes[0]", "needs match or selector"},
+		{"partitions 0", botBase + "  partitions: 0\n", 6, "bot.partitions", "at least 1"},
+		{"partition past partitions", botBase + "  partitions: 2\n  partition: 2\napprovals:\n  approverGroups: [S01234ABCD]\n  signingKeyEnv: K\n", 7, "bot.partition", "below bot.partitions (2)"},
+		{"partition negative", botBase + "  partition: -1\n", 6, "bot.partition", "at least 0"},
+		{"partition map past partitions", botBase + "  partitions: 2\n  partitionMap:\n    mgmt-1: 1\n    mgmt-2: 3\napprovals:\n  approverGroups: [S01234ABCD]\n  signingKeyEnv: K\n", 9, "bot.partitionMap.mgmt-2", "below bot.partitions (2)"},
+		{"partition map with one partition", botBase + "  partitionMap: {mgmt-1: 0}\n", 6, "bot.partitionMap", "2 or more"},
+		{"partition map not a name", botBase + "  partitions: 2\n  partitionMap: {Mgmt_1: 0}\napprovals:\n  approverGroups: [S01234ABCD]\n  signingKeyEnv: K\n", 7, "bot.partitionMap.Mgmt_1", "management cluster"},
+		{"partitions without signing key", botBase + "  partitions: 2\n", 6, "bot.partitions", "signingKey"},
 		{"unknown incident kind", botBase + "  routes:\n    - match: {kind: crash}\n      channel: C0123456789\n", 7, "bot.routes[0].match.kind", `"crash" is not an incident kind (known: proxy-tunnel,`},
 		{"removed match.type", botBase + "  routes:\n    - match: {type: crashloop}\n      channel: C0123456789\n", 7, "bot.routes[0].match.type", `type is no longer supported: an incident is many events of several types; route on what the incident is with match.kind (for "crashloop" events, probably kind: operator-crashloop)`},
 		{"digest without channel", botBase + "digests:\n  - name: daily\n    schedule: \"@daily\"\n", 7, "digests[0].channel", "is required"},

@@ -2,6 +2,7 @@ package configs
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
@@ -334,11 +335,7 @@ func (d *decoder) bot(n *yaml.Node, path string, b *Bot) bool {
 		{"storm", func(v *yaml.Node, p string) {
 			d.mapping(v, p, []field{
 				{"threshold", func(v *yaml.Node, p string) {
-					if i, ok := d.integer(v, p); ok {
-						if i < 2 {
-							d.problem(v, p, "%d: must be at least 2", i)
-							return
-						}
+					if i, ok := d.intAtLeast(v, p, 2, ""); ok {
 						b.Storm.Threshold = i
 					}
 				}},
@@ -362,7 +359,58 @@ func (d *decoder) bot(n *yaml.Node, path string, b *Bot) bool {
 			}
 		}},
 		{"noProxyClients", func(v *yaml.Node, p string) { b.NoProxyClients = d.noProxyClients(v, p) }},
+		{"partitions", func(v *yaml.Node, p string) {
+			if i, ok := d.intAtLeast(v, p, 1, " (1 is one bot group)"); ok {
+				b.Partitions = i
+			}
+		}},
+		{"partition", func(v *yaml.Node, p string) {
+			if i, ok := d.intAtLeast(v, p, 0, ""); ok {
+				b.Partition = i
+			}
+		}},
+		{"partitionMap", func(v *yaml.Node, p string) { b.PartitionMap = d.partitionMap(v, p) }},
 	}, nil)
+}
+
+// intAtLeast decodes an integer of at least least; why ends the problem.
+func (d *decoder) intAtLeast(v *yaml.Node, p string, least int, why string) (int, bool) {
+	i, ok := d.integer(v, p)
+	if ok && i < least {
+		d.problem(v, p, "%d: must be at least %d%s", i, least, why)
+		return 0, false
+	}
+	return i, ok
+}
+
+// partitionMap decodes bot.partitionMap: management cluster name (a
+// DNS-1123 subdomain, as agent.source) to group, each group 0 or more
+// (check compares them with bot.partitions).
+func (d *decoder) partitionMap(n *yaml.Node, path string) map[string]int {
+	r := resolve(n)
+	if r.Kind != yaml.MappingNode {
+		d.problem(n, path, "must be a mapping of management cluster to partition, not %s", describe(r))
+		return nil
+	}
+	out := map[string]int{}
+	for i := 0; i+1 < len(r.Content); i += 2 {
+		k, v := r.Content[i], r.Content[i+1]
+		p := path + "." + k.Value
+		if _, dup := out[k.Value]; dup {
+			d.problem(k, p, "is listed twice")
+			continue
+		}
+		if !d.dnsSubdomain(k, p, k.Value, "a management cluster name") {
+			continue
+		}
+		g, ok := d.intAtLeast(v, p, 0, "")
+		if !ok {
+			continue
+		}
+		d.lines[p] = k
+		out[k.Value] = g
+	}
+	return out
 }
 
 // noProxyClients decodes a list of NO_PROXY client family names (go, curl,
@@ -931,6 +979,7 @@ func (d *decoder) check(c *Config) {
 		if slackListener := c.Slack == nil || !c.Slack.SocketMode || c.Slack.SigningSecret.IsSet(); slackListener && listenClash(bl, ol) {
 			d.problem(d.at("bot.opsListen"), "bot.opsListen", "%q collides with bot.listen %q: /metrics must not share the listener that faces Slack", ol, bl)
 		}
+		d.checkPartitions(c)
 		if c.Agent != nil {
 			// `hcpbot all` runs both in one process.
 			al := orString(c.Agent.Listen, DefaultAgentListen)
@@ -988,6 +1037,28 @@ func (d *decoder) check(c *Config) {
 			continue
 		}
 		names[dg.Name] = i
+	}
+}
+
+// checkPartitions refuses bot groups the bot and NATS could not agree on,
+// and partitions without what they need.
+func (d *decoder) checkPartitions(c *Config) {
+	b := c.Bot
+	p := max(b.Partitions, 1)
+	if b.Partition >= p {
+		d.problem(d.at("bot.partition"), "bot.partition", "%d: must be below bot.partitions (%d): the groups are 0..%d", b.Partition, p, p-1)
+	}
+	for _, src := range slices.Sorted(maps.Keys(b.PartitionMap)) {
+		if g := b.PartitionMap[src]; g >= p {
+			f := "bot.partitionMap." + src
+			d.problem(d.at(f), f, "partition %d: must be below bot.partitions (%d)", g, p)
+		}
+	}
+	if p == 1 && len(b.PartitionMap) > 0 {
+		d.problem(d.at("bot.partitionMap"), "bot.partitionMap", "needs bot.partitions of 2 or more: with one group every management cluster is in it")
+	}
+	if p > 1 && (c.Approvals == nil || !c.Approvals.SigningKey.IsSet()) {
+		d.problem(d.at("bot.partitions"), "bot.partitions", "%d bot groups need approvals.signingKeyEnv or approvals.signingKeyFile: each group restores its checkpoint at start (one group replaying the whole stream is what partitions are for), and checkpoints and the groups' answers to each other are sealed with that key", p)
 	}
 }
 
@@ -1089,6 +1160,7 @@ func (c *Config) applyDefaults(set func(path string) bool) {
 		if len(b.NoProxyClients) == 0 {
 			b.NoProxyClients = noproxy.DefaultClients()
 		}
+		b.Partitions = max(b.Partitions, 1)
 	}
 	if s := c.Slack; s != nil {
 		s.APIURL = orString(s.APIURL, DefaultSlackAPIURL)

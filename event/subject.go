@@ -3,15 +3,19 @@ package event
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
-// Stream and subject names. Event subjects have exactly six tokens:
+// Stream and subject names. Agents publish event subjects of six tokens:
 //
 //	hcpbot.events.<source>.<hcNamespace>.<hcName>.<type>
 //
 // with NoClusterToken as namespace and name for events that concern no
-// hosted cluster, and '.' in names escaped as '~'.
+// hosted cluster, and '.' in names escaped as '~'. With P > 1 bot groups,
+// NATS stores them with two more tokens, the partition tag <P>.<k>, added
+// by an account subject mapping (package partition, Tag): the source
+// stays the third token.
 const (
 	// StreamName is the JetStream stream holding all events.
 	StreamName = "HCPBOT_EVENTS"
@@ -41,14 +45,35 @@ const (
 // allowed in DNS-1123 names, so the escaping is reversible.
 const escapeChar = "~"
 
-// eventTokens is the number of tokens of an event subject.
-const eventTokens = 6
+// eventTokens is the number of tokens of an event subject as an agent
+// publishes it; taggedTokens with the partition tag NATS adds.
+const (
+	eventTokens  = 6
+	taggedTokens = eventTokens + 2
+)
+
+// Tag is the partition tag NATS's subject mapping adds to an event
+// subject: group Index of Count. Both tokens are written so that a tag of
+// an earlier Count (events stored before a repartition) is recognised as
+// such and not read as a group of the current one. The zero Tag is an
+// untagged subject.
+type Tag struct{ Count, Index int }
+
+// Tagged reports whether t is a tag (Count >= 2, 0 <= Index < Count).
+func (t Tag) Tagged() bool { return t.Count >= 2 && t.Index >= 0 && t.Index < t.Count }
+
+// TagSubject is subject, an untagged event subject, with tag t appended:
+// what the mapping of package partition stores.
+func TagSubject(subject string, t Tag) string {
+	return subject + "." + strconv.Itoa(t.Count) + "." + strconv.Itoa(t.Index)
+}
 
 // SubjectParts is a parsed event subject.
 type SubjectParts struct {
 	Source  string
 	Cluster *ClusterRef // nil for management-level events
 	Type    Type
+	Tag     Tag // the partition tag; zero when untagged
 }
 
 // Subject returns the subject e is published on. It checks the parts it
@@ -121,9 +146,9 @@ func SubjectFilter(source string, cluster *ClusterRef, t Type) (string, error) {
 }
 
 // OnSourceSubject reports whether subject is one of source's event
-// subjects. The subject is what NATS authorised the publisher for; the
-// source in the body is only a claim, so a consumer checks one against
-// the other.
+// subjects, tagged or not. The subject is what NATS authorised the
+// publisher for; the source in the body is only a claim, so a consumer
+// checks one against the other.
 func OnSourceSubject(subject, source string) bool {
 	prefix := EventsSubjectPrefix + "." + escape(source) + "."
 	return len(subject) > len(prefix) && subject[:len(prefix)] == prefix
@@ -132,17 +157,28 @@ func OnSourceSubject(subject, source string) bool {
 // ParseSubject splits an event subject into its parts, undoing the
 // escaping. It checks syntax only: whether the type is known is left to the
 // caller (Type.Known).
+//
+// A tagged subject (two more tokens, <P>.<k>: Tag) is accepted; its tag is
+// in SubjectParts.Tag.
 func ParseSubject(subject string) (SubjectParts, error) {
 	tokens := strings.Split(subject, ".")
-	if len(tokens) != eventTokens || tokens[0]+"."+tokens[1] != EventsSubjectPrefix {
-		return SubjectParts{}, fmt.Errorf("%w: %q: want %s.<source>.<namespace>.<name>.<type>", ErrInvalidSubject, subject, EventsSubjectPrefix)
+	if (len(tokens) != eventTokens && len(tokens) != taggedTokens) || tokens[0]+"."+tokens[1] != EventsSubjectPrefix {
+		return SubjectParts{}, fmt.Errorf("%w: %q: want %s.<source>.<namespace>.<name>.<type>[.<partitions>.<partition>]", ErrInvalidSubject, subject, EventsSubjectPrefix)
+	}
+	var tag Tag
+	if len(tokens) == taggedTokens {
+		var ok bool
+		if tag, ok = parseTag(tokens[6], tokens[7]); !ok {
+			return SubjectParts{}, fmt.Errorf("%w: %q: partition tag %s.%s: want <partitions>.<partition>, 0 <= partition < partitions", ErrInvalidSubject, subject, tokens[6], tokens[7])
+		}
+		tokens = tokens[:eventTokens]
 	}
 	for _, tok := range tokens {
 		if err := checkSubjectToken(tok); err != nil {
 			return SubjectParts{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
 		}
 	}
-	p := SubjectParts{Source: unescape(tokens[2]), Type: Type(tokens[5])}
+	p := SubjectParts{Source: unescape(tokens[2]), Type: Type(tokens[5]), Tag: tag}
 	if err := checkSource(p.Source); err != nil {
 		return SubjectParts{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
 	}
@@ -161,6 +197,58 @@ func ParseSubject(subject string) (SubjectParts, error) {
 		return SubjectParts{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
 	}
 	return p, nil
+}
+
+// SubjectSource reads the source token (escaped, the third) and the
+// partition tag of an event subject without allocating: what a consumer
+// needs to skip another group's events before decoding them. ok is false
+// for a subject that is not an event subject of six or eight tokens; the
+// token is not checked (ParseSubject checks).
+func SubjectSource(subject string) (tok string, tag Tag, ok bool) {
+	rest, found := strings.CutPrefix(subject, EventsSubjectPrefix+".")
+	if !found {
+		return "", Tag{}, false
+	}
+	// rest: source, namespace, name, type, then the optional tag.
+	var toks [taggedTokens - 2]string
+	n := 0
+	for n < len(toks) {
+		t, after, more := strings.Cut(rest, ".")
+		if t == "" {
+			return "", Tag{}, false
+		}
+		toks[n], rest = t, after
+		n++
+		if !more {
+			break
+		}
+		if n == len(toks) {
+			return "", Tag{}, false // more tokens than a tagged subject
+		}
+	}
+	switch n {
+	case eventTokens - 2:
+		return toks[0], Tag{}, true
+	case taggedTokens - 2:
+		if tag, ok = parseTag(toks[4], toks[5]); ok {
+			return toks[0], tag, true
+		}
+	}
+	return "", Tag{}, false
+}
+
+// parseTag reads the two tokens of a partition tag: decimal, no sign or
+// leading zero, 2 <= count, 0 <= index < count.
+func parseTag(count, index string) (Tag, bool) {
+	c, err := strconv.Atoi(count)
+	if err != nil || c < 2 || strconv.Itoa(c) != count {
+		return Tag{}, false
+	}
+	i, err := strconv.Atoi(index)
+	if err != nil || i < 0 || i >= c || strconv.Itoa(i) != index {
+		return Tag{}, false
+	}
+	return Tag{Count: c, Index: i}, true
 }
 
 // AuditSubject carries the audit records about source:

@@ -3,6 +3,7 @@ package event_test
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/hcpbot/hcpbot/event"
@@ -36,6 +37,28 @@ func TestSubjectRoundTrip(t *testing.T) {
 			want := event.SubjectParts{Source: tt.source, Cluster: tt.cluster, Type: tt.typ}
 			if !reflect.DeepEqual(parts, want) {
 				t.Errorf("ParseSubject = %+v, want %+v", parts, want)
+			}
+			// As NATS stores it with P = 3: the same parts and the tag.
+			tag := event.Tag{Count: 3, Index: 2}
+			tagged := event.TagSubject(got, tag)
+			if parts, err = event.ParseSubject(tagged); err != nil {
+				t.Fatalf("ParseSubject(%q): %v", tagged, err)
+			}
+			want.Tag = tag
+			if !reflect.DeepEqual(parts, want) {
+				t.Errorf("ParseSubject(tagged) = %+v, want %+v", parts, want)
+			}
+			if !event.OnSourceSubject(tagged, tt.source) {
+				t.Errorf("OnSourceSubject(%q, %q) = false", tagged, tt.source)
+			}
+			for _, s := range []struct {
+				subject string
+				tag     event.Tag
+			}{{got, event.Tag{}}, {tagged, tag}} {
+				tok, tg, ok := event.SubjectSource(s.subject)
+				if want, _ := event.SourceToken(tt.source); !ok || tok != want || tg != s.tag {
+					t.Errorf("SubjectSource(%q) = %q, %+v, %v; want %q, %+v", s.subject, tok, tg, ok, want, s.tag)
+				}
 			}
 		})
 	}
@@ -74,6 +97,15 @@ func TestParseSubjectRejects(t *testing.T) {
 		"hcpbot.events",
 		"hcpbot.events.mgmt.clusters.example",
 		"hcpbot.events.mgmt.clusters.example.node.extra",
+		// Partition tags: <P>.<k>, P >= 2, 0 <= k < P, plain decimals.
+		"hcpbot.events.mgmt.clusters.example.node.2",
+		"hcpbot.events.mgmt.clusters.example.node.2.2",
+		"hcpbot.events.mgmt.clusters.example.node.1.0",
+		"hcpbot.events.mgmt.clusters.example.node.2.-1",
+		"hcpbot.events.mgmt.clusters.example.node.02.1",
+		"hcpbot.events.mgmt.clusters.example.node.2.01",
+		"hcpbot.events.mgmt.clusters.example.node.x.1",
+		"hcpbot.events.mgmt.clusters.example.node.2.1.0",
 		"hcpbot.actions.mgmt.clusters.example.node",
 		"nats.events.mgmt.clusters.example.node",
 		"hcpbot.events..clusters.example.node",
@@ -91,6 +123,11 @@ func TestParseSubjectRejects(t *testing.T) {
 	} {
 		if p, err := event.ParseSubject(s); !errors.Is(err, event.ErrInvalidSubject) {
 			t.Errorf("ParseSubject(%q) = %+v, %v; want ErrInvalidSubject", s, p, err)
+		}
+		// The consumer's pre-decode read refuses what it can tell without
+		// checking names: the shape and the tag.
+		if tok, tag, ok := event.SubjectSource(s); ok && (s == "" || strings.Count(s, ".") != 5 && strings.Count(s, ".") != 7 || tag == event.Tag{} && strings.Count(s, ".") == 7) {
+			t.Errorf("SubjectSource(%q) = %q, %+v, true", s, tok, tag)
 		}
 	}
 }

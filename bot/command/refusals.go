@@ -33,7 +33,12 @@ type RefusalNotices struct {
 	Channel func(source string) string
 	// Leader reports whether this replica posts; nil means always.
 	Leader func() bool
-	Log    zerolog.Logger
+	// Owns reports whether this bot group holds source (bot groups,
+	// package partition): a group tells about its own management
+	// clusters only, so each refusal is told once across the groups.
+	// Nil means every source.
+	Owns func(source string) bool
+	Log  zerolog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
@@ -107,7 +112,7 @@ func (n *RefusalNotices) handle(ctx context.Context, subject string, data []byte
 	}
 	// The subject names who wrote it, whatever the record says.
 	source, ok := event.AgentAuditSource(subject)
-	if !ok {
+	if !ok || n.Owns != nil && !n.Owns(source) {
 		return
 	}
 	day := r.Time.UTC().Format("2006-01-02")

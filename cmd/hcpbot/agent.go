@@ -33,6 +33,7 @@ import (
 	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/internal/logging"
 	"github.com/hcpbot/hcpbot/internal/version"
+	"github.com/hcpbot/hcpbot/partition"
 	"github.com/hcpbot/hcpbot/watchers"
 )
 
@@ -560,6 +561,9 @@ type natsClient struct {
 	// getenv finds the user's cache folder, the embedded server's store
 	// without storeDir, as `config check` does (embeddedStoreDir).
 	getenv func(string) string
+	// partitions are the bot groups: the embedded server tags the events
+	// with their group (bus.LocalConfig.Partitions).
+	partitions partition.Set
 }
 
 // connectNATS connects to the given URLs, or starts the embedded server
@@ -577,7 +581,7 @@ func connectNATS(ctx context.Context, nc natsClient, log zerolog.Logger) (*bus.C
 		if storeDir, err = embeddedStoreDir(storeDir, getenv); err != nil {
 			return nil, err
 		}
-		cfg.Embedded = bus.LocalConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Listen: nc.listen, Agents: nc.agents}
+		cfg.Embedded = bus.LocalConfig{StoreDir: storeDir, Name: "hcpbot-embedded", Listen: nc.listen, Agents: nc.agents, Partitions: nc.partitions}
 		log.Info().Str("store", storeDir).Msg("no NATS URL configured: starting the embedded server")
 	}
 	if pd := bus.ProxyFromEnvironment(); pd != nil && len(cfg.URLs) > 0 {

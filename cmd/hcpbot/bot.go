@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,8 +54,9 @@ func runAll(ctx context.Context, c *cli, args []string) error {
 
 // runFromConfig starts the bot, or agent and bot, from one config file.
 func runFromConfig(ctx context.Context, c *cli, name string, args []string) error {
-	fs := c.flagSet(name, "--config FILE")
+	fs := c.flagSet(name, "--config FILE [--partition K]")
 	path := fs.String("config", c.getenv("HCPBOT_CONFIG"), "config file (env HCPBOT_CONFIG); see configs/example.yaml")
+	part := fs.String("partition", c.getenv("HCPBOT_PARTITION"), "this process's bot group, 0 to bot.partitions-1 (env HCPBOT_PARTITION); overrides bot.partition, so one Deployment per group shares the config file")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -67,6 +69,9 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	}
 	if cfg.Bot == nil {
 		return fmt.Errorf("%s: no bot section", *path)
+	}
+	if err := overridePartition(cfg.Bot, *part); err != nil {
+		return err
 	}
 	if name == "all" && cfg.Agent == nil {
 		return fmt.Errorf("%s: no agent section (hcpbot all runs both)", *path)
@@ -83,6 +88,23 @@ func runFromConfig(ctx context.Context, c *cli, name string, args []string) erro
 	log.Info().Str("version", version.String()).Str("mode", name).Msg("starting")
 
 	return runConfigured(ctx, c, cfg, sec, name, log)
+}
+
+// overridePartition applies --partition (HCPBOT_PARTITION), "" leaving
+// bot.partition as the file says; the group must exist.
+func overridePartition(b *configs.Bot, flag string) error {
+	if flag == "" {
+		return nil
+	}
+	k, err := strconv.Atoi(flag)
+	if err != nil {
+		return usageErrorf("--partition %q: want a number, 0 to bot.partitions-1", flag)
+	}
+	if err := b.PartitionSet().ID(k).Check(); err != nil {
+		return usageErrorf("--partition %d: bot.partitions is %d, so the groups are 0..%d", k, b.PartitionSet().Count, b.PartitionSet().Count-1)
+	}
+	b.Partition = k
+	return nil
 }
 
 // runConfigured runs the bot, or agent and bot (name "all"), as cfg and
@@ -237,6 +259,9 @@ func botNATSClient(cfg *configs.Config, sec *configs.Secrets, mode string) natsC
 	if mode == "all" && cfg.Agent != nil {
 		nc.agents = []string{cfg.Agent.Source}
 	}
+	if cfg.Bot != nil {
+		nc.partitions = cfg.Bot.PartitionSet()
+	}
 	if sec != nil {
 		nc.credsContent = sec.NATSCreds
 	}
@@ -300,8 +325,15 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		}
 		notifier = n
 	}
-	// Every replica keeps the whole state; the lease holder notifies.
-	lease, err := bus.NewLease(ctx, conn.JS, "bot", replicaIdentity(c), log, bus.WithReplicas(cfg.NATS.StreamReplicas))
+	// Every replica keeps the whole state of its group; the holder of
+	// the group's lease notifies ("bot", or "bot-p<P>-<k>").
+	parts := cfg.Bot.PartitionSet()
+	group := parts.ID(cfg.Bot.Partition)
+	if group.Count > 1 {
+		log = log.With().Str("partition", group.Name()).Logger()
+		log.Info().Int("partition", group.Index).Int("partitions", group.Count).Msg("one bot group of several: holding the management clusters of this partition only")
+	}
+	lease, err := bus.NewLease(ctx, conn.JS, group.Suffix("bot"), replicaIdentity(c), log, bus.WithReplicas(cfg.NATS.StreamReplicas))
 	if err != nil {
 		return err
 	}
@@ -328,6 +360,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return err
 	}
 	bcfg := botConfig(cfg.Bot, lease.Leader)
+	bcfg.Partitions, bcfg.Partition = parts, group.Index
 	// Checkpoints: a start replays an hour of events at most, not the
 	// stream's 72 h (bot/checkpoint). Each is sealed with the signing key,
 	// as everything the bot reads back and acts on: without one (no
@@ -348,8 +381,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok
 	}
 	b := bot.New(bcfg, conn.JS, notifier, reg, log)
-	group, groups := botGroup(cfg)
-	reader, serveFleet, err := botFleet(cfg, group, groups, conn, signer, b, log)
+	reader, serveFleet, err := botFleet(cfg, group, parts, conn, signer, b, log)
 	if err != nil {
 		return err
 	}
@@ -425,7 +457,8 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	}
 	// The lease holder checks the whole trail's chain (and signatures)
 	// every hour; hcpbot_audit_verify_problems says what it found.
-	wg.Go(func() { _ = verifier.Run(ctx, auditVerifyEvery, lease.Leader) })
+	// One check per fleet, not per group: group 0's leader.
+	wg.Go(func() { _ = verifier.Run(ctx, auditVerifyEvery, fleetOnce(group, lease.Leader)) })
 	wg.Go(func() {
 		if err := silences.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("silence watch stopped")
@@ -441,13 +474,18 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	refusals := &botcmd.RefusalNotices{
 		JS: conn.JS, Out: notifier, Leader: lease.Leader, Log: log,
 		Channel: func(source string) string { return cfg.Bot.Channel(configs.Incident{Source: source}) },
+		// Each group tells about the management clusters it holds.
+		Owns: func(source string) bool { return parts.Of(source) == group.Index },
 	}
 	wg.Go(func() {
 		if err := refusals.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("refusal notices stopped")
 		}
 	})
-	if runner != nil {
+	if runner != nil && group.Index == 0 {
+		// A digest covers the whole fleet, gathered from every group
+		// (bot/fleet): group 0 alone posts it on schedule. Other groups
+		// keep the runner for /hcp digest answers.
 		wg.Go(func() {
 			if err := runner.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error().Err(err).Msg("digest scheduler stopped")
@@ -475,13 +513,6 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 	err = b.Run(ctx)
 	wg.Wait()
 	return err
-}
-
-// botGroup is this replica's bot group and the fleet's partition set.
-// Integrator: PART's bot.partitions / bot.partition (--partition,
-// HCPBOT_PARTITION) and the static map replace this one group.
-func botGroup(*configs.Config) (partition.ID, partition.Set) {
-	return partition.ID{Index: 0, Count: 1}, partition.Set{Count: 1}
 }
 
 // fleetReader is what the commands and the digest read: the local bot,
@@ -514,6 +545,15 @@ func botFleet(cfg *configs.Config, group partition.ID, set partition.Set, conn *
 		return nil, nil, err
 	}
 	return client, srv.Run, nil
+}
+
+// fleetOnce is leader for what one replica of the whole fleet does (the
+// audit trail's check): group 0's lease holder.
+func fleetOnce(group partition.ID, leader func() bool) func() bool {
+	if group.Index == 0 {
+		return leader
+	}
+	return func() bool { return false }
 }
 
 // slackOptions are the chatops options of both transports: the replay

@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
 	"github.com/hcpbot/hcpbot/configs"
+	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/identity"
 	"github.com/hcpbot/hcpbot/redact"
 )
@@ -40,22 +43,84 @@ Subcommands:
   check     validate a configuration file and resolve what it references (variables,
             files, the kubeconfig; with --online the API server and Slack): every
             problem with its line, or "ok" and a summary
+  nats-mapping
+            the nats.conf lines an external NATS needs for bot.partitions > 1: the
+            account's subject mappings that tag every event with its group, and
+            each agent's publish permission for its tag
 
 Run 'hcpbot config <subcommand> --help' for the flags.
 `
 
 func runConfig(ctx context.Context, c *cli, args []string) error {
 	if len(args) == 0 {
-		return usageErrorf("missing subcommand: check")
+		return usageErrorf("missing subcommand: check or nats-mapping")
 	}
 	switch args[0] {
 	case "check":
 		return configCheck(ctx, c, args[1:])
+	case "nats-mapping":
+		return configNATSMapping(c, args[1:])
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(c.stdout, configUsage)
 		return flag.ErrHelp
 	}
-	return usageErrorf("unknown subcommand %q: want check", args[0])
+	return usageErrorf("unknown subcommand %q: want check or nats-mapping", args[0])
+}
+
+// configNATSMapping prints what nats.conf needs for the file's bot
+// groups (partition.Set.NATSConf and, per agent, the publish permission
+// of its tag: nats-server checks permissions after the mapping). The
+// agents are bot.partitionMap's and those --agents names.
+func configNATSMapping(c *cli, args []string) error {
+	fs := c.flagSet("config nats-mapping", "--config FILE [--agents SOURCE,...]")
+	path := fs.String("config", c.getenv("HCPBOT_CONFIG"), "configuration file (env HCPBOT_CONFIG)")
+	agents := fs.String("agents", "", "management clusters (agent sources) to print the publish permission for, besides bot.partitionMap's")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *path == "" {
+		return usageErrorf("--config is required")
+	}
+	cfg, err := configs.Load(*path)
+	if err != nil {
+		return err
+	}
+	if cfg.Bot == nil {
+		return fmt.Errorf("%s: no bot section", *path)
+	}
+	set := cfg.Bot.PartitionSet()
+	if !set.Partitioned() {
+		fmt.Fprintln(c.stdout, "# bot.partitions is 1: no mapping, nats.conf stays as shipped.")
+		return nil
+	}
+	fmt.Fprint(c.stdout, set.NATSConf())
+	sources := slices.Sorted(maps.Keys(set.Static))
+	for _, src := range splitList(*agents) {
+		if !slices.Contains(sources, src) {
+			sources = append(sources, src)
+		}
+	}
+	for _, src := range sources {
+		perms, err := bus.AgentPermissionsIn(src, set)
+		if err != nil {
+			return err
+		}
+		tok, _ := event.SourceToken(src)
+		tag, tagged := set.Tag(src)
+		if !tagged {
+			fmt.Fprintf(c.stdout, "# agent %s: stored untagged (not in bot.partitionMap), group %d by the hash; its permissions stay as shipped.\n", src, set.Of(src))
+			continue
+		}
+		line := event.TagSubject(event.EventsSubjectPrefix+"."+tok+".*.*.*", tag)
+		if !slices.Contains(perms.Publish.Allow, line) {
+			return fmt.Errorf("agent %s: permission %s not granted by bus.AgentPermissionsIn", src, line)
+		}
+		fmt.Fprintf(c.stdout, "# agent %s (group %d): add to its publish allow list, after %q:\n%q\n", src, tag.Index, event.EventsSubjectPrefix+"."+tok+".*.*.*", line)
+	}
+	return nil
 }
 
 // configReport is the result of `config check`; the JSON field names are

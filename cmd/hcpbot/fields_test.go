@@ -129,6 +129,7 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		agentBuffer  = p("TestAgentBufferEventsFullThenRestated", TestAgentBufferEventsFullThenRestated)
 		agentRange   = p("TestAllAgentNodePortRange", TestAllAgentNodePortRange)
 		whoami       = p("`/hcp whoami` from the identities", proveWhoami)
+		partitions   = p("TestBotPartitionsAtRuntime", TestBotPartitionsAtRuntime)
 	)
 	return map[string]fieldRow{
 		"nats.urls":            {proof: botStream},
@@ -181,26 +182,32 @@ func fieldRows(owner *testing.T) map[string]fieldRow {
 		"bot.routes[].noProxyClients":        {proof: npClients},
 		"bot.noProxyClients":                 {proof: npClients},
 		"bot.defaultChannel":                 {proof: routes},
-		"slack.apiURL":                       {proof: botSlack},
-		"slack.botTokenEnv":                  {proof: listeners},
-		"slack.botTokenFile":                 {proof: botSlack},
-		"slack.signingSecretEnv":             {proof: listeners},
-		"slack.signingSecretFile":            {proof: botSlack},
-		"slack.socketMode":                   {proof: socket},
-		"slack.appTokenEnv":                  {proof: socket},
-		"slack.appTokenFile":                 {proof: appTokenFile},
-		"approvals.approvers":                {proof: allCmd},
-		"approvals.approverGroups":           {proof: botApprovals},
-		"approvals.fourEyes":                 {proof: allCmd},
-		"approvals.proposalTTL":              {proof: botApprovals},
-		"approvals.signingKeyEnv":            {proof: botSigning},
-		"approvals.signingKeyFile":           {proof: keys},
-		"digests[].name":                     {proof: botDigest},
-		"digests[].schedule":                 {proof: botDigest},
-		"digests[].timezone":                 {proof: botDigest},
-		"digests[].channel":                  {proof: botDigest},
-		"log.level":                          {proof: botLog},
-		"log.format":                         {proof: botLog},
+		// The lease of group 0 of 2 held, one management cluster's
+		// events skipped and the other's posted, the map against the
+		// hash, HCPBOT_PARTITION over the file.
+		"bot.partitions":           {proof: partitions},
+		"bot.partition":            {proof: partitions},
+		"bot.partitionMap":         {proof: partitions},
+		"slack.apiURL":             {proof: botSlack},
+		"slack.botTokenEnv":        {proof: listeners},
+		"slack.botTokenFile":       {proof: botSlack},
+		"slack.signingSecretEnv":   {proof: listeners},
+		"slack.signingSecretFile":  {proof: botSlack},
+		"slack.socketMode":         {proof: socket},
+		"slack.appTokenEnv":        {proof: socket},
+		"slack.appTokenFile":       {proof: appTokenFile},
+		"approvals.approvers":      {proof: allCmd},
+		"approvals.approverGroups": {proof: botApprovals},
+		"approvals.fourEyes":       {proof: allCmd},
+		"approvals.proposalTTL":    {proof: botApprovals},
+		"approvals.signingKeyEnv":  {proof: botSigning},
+		"approvals.signingKeyFile": {proof: keys},
+		"digests[].name":           {proof: botDigest},
+		"digests[].schedule":       {proof: botDigest},
+		"digests[].timezone":       {proof: botDigest},
+		"digests[].channel":        {proof: botDigest},
+		"log.level":                {proof: botLog},
+		"log.format":               {proof: botLog},
 		// Their effect is the agent acting as the approver
 		// (bot/command.TestImpersonationThroughSlackLive,
 		// configs/deploy.TestDeployAsShipped, TestDemoScript); here `/hcp

@@ -37,8 +37,8 @@ func TestBotFleetWiring(t *testing.T) {
 	cfg := &configs.Config{Approvals: &configs.Approvals{}}
 	b := bot.New(bot.Config{Channel: "C0INCIDENTS"}, nil, notify.NewConsole(io.Discard), nil, zerolog.Nop())
 
-	one, _ := botGroup(cfg)
-	reader, run, err := botFleet(cfg, one, partition.Set{Count: one.Count}, conn, signer, b, zerolog.Nop())
+	one := partition.Set{}.ID(0)
+	reader, run, err := botFleet(cfg, one, partition.Set{}, conn, signer, b, zerolog.Nop())
 	if err != nil || reader != b || run != nil {
 		t.Errorf("one group: reader %T, run %v, err %v; want the bot itself and nothing to run", reader, run != nil, err)
 	}

@@ -792,6 +792,9 @@ func TestNATSPermissions(t *testing.T) {
 		// An agent: only its own events, no requests, no writes, no
 		// stream changes, nobody else's messages.
 		pub("agent mgmt-1: another cluster's event", ag1R, "hcpbot.events.mgmt-2._._.node", nil),
+		// Seven or eight tokens: a tag it chose itself (partitions).
+		pub("agent mgmt-1: its event with a tag of its own", ag1R, "hcpbot.events.mgmt-1._._.node.2.1", nil),
+		pub("agent mgmt-1: its event with a seventh token", ag1R, "hcpbot.events.mgmt-1._._.node.x", nil),
 		pub("agent mgmt-1: an action request to itself", ag1R, "hcpbot.actions.mgmt-1.request", nil),
 		pub("agent mgmt-1: an action request to another agent", ag1R, "hcpbot.actions.mgmt-2.request", nil),
 		pub("agent mgmt-1: ask every agent to restate", ag1R, event.RestateSubject, nil),

@@ -74,8 +74,9 @@ type Cluster struct {
 }
 
 // RunCluster starts an n-node JetStream cluster on loopback and waits until
-// it has a meta leader that sees all n peers.
-func RunCluster(tb testing.TB, n int) *Cluster {
+// it has a meta leader that sees all n peers. opts change every node's
+// configuration (e.g. the partition mappings, which every node needs).
+func RunCluster(tb testing.TB, n int, opts ...func(*bus.EmbeddedConfig)) *Cluster {
 	tb.Helper()
 	if n < 1 {
 		tb.Fatalf("natstest: cluster of %d nodes", n)
@@ -98,6 +99,9 @@ func RunCluster(tb testing.TB, n int) *Cluster {
 			Cluster:  &bus.ClusterConfig{Name: "natstest", Port: ports[n+i], Routes: routes},
 			Open:     true,
 			Logger:   log.With().Str("server", name).Logger(),
+		}
+		for _, o := range opts {
+			o(&c.cfgs[i])
 		}
 	}
 	// Registered after the TempDirs so it runs before they are removed.
