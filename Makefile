@@ -53,7 +53,7 @@ demo:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DEMO_BIN) ./cmd/hcpbot
 	@assets=$$(bash hack/testenv/build.sh) && HCPBOT_TESTENV_ASSETS=$$assets $(DEMO_BIN) demo $(DEMOFLAGS)
 
-## bench: the benchmarks of docs/performance.md (B1–B7) on the real parts;
+## bench: the benchmarks of docs/performance.md (B1–B8) on the real parts;
 ## results in bench/out/results.json with CPU and heap profiles beside it,
 ## then a table. BENCH=B2 runs one. No race detector: it would be measured.
 BENCH      ?= .

@@ -67,7 +67,7 @@ func BenchmarkB1B5Pipeline(b *testing.B) {
 		return conn
 	}
 	conn := connect(natstest.RunServer(b))
-	cpu := pipeline(b, ctx, conn.JS, events, payloads, r1)
+	cpu := pipeline(b, ctx, conn.JS, events, payloads, bot.Config{Channel: "C0BENCH", Leader: follower}, r1)
 	r1.Want("events_per_s", ">=", 50000)
 	r1.Want("ratio_to_reference", ">=", 0.5)
 	r1.Note("agent side: watchers.JetStreamPublisher (the agent's publisher) fed with PublishWait; bot side: bot.Bot consuming the stream with its ordered consumer, a follower (correlates, does not notify); rate = events / time until the bot counted them all")
@@ -107,11 +107,21 @@ func BenchmarkB1B5Pipeline(b *testing.B) {
 	sp := withParam(params, "sync", "always")
 	sp["events"] = ns
 	rs := newResult("B1-sync", "Pipeline throughput, JetStream sync_interval: always (the deploy's NATS)", sp)
-	pipeline(b, ctx, connect(natstest.RunServer(b, natstest.SyncAlways)).JS, events[:ns], payloads[:ns], rs)
+	pipeline(b, ctx, connect(natstest.RunServer(b, natstest.SyncAlways)).JS, events[:ns], payloads[:ns], bot.Config{Channel: "C0BENCH", Leader: follower}, rs)
 	rs.Want("ratio_to_reference", ">=", 0.5)
 	rs.Note("as B1 (its first %d events), on an embedded nats-server with SyncAlways (configs/deploy/nats/nats.conf: sync_interval: always); the reference is measured on that server too. Disk-bound: no events/s target, the pipeline must keep up with the bare JetStream", ns)
 
+	// B1 with the bot as the leader: the same events, and the flush with
+	// its full diagnoses and rendering on the production timers, into a
+	// notifier that writes nowhere (Slack's own pace is B2/B3's).
+	rl := newResult("B1-leader", "Pipeline throughput, the bot as leader (flush, diagnoses, rendering)", withParam(params, "sync", "default (every 2 min)"))
+	lcfg := bot.Config{Channel: "C0BENCH", Leader: func() bool { return true }, GroupWait: bot.DefaultGroupWait, GroupInterval: bot.DefaultGroupInterval, ResolveTimeout: time.Minute}
+	pipeline(b, ctx, connect(natstest.RunServer(b)).JS, events, payloads, lcfg, rl)
+	rl.Want("ratio_to_reference", ">=", 0.8)
+	rl.Note("as B1 on a server of its own, the bot the leader on the production timers (group wait %s, group interval %s), notifying a console that writes nowhere; rate = events / time until the bot applied them all, its flushes running meanwhile. The CPU profile (B1-leader.cpu.pprof) says where the time goes", bot.DefaultGroupWait, bot.DefaultGroupInterval)
+
 	save(b, r1)
+	save(b, rl)
 	save(b, rs)
 	save(b, r5)
 }
@@ -119,7 +129,7 @@ func BenchmarkB1B5Pipeline(b *testing.B) {
 // pipeline measures B1 on js into r: the bare JetStream reference, then
 // the agent's publisher into the bot's correlator. It returns the process
 // CPU the pipeline took.
-func pipeline(b *testing.B, ctx context.Context, js jetstream.JetStream, events []event.Event, payloads []*nats.Msg, r *Result) time.Duration {
+func pipeline(b *testing.B, ctx context.Context, js jetstream.JetStream, events []event.Event, payloads []*nats.Msg, cfg bot.Config, r *Result) time.Duration {
 	b.Helper()
 	n := len(events)
 	log := natstest.Logger(b)
@@ -141,11 +151,13 @@ func pipeline(b *testing.B, ctx context.Context, js jetstream.JetStream, events 
 		b.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	bt := bot.New(bot.Config{Channel: "C0BENCH", Leader: follower}, js, notify.NewConsole(io.Discard), reg, log)
+	out := notify.NewConsole(io.Discard)
+	bt := bot.New(cfg, js, out, reg, log)
 	m := watchers.NewMetrics(nil)
 	pub := watchers.NewJetStreamPublisher(js, 10000, m, log)
 	var wg sync.WaitGroup
 	bctx, bcancel := context.WithCancel(ctx)
+	wg.Go(func() { _ = out.Run(bctx) })
 	wg.Go(func() { pub.Run(bctx) })
 	wg.Go(func() { _ = bt.Run(bctx) })
 

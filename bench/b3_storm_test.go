@@ -555,8 +555,13 @@ func b3Meta(raw json.RawMessage) (key, reply string) {
 // posts of one key and reply id (by metadata, else by text), the
 // top-level posts, and those that are incidents rather than the storm.
 func b3Duplicates(rec *slackrec.Recorder) (dupRoots, dupReplies, roots, incidentRoots int) {
+	return duplicatesIn(rec, b3Channel)
+}
+
+// duplicatesIn is b3Duplicates for the messages of channel.
+func duplicatesIn(rec *slackrec.Recorder, channel string) (dupRoots, dupReplies, roots, incidentRoots int) {
 	rootSeen, replySeen := map[string]int{}, map[string]int{}
-	for _, m := range rec.Messages(b3Channel) {
+	for _, m := range rec.Messages(channel) {
 		if m.Ephemeral {
 			continue
 		}

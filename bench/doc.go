@@ -9,12 +9,14 @@
 // results.json in the output folder (HCPBOT_BENCH_OUT, default bench/out),
 // with CPU and heap profiles next to it, and benchtable prints them:
 //
-//	make bench                      # all of B1–B7, then the table
+//	make bench                      # all of B1–B8, then the table
 //	make bench BENCH=B2             # one of them
 //
-// B1 runs twice: on the embedded server's default (fsync every 2 minutes)
-// and, as result B1-sync, on one that fsyncs every write before
-// acknowledging it, as the deploy's NATS does (sync_interval: always).
+// B1 runs three times: on the embedded server's default (fsync every 2
+// minutes) with the bot a follower; as B1-leader, the same with the bot the
+// leader (its flush, diagnoses and rendering included); and, as result
+// B1-sync, on one that fsyncs every write before acknowledging it, as the
+// deploy's NATS does (sync_interval: always).
 //
 // B2 has three rows. B2 is the floor: the bot in-process with group wait
 // 0 and a channel per trial, beside the bare operations of its path and a
@@ -36,7 +38,11 @@
 // checkpoint and from one an hour old (checkpoint_current_s). B7 (fleet)
 // runs 20 management clusters × 100 hosted clusters × 24 nodes on three
 // nats-server processes; HCPBOT_BENCH_FLEET=sources x clusters x nodes
-// (e.g. 4x25x24) sizes its fleet.
+// (e.g. 4x25x24) sizes its fleet. B8 (partitions) runs 50 × 400 × 24
+// (20,000 hosted clusters) in four bot groups of two replicas on three
+// nats-server processes: a zone outage, a kill of one group's leader
+// mid-delivery, a restart of every bot from the groups' checkpoints;
+// HCPBOT_BENCH_PARTITIONS sizes it (quick: 8x50x24).
 //
 // Scale: HCPBOT_BENCH_QUICK=1 runs every scenario small, for developing
 // the harness; figures measured so are marked quick and never meet targets.

@@ -34,7 +34,7 @@ type natsProc struct {
 // (file store limits, sync_interval: always) and without its TLS and
 // users, which need certificates and nkeys and do not change the load. It
 // waits until JetStream answers through every server.
-func startNATSCluster(b *testing.B, n int) []*natsProc {
+func startNATSCluster(b *testing.B, n int, extraConf ...string) []*natsProc {
 	b.Helper()
 	bin := natstest.ServerBinary(b)
 	ports := make([]int, 2*n)
@@ -74,7 +74,7 @@ cluster {
   routes: [%s]
   connect_retries: 120
 }
-`, p.name, ports[i], p.store, ports[n+i], strings.Join(routes, ", "))
+`, p.name, ports[i], p.store, ports[n+i], strings.Join(routes, ", ")) + strings.Join(extraConf, "\n")
 		cf := filepath.Join(dir, p.name+".conf")
 		if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
 			b.Fatal(err)
