@@ -97,6 +97,11 @@ const (
 // Add reads it.
 const clockSkew = time.Minute
 
+// replicaSkew is how far ahead of this replica's clock another replica's
+// may be when it stamps a silence's CreatedAt (NTP keeps them within
+// seconds).
+const replicaSkew = 5 * time.Minute
+
 // Sentinel errors; test them with errors.Is.
 var (
 	// ErrInvalid: the silence cannot be stored as given (no or two
@@ -376,7 +381,7 @@ func (s *Store) encode(sil Silence) ([]byte, error) {
 // open reads the record stored under key: its seal verified first when
 // the Store seals, then the fields Add checks. Nothing of an unverified
 // record is believed.
-func (s *Store) open(key string, value []byte) (Silence, error) {
+func (s *Store) open(key string, value []byte, now time.Time) (Silence, error) {
 	if len(value) > maxRecord {
 		return Silence{}, fmt.Errorf("silence: %w: %s: a record of %d bytes", ErrInvalid, key, len(value))
 	}
@@ -408,6 +413,13 @@ func (s *Store) open(key string, value []byte) (Silence, error) {
 	// too (a key rotated out keeps signing whatever its holder wants).
 	if err := s.validate(sil); err != nil {
 		return Silence{}, fmt.Errorf("%w (record %s)", err, key)
+	}
+	// The maximum counts from CreatedAt, which the sealer chose: a
+	// silence "made" next year would apply from now until a week after
+	// then. Add stamps it with the clock of the replica that made it.
+	if sil.CreatedAt.After(now.Add(replicaSkew)) {
+		return Silence{}, fmt.Errorf("silence: %w: record %s made at %s, later than now (%s): it would last longer than the maximum of %s from now",
+			ErrInvalid, key, sil.CreatedAt.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), s.max)
 	}
 	return sil, nil
 }
@@ -642,7 +654,7 @@ func (s *Store) apply(e jetstream.KeyValueEntry) {
 		}
 		return
 	}
-	sil, err := s.open(key, e.Value())
+	sil, err := s.open(key, e.Value(), now)
 	switch {
 	case err != nil && applies:
 		s.refuseLocked(key, now, fmt.Sprintf("replaced while it applies (%s) by a record that is refused: %v; the silence is still applied here until it expires", describe(kept), err), &kept)
@@ -763,6 +775,28 @@ func (s *Store) Refused(now time.Time) (list []Refusal, more int) {
 	return list, s.more
 }
 
+// auditSigned reports whether r carries a trusted key's signature:
+// audit.Record.Sig is over audit.SigningContext and the record encoded
+// without Sig, which a record read back encodes to again (its fields are
+// strings, integers, a time and bytes). A record that Append did not
+// encode need not, and is not believed.
+func (s *Store) auditSigned(r audit.Record) bool {
+	if len(r.Sig) == 0 || !slices.Contains(s.trusted, r.Key) {
+		return false
+	}
+	kp, err := nkeys.FromPublicKey(r.Key)
+	if err != nil {
+		return false
+	}
+	sig := r.Sig
+	r.Sig = nil
+	body, err := json.Marshal(r)
+	if err != nil {
+		return false
+	}
+	return kp.Verify(append([]byte(audit.SigningContext), body...), sig) == nil
+}
+
 // crossCheckTimeout bounds the comparison of the trail with the bucket at
 // start: it must not hold the watch long.
 const crossCheckTimeout = 30 * time.Second
@@ -801,9 +835,11 @@ func (s *Store) crossCheck(ctx context.Context, trail audit.Reader) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range recs {
-		// A sealing bot's records are chained and signed; the signature
-		// itself is the verifier's to check (`/hcp audit verify`).
-		if r.Kind != audit.KindSilenced || !idPattern.MatchString(r.ActionID) || !slices.Contains(s.trusted, r.Key) || r.Chain == 0 || len(r.Sig) == 0 {
+		// A sealing bot's records are chained and signed. The signature
+		// is checked here too: the bot's NATS user appends to the trail,
+		// and claims it made up, listed as missing silences, would crowd
+		// out a real one past what Refused keeps.
+		if r.Kind != audit.KindSilenced || !idPattern.MatchString(r.ActionID) || r.Chain == 0 || !s.auditSigned(r) {
 			continue
 		}
 		_, until, ok := strings.Cut(r.Summary, ", until ")

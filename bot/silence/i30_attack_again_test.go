@@ -1,0 +1,323 @@
+package silence_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hcpbot/hcpbot/approval"
+	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/silence"
+	"github.com/hcpbot/hcpbot/bus"
+	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/internal/testenv"
+)
+
+// Attacks on the silences' seal, second round (issue 30), on the shipped
+// permission split as in i30_attack_test.go.
+
+// sealRaw seals body, given as bytes, under key with signer: what the
+// holder of a key can make, JSON tricks included.
+func sealRaw(t *testing.T, signer silence.Signer, key, body string) []byte {
+	t.Helper()
+	sig, err := signer.Sign([]byte(silence.SigningContext + key + "\n" + body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustJSON(t, envelope{Silence: []byte(body), Key: signer.PublicKey(), Sig: sig})
+}
+
+// forgedClaim is an audit record claiming that silence id muted cluster
+// until until, as the bot's chained records look, naming the bot's key
+// over a signature bytes of the writer's own: what a NATS user that
+// appends to the trail without the signing key can write.
+func (e *sealedEnv) forgedClaim(id string, until time.Time) []byte {
+	now := e.clock.Now()
+	return mustJSON(e.t, audit.Record{ID: id + ".silenced", Time: now, Actor: user, Kind: audit.KindSilenced, ActionID: id, Source: "mgmt-a", Cluster: "clusters/example",
+		Summary: "silenced cluster " + cluster + " for 1h0m0s, until " + until.Format(time.RFC3339),
+		Chain:   audit.ChainVersion, Key: e.signer.PublicKey(), Sig: []byte("not a signature of " + id)})
+}
+
+// claimer returns what appends forgedClaim records to the bot's audit
+// subject of mgmt-a as the bot's NATS user (its seed stolen).
+func (e *sealedEnv) claimer() func(id string, until time.Time) {
+	e.t.Helper()
+	attacker := e.conn(bus.BotRole())
+	subject, err := event.AuditSubject("mgmt-a")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return func(id string, until time.Time) {
+		e.t.Helper()
+		if _, err := attacker.JS.Publish(testContext(e.t), subject, e.forgedClaim(id, until)); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// deletedThenStarted has s make a silence, purges it from the bucket and
+// starts a replica, which lists it as missing once it compared the trail
+// with the bucket: what shows that the comparison ran.
+func (e *sealedEnv) deletedThenStarted(s *silence.Store) (*silence.Store, silence.Silence) {
+	e.t.Helper()
+	ctx := testContext(e.t)
+	now := e.clock.Now()
+	g, err := s.Add(ctx, silence.Silence{Cluster: other, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.kv.Purge(ctx, g.ID); err != nil {
+		e.t.Fatal(err)
+	}
+	later, _ := e.replica()
+	refusedEventually(e.t, later, now, g.ID, "missing from the bucket, yet the audit trail records")
+	return later, g
+}
+
+// replicaOnly is a replica, its log dropped.
+func (e *sealedEnv) replicaOnly() *silence.Store {
+	e.t.Helper()
+	s, _ := e.replica()
+	return s
+}
+
+func notRefused(t *testing.T, s *silence.Store, now time.Time, key string) {
+	t.Helper()
+	list, _ := s.Refused(now)
+	for _, r := range list {
+		if r.Key == key {
+			t.Errorf("%s listed: %+v", key, r)
+		}
+	}
+}
+
+// An old signing key, stolen, still listed in approvals.trustedKeys
+// during a rotation: it seals silences the bot believes (documented: its
+// holder is the bot for silences until the key is removed). What it must
+// not get is a silence longer than the maximum from now: the maximum
+// counts from CreatedAt, which the sealer writes — a silence "made" in
+// 300 days applied from now until 307 days on (every replica, every
+// restart: the record stays in the bucket for its TTL and is put again).
+// JSON tricks inside a seal it makes (duplicate fields, case variants,
+// time zones, huge years) each decode to one silence that the checks
+// judge as decoded.
+func TestI30AttackStolenTrustedKeySealsLongSilence(t *testing.T) {
+	e := newSealedEnv(t)
+	now := e.clock.Now()
+	stolen, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := func(tm time.Time) string { return tm.Format(time.RFC3339) }
+	future := now.Add(300 * 24 * time.Hour)
+	within := now.Add(6 * 24 * time.Hour)
+	tricks := []struct {
+		name, key, body, want string
+	}{
+		{"made in the future", "sil-ffffffffff", fmt.Sprintf(`{"id":"sil-ffffffffff","cluster":%q,"createdBy":%q,"createdAt":%q,"expiresAt":%q}`,
+			cluster, user, ts(future), ts(future.Add(7*24*time.Hour))), "later than now"},
+		{"expiry given twice, the last 30 days on", "sil-dddddddddd", fmt.Sprintf(`{"id":"sil-dddddddddd","cluster":%q,"createdBy":%q,"createdAt":%q,"expiresAt":%q,"expiresAt":%q}`,
+			cluster, user, ts(now), ts(within), ts(now.Add(30*24*time.Hour))), "longer than the maximum"},
+		{"case variant of the expiry, after it", "sil-cccccccccc", fmt.Sprintf(`{"id":"sil-cccccccccc","cluster":%q,"createdBy":%q,"createdAt":%q,"expiresAt":%q,"ExpiresAt":%q}`,
+			cluster, user, ts(now), ts(within), ts(now.Add(30*24*time.Hour))), "longer than the maximum"},
+		{"time zones: created at +14:00, expiring at -12:00", "sil-zzzzzzzzzz", fmt.Sprintf(`{"id":"sil-zzzzzzzzzz","cluster":%q,"createdBy":%q,"createdAt":%q,"expiresAt":%q}`,
+			cluster, user, now.In(time.FixedZone("", 14*3600)).Format(time.RFC3339),
+			now.Add(7*24*time.Hour+26*time.Hour).In(time.FixedZone("", -12*3600)).Format("2006-01-02T15:04:05-07:00")), "longer than the maximum"},
+		{"year 9999", "sil-yyyyyyyyyy", fmt.Sprintf(`{"id":"sil-yyyyyyyyyy","cluster":%q,"createdBy":%q,"createdAt":%q,"expiresAt":"9999-12-31T23:59:59Z"}`,
+			cluster, user, ts(now)), "longer than the maximum"},
+		{"huge number for a time", "sil-hhhhhhhhhh", fmt.Sprintf(`{"id":"sil-hhhhhhhhhh","cluster":%q,"createdBy":%q,"createdAt":%q,"expiresAt":1e999}`,
+			cluster, user, ts(now)), "does not decode"},
+		{"unknown field pretending to be an override", "sil-uuuuuuuuuu", fmt.Sprintf(`{"id":"sil-uuuuuuuuuu","cluster":%q,"createdBy":%q,"createdAt":%q,"expiresAt":%q,"maxDuration":"8760h","cluster ":%q}`,
+			other, user, ts(now), ts(now.Add(8*24*time.Hour)), cluster), "longer than the maximum"},
+	}
+	for _, tr := range tricks {
+		e.put(tr.key, sealRaw(t, stolen.ForSilences(), tr.key, tr.body))
+	}
+	s, log := e.replica(stolen.PublicKey())
+	for _, tr := range tricks {
+		r := refusedEventually(t, s, now, tr.key, tr.want)
+		if r.Kept != nil || r.Missing {
+			t.Errorf("%s: refused as a genuine silence: %+v", tr.name, r)
+		}
+	}
+	for _, at := range []time.Time{now, now.Add(8 * 24 * time.Hour), future.Add(time.Hour)} {
+		if got, ok := s.Match(cluster, "", at); ok {
+			t.Errorf("the stolen key's silence mutes %s at %s: %+v", cluster, at, got)
+		}
+	}
+	if !strings.Contains(log.String(), "later than now") {
+		t.Errorf("the silence made in the future not logged:\n%s", log)
+	}
+
+	// What the stolen key can do, as documented: a silence within the
+	// maximum from now applies.
+	ok := silence.Silence{ID: "sil-oooooooooo", Cluster: other, CreatedBy: user, CreatedAt: now, ExpiresAt: within}
+	value, err := silence.Seal(stolen.ForSilences(), ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.put(ok.ID, value)
+	testenv.Eventually(t, 10*time.Second, "the trusted key's silence within the maximum applies", func() bool {
+		_, found := s.Match(other, "", now)
+		return found
+	})
+	// A replica whose clock is 2 minutes ahead makes a silence: the
+	// others apply it (replicas' clocks differ by seconds, not minutes).
+	ahead, err := silence.NewStore(testContext(t), e.conn(bus.BotRole()).JS, e.trail,
+		silence.WithClock(func() time.Time { return e.clock.Now().Add(2 * time.Minute) }), silence.WithSigner(e.signer.ForSilences()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ahead.Add(testContext(t), silence.Silence{Incident: inc, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "a silence made by a replica 2 minutes ahead applies", func() bool {
+		_, found := s.Match("", inc, now)
+		return found
+	})
+	notRefused(t, s, now, g.ID)
+}
+
+// The bot's NATS seed appends, before a genuine silence is made, more
+// made-up silence records to the trail than a replica lists (chained,
+// naming the bot's key, signature bytes of its own), then deletes the
+// genuine silence. A replica started after must list the genuine
+// silence's deletion, not 100 claims of deletions that never happened
+// with the real one counted in "… and N more".
+func TestI30AttackBotSeedHidesDeletionBehindForgedClaims(t *testing.T) {
+	e := newSealedEnv(t)
+	now := e.clock.Now()
+	claim := e.claimer()
+	const claims = 120
+	for i := range claims {
+		claim("sil-cccccccc"+string(rune('a'+i/26))+string(rune('a'+i%26)), now.Add(time.Hour))
+	}
+	later, genuine := e.deletedThenStarted(e.replicaOnly())
+	list, more := later.Refused(now)
+	if len(list) != 1 || list[0].Key != genuine.ID || more != 0 {
+		t.Errorf("%d listed, %d more; want the genuine silence's deletion alone: %+v", len(list), more, list)
+	}
+}
+
+// The agent's NATS user appends audit records: on its own subject only
+// (bus.AgentPermissions), where a record of any kind but executed or
+// refused is misplaced and not read back. Its claims of silences, naming
+// the bot's key, are never listed; on the bot's subject it cannot write.
+func TestI30AttackAgentSeedForgesSilenceAuditRecords(t *testing.T) {
+	e := newSealedEnv(t)
+	ctx := testContext(t)
+	now := e.clock.Now()
+	own, err := event.AgentAuditSubject("mgmt-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bot, err := event.AuditSubject("mgmt-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, subject := range []string{own, bot} {
+		id := fmt.Sprintf("sil-agent%05d", i)
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := e.agent.JS.Publish(pctx, subject, e.forgedClaim(id, now.Add(time.Hour)))
+		cancel()
+		if subject == bot && err == nil {
+			t.Error("the agent's user wrote the bot's audit subject")
+		}
+		if subject == own && err != nil {
+			t.Fatalf("the agent's own audit subject: %v", err)
+		}
+	}
+	later, _ := e.deletedThenStarted(e.replicaOnly())
+	notRefused(t, later, now, "sil-agent00000")
+	notRefused(t, later, now, "sil-agent00001")
+}
+
+// Replays by the bot's NATS seed: a genuine record is bound to its key
+// and carries its own expiry, so putting its bytes again — the same
+// revision's bytes on top of themselves, after a delete, after it
+// expired — gives nothing the bot did not give: it applies until the
+// expiry it was made with, never after, and a deletion stays listed on
+// the replica that saw it. Swapping two genuine silences' records
+// between their keys makes both refused (the seal binds the key); the
+// replicas that read them keep applying both. hcpbot has no early end
+// of a silence (no `/hcp unsilence`): nothing the operator did can be
+// undone by a replay.
+func TestI30AttackBotSeedReplaysGenuineSilences(t *testing.T) {
+	e := newSealedEnv(t)
+	ctx := testContext(t)
+	now := e.clock.Now()
+	s, _ := e.replica()
+	one, err := s.Add(ctx, silence.Silence{Cluster: cluster, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := s.Add(ctx, silence.Silence{Cluster: other, CreatedBy: user, ExpiresAt: now.Add(2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(key string) []byte {
+		t.Helper()
+		v, err := e.kv.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Value()
+	}
+	oneBytes, twoBytes := get(one.ID), get(two.ID)
+
+	// The same bytes again: a new revision, the same silence.
+	e.put(one.ID, oneBytes)
+	// Deleted, then put back.
+	if err := e.kv.Delete(ctx, one.ID); err != nil {
+		t.Fatal(err)
+	}
+	refusedEventually(t, s, now, one.ID, "deleted from the bucket while it applies")
+	e.put(one.ID, oneBytes)
+	// Swapped.
+	e.put(one.ID, twoBytes)
+	e.put(two.ID, oneBytes)
+	refusedEventually(t, s, now, two.ID, "replaced while it applies")
+	for _, sil := range []silence.Silence{one, two} {
+		if got, ok := s.Match(sil.Cluster, "", now); !ok || got.ID != sil.ID || !got.ExpiresAt.Equal(sil.ExpiresAt) {
+			t.Errorf("after the replays %s applies as %+v (found %v)", sil.Cluster, got, ok)
+		}
+	}
+	later, _ := e.replica()
+	refusedEventually(t, later, now, one.ID, "does not verify")
+	refusedEventually(t, later, now, two.ID, "does not verify")
+
+	// Put back as made, after it expired: it applies nowhere, on a
+	// replica started then or on one running.
+	e.put(one.ID, oneBytes)
+	e.put(two.ID, twoBytes)
+	testenv.Eventually(t, 10*time.Second, "the records put back read", func() bool {
+		_, a := later.Match(cluster, "", now)
+		_, b := later.Match(other, "", now)
+		return a && b
+	})
+	e.clock.Add(2*time.Hour + time.Second)
+	e.put(one.ID, oneBytes)
+	e.put(two.ID, twoBytes)
+	afterwards, _ := e.replica()
+	at := e.clock.Now()
+	// The watch delivers in order: once a silence made after the
+	// replays is read, so were they.
+	fresh, err := s.Add(ctx, silence.Silence{Incident: inc, CreatedBy: user, ExpiresAt: at.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*silence.Store{later, afterwards} {
+		testenv.Eventually(t, 10*time.Second, "a silence made after the replays read", func() bool { _, ok := st.Match("", inc, at); return ok })
+		notRefused(t, st, at, fresh.ID)
+	}
+	for _, st := range []*silence.Store{s, later, afterwards} {
+		for _, c := range []string{cluster, other} {
+			if got, ok := st.Match(c, "", at); ok {
+				t.Errorf("an expired silence replayed mutes %s: %+v", c, got)
+			}
+		}
+	}
+}
