@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/silence"
@@ -319,5 +322,64 @@ func TestI30AttackBotSeedReplaysGenuineSilences(t *testing.T) {
 				t.Errorf("an expired silence replayed mutes %s: %+v", c, got)
 			}
 		}
+	}
+}
+
+// The bot's NATS seed hides a deletion from replicas started after it:
+// it floods the bot's audit subjects with more records than the
+// comparison reads (audit.MaxSince, the oldest first), so the record of
+// a silence made after the flood is never compared; then it wipes the
+// bucket with one rollup message (the KV stream allows rollups, the
+// bot's user publishes on $KV.<bucket>.>): no delete marker names the
+// silence. A replica started then cannot list what it never read, but
+// it must say, in `/hcp status` and not only in its log, that its
+// comparison was incomplete. The replica that read the silence keeps
+// applying it.
+func TestI30AttackBotSeedFloodsTrailToHideDeletion(t *testing.T) {
+	e := newSealedEnv(t)
+	ctx := testContext(t)
+	now := e.clock.Now()
+	a := e.replicaOnly()
+	attacker := e.conn(bus.BotRole())
+	subject, err := event.AuditSubject("mgmt-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := []byte(`{"id":"junk","time":"` + now.Format(time.RFC3339) + `","kind":"proposed"}`)
+	for i := range audit.MaxSince + 1 {
+		msg := &nats.Msg{Subject: subject, Data: junk, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("junk-%d", i))
+		if _, err := attacker.JS.PublishMsgAsync(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-attacker.JS.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("the flood was not stored")
+	}
+	genuine, err := a.Add(ctx, silence.Silence{Cluster: other, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wipe := &nats.Msg{Subject: "$KV." + silence.Bucket + ".sil-rrrrrrrrrr", Data: []byte(`{}`), Header: nats.Header{}}
+	wipe.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+	if _, err := attacker.JS.PublishMsg(ctx, wipe); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.kv.Get(ctx, genuine.ID); err == nil {
+		t.Fatal("the rollup left the genuine silence in the bucket")
+	}
+	later := e.replicaOnly()
+	r := refusedEventually(t, later, now, silence.TrailKey, "not compared whole")
+	if !r.Incomplete {
+		t.Errorf("refusal %+v: not marked incomplete", r)
+	}
+	if _, ok := a.Match(other, "", now); !ok {
+		t.Error("the replica that read the silence no longer applies it")
+	}
+	// Shown until every silence it may hide expired.
+	if list, _ := later.Refused(now.Add(silence.DefaultMaxDuration - time.Minute)); len(list) == 0 || list[0].Key != silence.TrailKey {
+		t.Errorf("a week on, refusals %+v: want the incomplete comparison first", list)
 	}
 }

@@ -183,7 +183,16 @@ type Refusal struct {
 	// until Until, absent from the bucket when this replica started.
 	Missing bool
 	Until   time.Time
+	// Incomplete: the comparison of the trail with the bucket at start
+	// read only part of the trail, or none (Key is TrailKey): a silence
+	// deleted before this start may be missing unlisted until Until.
+	Incomplete bool
 }
+
+// TrailKey is the Key of the Refusal saying that the comparison with the
+// audit trail was incomplete: no key of the bucket (a key has no space
+// nor parenthesis), so no record put there replaces it.
+const TrailKey = "(audit trail)"
 
 // Limits on what Refused keeps: an attacker who writes many records must
 // not grow the bot's memory, and a refusal of a record deleted since is
@@ -721,16 +730,17 @@ func isPowerOfTen(n int) bool {
 func (s *Store) refusedLocked(key string) bool { _, ok := s.refused[key]; return ok }
 
 // genuine reports whether r is about a silence the bot made.
-func (r Refusal) genuine() bool { return r.Kept != nil || r.Missing }
+func (r Refusal) genuine() bool { return r.Kept != nil || r.Missing || r.Incomplete }
 
 // rank orders refusals by how sure and how serious: a genuine silence
-// tampered with (0), one the trail names missing (1), a refused record
-// (2). Refused lists them in that order; the first are kept longest.
+// tampered with (0), one the trail names missing or a comparison with
+// the trail incomplete (1), a refused record (2). Refused lists them in
+// that order; the first are kept longest.
 func (r Refusal) rank() int {
 	switch {
 	case r.Kept != nil:
 		return 0
-	case r.Missing:
+	case r.Missing, r.Incomplete:
 		return 1
 	}
 	return 2
@@ -757,7 +767,7 @@ func (s *Store) Refused(now time.Time) (list []Refusal, more int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key, r := range s.refused {
-		if (r.Kept != nil && !r.Kept.Active(now)) || (r.Deleted && now.Sub(r.Seen) > refusalAfter) || (r.Missing && !now.Before(r.Until)) {
+		if (r.Kept != nil && !r.Kept.Active(now)) || (r.Deleted && now.Sub(r.Seen) > refusalAfter) || ((r.Missing || r.Incomplete) && !now.Before(r.Until)) {
 			delete(s.refused, key)
 			continue
 		}
@@ -816,7 +826,15 @@ func (s *Store) crossCheckOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, crossCheckTimeout)
 	defer cancel()
 	if err := s.crossCheck(cctx, trail); err != nil {
-		s.log.Warn().Err(err).Msg("silences: could not compare the audit trail with the bucket: a silence deleted before this start may go unnoticed")
+		// Said where a person looks, not only in the log: a flood of
+		// the trail (its writers include the bot's NATS user) is how a
+		// deletion made before this start would be hidden.
+		s.log.Error().Err(err).Msg("silences: could not compare the whole audit trail with the bucket: a silence deleted before this start may go unnoticed")
+		now := s.now()
+		s.mu.Lock()
+		s.noteLocked(Refusal{Key: TrailKey, Seen: now, Incomplete: true, Until: now.Add(s.max + clockSkew),
+			Reason: fmt.Sprintf("the audit trail was not compared whole with the silences bucket at this replica's start (%v): a silence deleted before then may be missing from this list; a flood of the trail hides one that way, `/hcp audit` shows it", err)})
+		s.mu.Unlock()
 	}
 }
 
@@ -828,7 +846,9 @@ func (s *Store) crossCheckOnce(ctx context.Context) {
 // must not mute anything — but a person sees it in `/hcp status`.
 func (s *Store) crossCheck(ctx context.Context, trail audit.Reader) error {
 	now := s.now()
-	recs, err := trail.Since(ctx, now.Add(-s.max-clockSkew))
+	// The bot's subjects only: an agent records no silence, and its
+	// records must not push the bot's past what Since returns.
+	recs, err := trail.Since(ctx, now.Add(-s.max-clockSkew), event.AuditFilter)
 	if err != nil && !errors.Is(err, audit.ErrTooMany) {
 		return fmt.Errorf("silence: read the audit trail: %w", err)
 	}
