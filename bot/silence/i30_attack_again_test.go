@@ -383,3 +383,51 @@ func TestI30AttackBotSeedFloodsTrailToHideDeletion(t *testing.T) {
 		t.Errorf("a week on, refusals %+v: want the incomplete comparison first", list)
 	}
 }
+
+// The bot's NATS seed writes one key again and again (two junk values in
+// turn), and deletes a genuine silence again and again, putting its
+// record back in between: each write is read and refused, but the log
+// gets a line when a record is first listed and then one per power of
+// ten of repeats, not one per write (the limit on distinct records,
+// TestI30AttackRefusalsBounded, said nothing of one key written often).
+func TestI30AttackBotSeedLoopsOneKeyToFloodTheLog(t *testing.T) {
+	e := newSealedEnv(t)
+	ctx := testContext(t)
+	now := e.clock.Now()
+	a := e.replicaOnly()
+	b, bLog := e.replica()
+	genuine, err := a.Add(ctx, silence.Silence{Cluster: cluster, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "b reads the genuine silence", func() bool { _, ok := b.Match(cluster, "", now); return ok })
+	stored, err := e.kv.Get(ctx, genuine.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writes = 300
+	for i := range writes {
+		e.put("sil-llllllllll", []byte(fmt.Sprintf(`{"id":"junk %d"}`, i%2)))
+		if i%6 == 0 {
+			if err := e.kv.Delete(ctx, genuine.ID); err != nil {
+				t.Fatal(err)
+			}
+			e.put(genuine.ID, stored.Value())
+		}
+	}
+	// The watch delivers in order: a silence made after the loop, once
+	// read, means every write of it was.
+	last, err := a.Add(ctx, silence.Silence{Incident: inc, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "b reads the last silence", func() bool { got, ok := b.Match("", inc, now); return ok && got.ID == last.ID })
+	refusedEventually(t, b, now, "sil-llllllllll", "not sealed")
+	refusedEventually(t, b, now, genuine.ID, "deleted from the bucket while it applies")
+	if n := strings.Count(bLog.String(), `"level":"error"`); n > 10 {
+		t.Errorf("%d error lines for %d writes to two keys:\n%.3000s", n, writes+2*writes/6, bLog)
+	}
+	if _, ok := b.Match(cluster, "", now); !ok {
+		t.Error("the genuine silence no longer applies")
+	}
+}

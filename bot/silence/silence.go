@@ -251,6 +251,9 @@ type Store struct {
 	// past maxRefusals, logged but not kept.
 	refused map[string]Refusal
 	more    int
+	// again counts the refusals of a record listed already (put or
+	// deleted again), logged sparingly like more.
+	again int
 	// checked: the trail was compared with the bucket (crossCheck).
 	checked bool
 }
@@ -693,6 +696,18 @@ func (s *Store) refuseLocked(key string, now time.Time, reason string, kept *Sil
 
 func (s *Store) noteLocked(r Refusal) {
 	key, reason := r.Key, r.Reason
+	if o, listed := s.refused[key]; listed && o.rank() == r.rank() {
+		// Listed already, and as serious: the same key put, or a
+		// silence deleted, again and again must not flood the log one
+		// line a write.
+		s.refused[key] = r
+		s.again++
+		if isPowerOfTen(s.again) {
+			s.log.Error().Str("bucket", Bucket).Int("refused_again", s.again).Str("last_key", clip(key, 80)).Str("reason", reason).
+				Msg("silence records listed already refused again: someone keeps writing the silences bucket without the bot's signing key")
+		}
+		return
+	}
 	if _, ok := s.refused[key]; !ok && len(s.refused) >= maxRefusals {
 		// What is certain never gives way to what may be noise: a
 		// genuine silence tampered with evicts anything else, a silence
