@@ -396,15 +396,8 @@ func TestI30AttackBotSeedLoopsOneKeyToFloodTheLog(t *testing.T) {
 	now := e.clock.Now()
 	a := e.replicaOnly()
 	b, bLog := e.replica()
-	genuine, err := a.Add(ctx, silence.Silence{Cluster: cluster, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	genuine, stored, _ := e.made(a, silence.Silence{Cluster: cluster, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
 	testenv.Eventually(t, 10*time.Second, "b reads the genuine silence", func() bool { _, ok := b.Match(cluster, "", now); return ok })
-	stored, err := e.kv.Get(ctx, genuine.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const writes = 300
 	for i := range writes {
 		e.put("sil-llllllllll", []byte(fmt.Sprintf(`{"id":"junk %d"}`, i%2)))
@@ -412,7 +405,7 @@ func TestI30AttackBotSeedLoopsOneKeyToFloodTheLog(t *testing.T) {
 			if err := e.kv.Delete(ctx, genuine.ID); err != nil {
 				t.Fatal(err)
 			}
-			e.put(genuine.ID, stored.Value())
+			e.put(genuine.ID, stored)
 		}
 	}
 	// The watch delivers in order: a silence made after the loop, once
@@ -429,5 +422,49 @@ func TestI30AttackBotSeedLoopsOneKeyToFloodTheLog(t *testing.T) {
 	}
 	if _, ok := b.Match(cluster, "", now); !ok {
 		t.Error("the genuine silence no longer applies")
+	}
+}
+
+// JSON tricks on the envelope, by the bot's NATS seed (what is outside
+// the seal is its to write): the silence given twice (the genuine one
+// first or last), in a case variant, a signature that is no string,
+// trailing bytes, fields of a silence beside the seal. The seal is
+// checked over the very bytes that are decoded, so each either is the
+// genuine silence under its own key, unchanged, or silences nothing.
+func TestI30AttackBotSeedEnvelopeTricks(t *testing.T) {
+	e := newSealedEnv(t)
+	now := e.clock.Now()
+	s := e.replicaOnly()
+	genuine, stored, real := e.made(s, silence.Silence{Incident: inc, CreatedBy: user, ExpiresAt: now.Add(time.Hour)})
+	muting := func(id string, until time.Time) string {
+		return string(mustJSON(t, silence.Silence{ID: id, Cluster: other, CreatedBy: user, CreatedAt: now, ExpiresAt: until}))
+	}
+	sig := string(mustJSON(t, real.Sig))
+	tricks := []struct{ key, value, want string }{
+		// The genuine seal, the forged silence after it: the last is decoded.
+		{"sil-aaaaaaaaaa", `{"silence":` + string(real.Silence) + `,"key":"` + real.Key + `","sig":` + sig + `,"silence":` + muting("sil-aaaaaaaaaa", now.Add(time.Hour)) + `}`, "does not verify"},
+		{"sil-bbbbbbbbbb", `{"silence":` + string(real.Silence) + `,"key":"` + real.Key + `","sig":` + sig + `,"SILENCE":` + muting("sil-bbbbbbbbbb", now.Add(time.Hour)) + `}`, "does not verify"},
+		{"sil-cccccccccc", `{"silence":` + string(real.Silence) + `,"key":"` + real.Key + `","sig":12345}`, "not sealed"},
+		{"sil-dddddddddd", string(stored) + `{"silence":` + muting("sil-dddddddddd", now.Add(time.Hour)) + `}`, "not sealed"},
+		{"sil-eeeeeeeeee", `{"id":"sil-eeeeeeeeee","cluster":"` + other + `","createdBy":"` + user + `","createdAt":"` + now.Format(time.RFC3339) + `","expiresAt":"` + now.Add(time.Hour).Format(time.RFC3339) + `","silence":` + string(real.Silence) + `,"key":"` + real.Key + `","sig":` + sig + `}`, "does not verify"},
+	}
+	for _, tr := range tricks {
+		e.put(tr.key, []byte(tr.value))
+	}
+	// Under the genuine key: the forged silence first, the genuine last
+	// — the genuine silence, unchanged; no refusal, nothing else muted.
+	e.put(genuine.ID, []byte(`{"silence":`+muting(genuine.ID, now.Add(6*24*time.Hour))+`,"silence":`+string(real.Silence)+`,"key":"`+real.Key+`","sig":`+sig+`}`))
+	later := e.replicaOnly()
+	for _, st := range []*silence.Store{s, later} {
+		for _, tr := range tricks {
+			refusedEventually(t, st, now, tr.key, tr.want)
+		}
+		if got, ok := st.Match(other, "", now); ok {
+			t.Errorf("an envelope trick mutes %s: %+v", other, got)
+		}
+		if got, ok := st.Match("", inc, now); !ok || got.ID != genuine.ID || !got.ExpiresAt.Equal(genuine.ExpiresAt) {
+			t.Errorf("the genuine silence reads as %+v (%v)", got, ok)
+		}
+		notRefused(t, st, now, genuine.ID)
 	}
 }

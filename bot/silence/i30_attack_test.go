@@ -132,6 +132,26 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
+// made has s add sil and returns it, the record stored and its seal,
+// checked to be the bot's.
+func (e *sealedEnv) made(s *silence.Store, sil silence.Silence) (silence.Silence, []byte, envelope) {
+	e.t.Helper()
+	ctx := testContext(e.t)
+	sil, err := s.Add(ctx, sil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	stored, err := e.kv.Get(ctx, sil.ID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var real envelope
+	if err := json.Unmarshal(stored.Value(), &real); err != nil || real.Key != e.signer.PublicKey() {
+		e.t.Fatalf("stored record is not sealed by the bot: %s (%v)", stored.Value(), err)
+	}
+	return sil, stored.Value(), real
+}
+
 // envelope is a sealed record as Seal writes it, for forgeries.
 type envelope struct {
 	Silence json.RawMessage `json:"silence"`
@@ -153,22 +173,10 @@ type envelope struct {
 // silence longer than the maximum, invalid fields, a huge record.
 func TestI30AttackBotSeedWritesSilence(t *testing.T) {
 	e := newSealedEnv(t)
-	ctx := testContext(t)
 	now := e.clock.Now()
 	running, log := e.replica()
 
-	genuine, err := running.Add(ctx, silence.Silence{Cluster: cluster, CreatedBy: user, Reason: "upgrade", ExpiresAt: now.Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored, err := e.kv.Get(ctx, genuine.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var real envelope
-	if err := json.Unmarshal(stored.Value(), &real); err != nil || real.Key != e.signer.PublicKey() {
-		t.Fatalf("stored record is not sealed by the bot: %s (%v)", stored.Value(), err)
-	}
+	genuine, stored, real := e.made(running, silence.Silence{Cluster: cluster, CreatedBy: user, Reason: "upgrade", ExpiresAt: now.Add(time.Hour)})
 
 	attacker, err := approval.NewEphemeralSigner()
 	if err != nil {
@@ -210,7 +218,7 @@ func TestI30AttackBotSeedWritesSilence(t *testing.T) {
 		{"unsealed", "sil-aaaaaaaaaa", mustJSON(t, muteOther("sil-aaaaaaaaaa")), "not sealed"},
 		{"attacker's key", "sil-bbbbbbbbbb", otherOf(attacker.ForSilences(), "sil-bbbbbbbbbb"), "not trusted"},
 		{"genuine seal, silence edited", genuine.ID[:4] + "cccccccccc", edited(genuine.ID[:4] + "cccccccccc"), "does not verify"},
-		{"genuine silence moved to another key", "sil-dddddddddd", stored.Value(), "does not verify"},
+		{"genuine silence moved to another key", "sil-dddddddddd", stored, "does not verify"},
 		{"checkpoint signature", "sil-eeeeeeeeee", otherKind("sil-eeeeeeeeee", checkpoint.SigningContext, e.signer.ForCheckpoints().Sign), "does not verify"},
 		{"audit signature", "sil-ffffffffff", otherKind("sil-ffffffffff", audit.SigningContext, e.signer.ForAudit().Sign), "does not verify"},
 		{"no signature", "sil-gggggggggg", mustJSON(t, envelope{Silence: mustJSON(t, muteOther("sil-gggggggggg")), Key: e.signer.PublicKey()}), "not sealed"},
