@@ -468,3 +468,30 @@ func TestI30AttackBotSeedEnvelopeTricks(t *testing.T) {
 		notRefused(t, st, now, genuine.ID)
 	}
 }
+
+// The bot's NATS seed, once a replica started after a deletion lists
+// the genuine silence as missing, puts a junk record under its key: the
+// listing must stay "deleted" (a genuine silence, rank 1), not become
+// one more refused record among a hundred (what a flood of junk then
+// drowns).
+func TestI30AttackBotSeedOverwritesMissingListing(t *testing.T) {
+	e := newSealedEnv(t)
+	now := e.clock.Now()
+	a := e.replicaOnly()
+	if _, err := a.Add(testContext(t), silence.Silence{Incident: inc, CreatedBy: user, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	later, g := e.deletedThenStarted(a)
+	e.put(g.ID, []byte(`{"id":"`+g.ID+`"}`))
+	for i := range 120 {
+		e.put(fmt.Sprintf("sil-junk%06d", i), []byte(`{}`))
+	}
+	testenv.Eventually(t, 10*time.Second, "the junk read", func() bool { list, more := later.Refused(now); return len(list)+more >= 121 })
+	list, _ := later.Refused(now)
+	if len(list) == 0 || list[0].Key != g.ID || !list[0].Missing {
+		t.Errorf("first listed %+v; want %s missing", list[0], g.ID)
+	}
+	if _, ok := later.Match("", inc, now); !ok {
+		t.Error("the silence not deleted does not apply")
+	}
+}

@@ -696,11 +696,15 @@ func (s *Store) refuseLocked(key string, now time.Time, reason string, kept *Sil
 
 func (s *Store) noteLocked(r Refusal) {
 	key, reason := r.Key, r.Reason
-	if o, listed := s.refused[key]; listed && o.rank() == r.rank() {
+	if o, listed := s.refused[key]; listed && (o.rank() == r.rank() || (o.rank() < r.rank() && o.live(r.Seen))) {
 		// Listed already, and as serious: the same key put, or a
 		// silence deleted, again and again must not flood the log one
-		// line a write.
-		s.refused[key] = r
+		// line a write. Listed as more serious (a genuine silence
+		// deleted): junk put under its key later must not turn it into
+		// one refused record among many.
+		if o.rank() == r.rank() {
+			s.refused[key] = r
+		}
 		s.again++
 		if isPowerOfTen(s.again) {
 			s.log.Error().Str("bucket", Bucket).Int("refused_again", s.again).Str("last_key", clip(key, 80)).Str("reason", reason).
@@ -746,6 +750,11 @@ func (s *Store) refusedLocked(key string) bool { _, ok := s.refused[key]; return
 
 // genuine reports whether r is about a silence the bot made.
 func (r Refusal) genuine() bool { return r.Kept != nil || r.Missing || r.Incomplete }
+
+// live reports whether r, about a genuine silence, still matters at now.
+func (r Refusal) live(now time.Time) bool {
+	return (r.Kept != nil && r.Kept.Active(now)) || ((r.Missing || r.Incomplete) && now.Before(r.Until))
+}
 
 // rank orders refusals by how sure and how serious: a genuine silence
 // tampered with (0), one the trail names missing or a comparison with
