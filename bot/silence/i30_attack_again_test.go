@@ -499,3 +499,61 @@ func TestI30AttackBotSeedOverwritesMissingListing(t *testing.T) {
 		t.Error("the silence not deleted does not apply")
 	}
 }
+
+// The bot's NATS seed replays genuine, signed silence records of the
+// trail (their bytes published again): of a silence still in the bucket,
+// and of one that expired. The comparison lists neither — the first is
+// there, the second no longer matters — and a replay of the record of a
+// silence really deleted lists it once.
+func TestI30AttackBotSeedReplaysAuditRecords(t *testing.T) {
+	e := newSealedEnv(t)
+	ctx := testContext(t)
+	now := e.clock.Now()
+	a := e.replicaOnly()
+	kept, err := a.Add(ctx, silence.Silence{Incident: inc, CreatedBy: user, ExpiresAt: now.Add(2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := a.Add(ctx, silence.Silence{Cluster: cluster, CreatedBy: user, ExpiresAt: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := e.trail.Recent(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attacker := e.conn(bus.BotRole())
+	for _, r := range recs {
+		subject, err := event.AuditSubject(r.Source)
+		if err != nil {
+			subject, _ = event.AuditSubject("mgmt-a")
+		}
+		for range 3 {
+			if _, err := attacker.JS.Publish(ctx, subject, mustJSON(t, r)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.clock.Add(2 * time.Minute) // short expired
+	later, deleted := e.deletedThenStarted(a)
+	at := e.clock.Now()
+	list, more := later.Refused(at)
+	if len(list) != 1 || list[0].Key != deleted.ID || more != 0 {
+		t.Errorf("listed %+v (%d more); want %s alone, not %s nor %s", list, more, deleted.ID, kept.ID, short.ID)
+	}
+	// A replay of the deleted silence's record, the replica started
+	// after it: listed once.
+	recs, err = e.trail.Recent(ctx, 1)
+	if err != nil || len(recs) != 1 || recs[0].ActionID != deleted.ID {
+		t.Fatalf("newest record %+v, %v", recs, err)
+	}
+	subject, _ := event.AuditSubject(recs[0].Source)
+	if _, err := attacker.JS.Publish(ctx, subject, mustJSON(t, recs[0])); err != nil {
+		t.Fatal(err)
+	}
+	third := e.replicaOnly()
+	refusedEventually(t, third, at, deleted.ID, "missing from the bucket")
+	if list, _ := third.Refused(at); len(list) != 1 {
+		t.Errorf("listed %+v; want the deleted silence once", list)
+	}
+}

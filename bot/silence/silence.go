@@ -850,6 +850,9 @@ func (s *Store) crossCheckOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, crossCheckTimeout)
 	defer cancel()
 	if err := s.crossCheck(cctx, trail); err != nil {
+		if ctx.Err() != nil {
+			return // stopping: nothing to list
+		}
 		// Said where a person looks, not only in the log: a flood of
 		// the trail (its writers include the bot's NATS user) is how a
 		// deletion made before this start would be hidden.
