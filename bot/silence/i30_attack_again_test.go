@@ -334,7 +334,8 @@ func TestI30AttackBotSeedReplaysGenuineSilences(t *testing.T) {
 // silence. A replica started then cannot list what it never read, but
 // it must say, in `/hcp status` and not only in its log, that its
 // comparison was incomplete. The replica that read the silence keeps
-// applying it.
+// applying it, and lists it as tampered with: the rollup is a put, after
+// which it looks up the silences it applies.
 func TestI30AttackBotSeedFloodsTrailToHideDeletion(t *testing.T) {
 	e := newSealedEnv(t)
 	ctx := testContext(t)
@@ -382,6 +383,9 @@ func TestI30AttackBotSeedFloodsTrailToHideDeletion(t *testing.T) {
 	if _, ok := a.Match(other, "", now); !ok {
 		t.Error("the replica that read the silence no longer applies it")
 	}
+	// The replica that read it lists it: the rollup deleted it without
+	// a marker, but after a put it looks its silences up.
+	refusedEventually(t, a, now, genuine.ID, "removed from the bucket without a delete marker")
 	// Shown until every silence it may hide expired.
 	if list, _ := later.Refused(now.Add(silence.DefaultMaxDuration - time.Minute)); len(list) == 0 || list[0].Key != silence.TrailKey {
 		t.Errorf("a week on, refusals %+v: want the incomplete comparison first", list)

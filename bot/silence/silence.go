@@ -616,6 +616,7 @@ func (s *Store) Run(ctx context.Context) error {
 // follow applies the watcher's entries to the copy until the watcher ends
 // or ctx does. The initial values are followed by a nil entry.
 func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher) {
+	initial := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -628,11 +629,60 @@ func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher) {
 				// End of the initial values: what the trail says was
 				// silenced and the bucket lacks, once per Store.
 				s.crossCheckOnce(ctx)
+				initial = false
 				continue
 			}
 			s.apply(e)
+			if !initial && e.Operation() == jetstream.KeyValuePut {
+				s.checkPresent(ctx)
+			}
 		}
 	}
+}
+
+// presentTimeout bounds the look-ups of checkPresent.
+const presentTimeout = 5 * time.Second
+
+// checkPresent looks up, after a put, every silence this replica applies:
+// a put carrying a rollup of the whole bucket (Nats-Rollup: all, which
+// the bot's NATS user may publish and the KV stream allows) removes every
+// other record without a delete marker the watch would deliver. hcpbot
+// writes none; a silence gone that way is listed as tampered with, and
+// still applied until it expires. Silences are few and puts rare: one
+// direct get each.
+func (s *Store) checkPresent(ctx context.Context) {
+	if !s.Sealed() {
+		return
+	}
+	now := s.now()
+	s.mu.RLock()
+	var ids []string
+	for id, sil := range s.cache {
+		if r, listed := s.refused[id]; sil.Active(now) && !(listed && r.Kept != nil) {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(ctx, presentTimeout)
+	defer cancel()
+	for _, id := range ids {
+		_, err := s.kv.Get(ctx, id)
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // there, or not known: the watch tells the rest
+		}
+		s.mu.Lock()
+		if kept, ok := s.cache[id]; ok && kept.Active(now) && !s.keptLocked(id) {
+			s.refuseLocked(id, now, fmt.Sprintf("removed from the bucket without a delete marker while it applies (%s): a rollup of the whole bucket, which hcpbot never writes; still applied here until it expires", describe(kept)), &kept)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// keptLocked reports whether key is listed as a genuine silence tampered
+// with. Callers hold mu.
+func (s *Store) keptLocked(key string) bool {
+	r, ok := s.refused[key]
+	return ok && r.Kept != nil
 }
 
 func (s *Store) apply(e jetstream.KeyValueEntry) {
