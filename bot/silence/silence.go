@@ -633,7 +633,9 @@ func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher) {
 				continue
 			}
 			s.apply(e)
-			if !initial && e.Operation() == jetstream.KeyValuePut {
+			// Once caught up (Delta 0: the newest entry): a flood of
+			// puts costs one round of look-ups, not one a put.
+			if !initial && e.Operation() == jetstream.KeyValuePut && e.Delta() == 0 {
 				s.checkPresent(ctx)
 			}
 		}
