@@ -83,6 +83,8 @@ func (c *Handler) refusedSilences(b *strings.Builder) {
 			what = "silence `" + escCode(r.Kept.ID) + "` tampered with, still applied: "
 		case r.Missing:
 			what = "silence `" + escCode(r.Key) + "` deleted: "
+		case r.Incomplete:
+			what = "silences deleted before this replica started may be unlisted: "
 		}
 		fmt.Fprintf(b, "%s%s (seen %s)\n", what, esc(redact.RedactText(clip(r.Reason, 300))), r.Seen.UTC().Format("2006-01-02 15:04 UTC"))
 	}

@@ -97,6 +97,11 @@ const (
 // Add reads it.
 const clockSkew = time.Minute
 
+// replicaSkew is how far ahead of this replica's clock another replica's
+// may be when it stamps a silence's CreatedAt (NTP keeps them within
+// seconds).
+const replicaSkew = 5 * time.Minute
+
 // Sentinel errors; test them with errors.Is.
 var (
 	// ErrInvalid: the silence cannot be stored as given (no or two
@@ -178,7 +183,16 @@ type Refusal struct {
 	// until Until, absent from the bucket when this replica started.
 	Missing bool
 	Until   time.Time
+	// Incomplete: the comparison of the trail with the bucket at start
+	// read only part of the trail, or none (Key is TrailKey): a silence
+	// deleted before this start may be missing unlisted until Until.
+	Incomplete bool
 }
+
+// TrailKey is the Key of the Refusal saying that the comparison with the
+// audit trail was incomplete: no key of the bucket (a key has no space
+// nor parenthesis), so no record put there replaces it.
+const TrailKey = "(audit trail)"
 
 // Limits on what Refused keeps: an attacker who writes many records must
 // not grow the bot's memory, and a refusal of a record deleted since is
@@ -237,6 +251,9 @@ type Store struct {
 	// past maxRefusals, logged but not kept.
 	refused map[string]Refusal
 	more    int
+	// again counts the refusals of a record listed already (put or
+	// deleted again), logged sparingly like more.
+	again int
 	// checked: the trail was compared with the bucket (crossCheck).
 	checked bool
 }
@@ -376,7 +393,7 @@ func (s *Store) encode(sil Silence) ([]byte, error) {
 // open reads the record stored under key: its seal verified first when
 // the Store seals, then the fields Add checks. Nothing of an unverified
 // record is believed.
-func (s *Store) open(key string, value []byte) (Silence, error) {
+func (s *Store) open(key string, value []byte, now time.Time) (Silence, error) {
 	if len(value) > maxRecord {
 		return Silence{}, fmt.Errorf("silence: %w: %s: a record of %d bytes", ErrInvalid, key, len(value))
 	}
@@ -408,6 +425,13 @@ func (s *Store) open(key string, value []byte) (Silence, error) {
 	// too (a key rotated out keeps signing whatever its holder wants).
 	if err := s.validate(sil); err != nil {
 		return Silence{}, fmt.Errorf("%w (record %s)", err, key)
+	}
+	// The maximum counts from CreatedAt, which the sealer chose: a
+	// silence "made" next year would apply from now until a week after
+	// then. Add stamps it with the clock of the replica that made it.
+	if sil.CreatedAt.After(now.Add(replicaSkew)) {
+		return Silence{}, fmt.Errorf("silence: %w: record %s made at %s, later than now (%s): it would last longer than the maximum of %s from now",
+			ErrInvalid, key, sil.CreatedAt.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), s.max)
 	}
 	return sil, nil
 }
@@ -592,6 +616,7 @@ func (s *Store) Run(ctx context.Context) error {
 // follow applies the watcher's entries to the copy until the watcher ends
 // or ctx does. The initial values are followed by a nil entry.
 func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher) {
+	initial := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -604,11 +629,62 @@ func (s *Store) follow(ctx context.Context, w jetstream.KeyWatcher) {
 				// End of the initial values: what the trail says was
 				// silenced and the bucket lacks, once per Store.
 				s.crossCheckOnce(ctx)
+				initial = false
 				continue
 			}
 			s.apply(e)
+			// Once caught up (Delta 0: the newest entry): a flood of
+			// puts costs one round of look-ups, not one a put.
+			if !initial && e.Operation() == jetstream.KeyValuePut && e.Delta() == 0 {
+				s.checkPresent(ctx)
+			}
 		}
 	}
+}
+
+// presentTimeout bounds the look-ups of checkPresent.
+const presentTimeout = 5 * time.Second
+
+// checkPresent looks up, after a put, every silence this replica applies:
+// a put carrying a rollup of the whole bucket (Nats-Rollup: all, which
+// the bot's NATS user may publish and the KV stream allows) removes every
+// other record without a delete marker the watch would deliver. hcpbot
+// writes none; a silence gone that way is listed as tampered with, and
+// still applied until it expires. Silences are few and puts rare: one
+// direct get each.
+func (s *Store) checkPresent(ctx context.Context) {
+	if !s.Sealed() {
+		return
+	}
+	now := s.now()
+	s.mu.RLock()
+	var ids []string
+	for id, sil := range s.cache {
+		if r, listed := s.refused[id]; sil.Active(now) && !(listed && r.Kept != nil) {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(ctx, presentTimeout)
+	defer cancel()
+	for _, id := range ids {
+		_, err := s.kv.Get(ctx, id)
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // there, or not known: the watch tells the rest
+		}
+		s.mu.Lock()
+		if kept, ok := s.cache[id]; ok && kept.Active(now) && !s.keptLocked(id) {
+			s.refuseLocked(id, now, fmt.Sprintf("removed from the bucket without a delete marker while it applies (%s): a rollup of the whole bucket, which hcpbot never writes; still applied here until it expires", describe(kept)), &kept)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// keptLocked reports whether key is listed as a genuine silence tampered
+// with. Callers hold mu.
+func (s *Store) keptLocked(key string) bool {
+	r, ok := s.refused[key]
+	return ok && r.Kept != nil
 }
 
 func (s *Store) apply(e jetstream.KeyValueEntry) {
@@ -642,7 +718,7 @@ func (s *Store) apply(e jetstream.KeyValueEntry) {
 		}
 		return
 	}
-	sil, err := s.open(key, e.Value())
+	sil, err := s.open(key, e.Value(), now)
 	switch {
 	case err != nil && applies:
 		s.refuseLocked(key, now, fmt.Sprintf("replaced while it applies (%s) by a record that is refused: %v; the silence is still applied here until it expires", describe(kept), err), &kept)
@@ -672,6 +748,22 @@ func (s *Store) refuseLocked(key string, now time.Time, reason string, kept *Sil
 
 func (s *Store) noteLocked(r Refusal) {
 	key, reason := r.Key, r.Reason
+	if o, listed := s.refused[key]; listed && (o.rank() == r.rank() || (o.rank() < r.rank() && o.live(r.Seen))) {
+		// Listed already, and as serious: the same key put, or a
+		// silence deleted, again and again must not flood the log one
+		// line a write. Listed as more serious (a genuine silence
+		// deleted): junk put under its key later must not turn it into
+		// one refused record among many.
+		if o.rank() == r.rank() {
+			s.refused[key] = r
+		}
+		s.again++
+		if isPowerOfTen(s.again) {
+			s.log.Error().Str("bucket", Bucket).Int("refused_again", s.again).Str("last_key", clip(key, 80)).Str("reason", reason).
+				Msg("silence records listed already refused again: someone keeps writing the silences bucket without the bot's signing key")
+		}
+		return
+	}
 	if _, ok := s.refused[key]; !ok && len(s.refused) >= maxRefusals {
 		// What is certain never gives way to what may be noise: a
 		// genuine silence tampered with evicts anything else, a silence
@@ -709,16 +801,22 @@ func isPowerOfTen(n int) bool {
 func (s *Store) refusedLocked(key string) bool { _, ok := s.refused[key]; return ok }
 
 // genuine reports whether r is about a silence the bot made.
-func (r Refusal) genuine() bool { return r.Kept != nil || r.Missing }
+func (r Refusal) genuine() bool { return r.Kept != nil || r.Missing || r.Incomplete }
+
+// live reports whether r, about a genuine silence, still matters at now.
+func (r Refusal) live(now time.Time) bool {
+	return (r.Kept != nil && r.Kept.Active(now)) || ((r.Missing || r.Incomplete) && now.Before(r.Until))
+}
 
 // rank orders refusals by how sure and how serious: a genuine silence
-// tampered with (0), one the trail names missing (1), a refused record
-// (2). Refused lists them in that order; the first are kept longest.
+// tampered with (0), one the trail names missing or a comparison with
+// the trail incomplete (1), a refused record (2). Refused lists them in
+// that order; the first are kept longest.
 func (r Refusal) rank() int {
 	switch {
 	case r.Kept != nil:
 		return 0
-	case r.Missing:
+	case r.Missing, r.Incomplete:
 		return 1
 	}
 	return 2
@@ -745,7 +843,7 @@ func (s *Store) Refused(now time.Time) (list []Refusal, more int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key, r := range s.refused {
-		if (r.Kept != nil && !r.Kept.Active(now)) || (r.Deleted && now.Sub(r.Seen) > refusalAfter) || (r.Missing && !now.Before(r.Until)) {
+		if (r.Kept != nil && !r.Kept.Active(now)) || (r.Deleted && now.Sub(r.Seen) > refusalAfter) || ((r.Missing || r.Incomplete) && !now.Before(r.Until)) {
 			delete(s.refused, key)
 			continue
 		}
@@ -761,6 +859,28 @@ func (s *Store) Refused(now time.Time) (list []Refusal, more int) {
 		return strings.Compare(a.Key, b.Key)
 	})
 	return list, s.more
+}
+
+// auditSigned reports whether r carries a trusted key's signature:
+// audit.Record.Sig is over audit.SigningContext and the record encoded
+// without Sig, which a record read back encodes to again (its fields are
+// strings, integers, a time and bytes). A record that Append did not
+// encode need not, and is not believed.
+func (s *Store) auditSigned(r audit.Record) bool {
+	if len(r.Sig) == 0 || !slices.Contains(s.trusted, r.Key) {
+		return false
+	}
+	kp, err := nkeys.FromPublicKey(r.Key)
+	if err != nil {
+		return false
+	}
+	sig := r.Sig
+	r.Sig = nil
+	body, err := json.Marshal(r)
+	if err != nil {
+		return false
+	}
+	return kp.Verify(append([]byte(audit.SigningContext), body...), sig) == nil
 }
 
 // crossCheckTimeout bounds the comparison of the trail with the bucket at
@@ -782,7 +902,18 @@ func (s *Store) crossCheckOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, crossCheckTimeout)
 	defer cancel()
 	if err := s.crossCheck(cctx, trail); err != nil {
-		s.log.Warn().Err(err).Msg("silences: could not compare the audit trail with the bucket: a silence deleted before this start may go unnoticed")
+		if ctx.Err() != nil {
+			return // stopping: nothing to list
+		}
+		// Said where a person looks, not only in the log: a flood of
+		// the trail (its writers include the bot's NATS user) is how a
+		// deletion made before this start would be hidden.
+		s.log.Error().Err(err).Msg("silences: could not compare the whole audit trail with the bucket: a silence deleted before this start may go unnoticed")
+		now := s.now()
+		s.mu.Lock()
+		s.noteLocked(Refusal{Key: TrailKey, Seen: now, Incomplete: true, Until: now.Add(s.max + clockSkew),
+			Reason: fmt.Sprintf("the audit trail was not compared whole with the silences bucket at this replica's start (%v): a silence deleted before then may be missing from this list; a flood of the trail hides one that way, `/hcp audit` shows it", err)})
+		s.mu.Unlock()
 	}
 }
 
@@ -794,16 +925,20 @@ func (s *Store) crossCheckOnce(ctx context.Context) {
 // must not mute anything — but a person sees it in `/hcp status`.
 func (s *Store) crossCheck(ctx context.Context, trail audit.Reader) error {
 	now := s.now()
-	recs, err := trail.Since(ctx, now.Add(-s.max-clockSkew))
+	// The bot's subjects only: an agent records no silence, and its
+	// records must not push the bot's past what Since returns.
+	recs, err := trail.Since(ctx, now.Add(-s.max-clockSkew), event.AuditFilter)
 	if err != nil && !errors.Is(err, audit.ErrTooMany) {
 		return fmt.Errorf("silence: read the audit trail: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range recs {
-		// A sealing bot's records are chained and signed; the signature
-		// itself is the verifier's to check (`/hcp audit verify`).
-		if r.Kind != audit.KindSilenced || !idPattern.MatchString(r.ActionID) || !slices.Contains(s.trusted, r.Key) || r.Chain == 0 || len(r.Sig) == 0 {
+		// A sealing bot's records are chained and signed. The signature
+		// is checked here too: the bot's NATS user appends to the trail,
+		// and claims it made up, listed as missing silences, would crowd
+		// out a real one past what Refused keeps.
+		if r.Kind != audit.KindSilenced || !idPattern.MatchString(r.ActionID) || r.Chain == 0 || !s.auditSigned(r) {
 			continue
 		}
 		_, until, ok := strings.Cut(r.Summary, ", until ")
