@@ -270,6 +270,11 @@ func (b *Bot) markCaughtUp() {
 	b.wake()
 }
 
+// LeaderChanged makes the flush look at once when this replica's
+// leadership changed (bus.OnLeaderChange): a standby that took over sends
+// what the dead leader left now, not at the flush's next tick.
+func (b *Bot) LeaderChanged(bool) { b.wake() }
+
 // wake makes the flush loop look at once.
 func (b *Bot) wake() {
 	select {

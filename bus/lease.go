@@ -85,8 +85,13 @@ func (l *Lease) now() time.Duration { return time.Since(l.epoch) }
 // Run competes for the lease until ctx ends, then releases it if held.
 func (l *Lease) Run(ctx context.Context) error {
 	period := l.ttl / 5 // two renewals fit before the step-down deadline
-	var rev uint64      // our revision of the key; 0: we hold none
-	tick := time.NewTicker(period)
+	// A standby tries more often than the holder renews: the key of a
+	// holder that died expires up to a renewal period after its last
+	// write, and a standby trying only every period would add up to
+	// another one to the hand-over (B8: lease + 4 s at 15 s; now + 1 s).
+	standby := max(period/3, 100*time.Millisecond)
+	var rev uint64 // our revision of the key; 0: we hold none
+	tick := time.NewTicker(standby)
 	defer tick.Stop()
 	lapse := time.NewTimer(time.Hour) // fires at the step-down deadline
 	defer lapse.Stop()
@@ -96,6 +101,11 @@ func (l *Lease) Run(ctx context.Context) error {
 			lapse.Reset(time.Duration(l.until.Load()) - l.now())
 		} else {
 			lapse.Stop()
+		}
+		if rev != 0 {
+			tick.Reset(period)
+		} else {
+			tick.Reset(standby)
 		}
 		for waiting := true; waiting; {
 			select {

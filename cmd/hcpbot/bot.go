@@ -333,7 +333,15 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		log = log.With().Str("partition", group.Name()).Logger()
 		log.Info().Int("partition", group.Index).Int("partitions", group.Count).Msg("one bot group of several: holding the management clusters of this partition only")
 	}
-	lease, err := bus.NewLease(ctx, conn.JS, group.Suffix("bot"), replicaIdentity(c), log, bus.WithReplicas(cfg.NATS.StreamReplicas))
+	// A change of leader wakes the bot's flush: a standby taking over
+	// sends what the dead leader left at once (the bot is made below).
+	var woken atomic.Pointer[bot.Bot]
+	lease, err := bus.NewLease(ctx, conn.JS, group.Suffix("bot"), replicaIdentity(c), log, bus.WithReplicas(cfg.NATS.StreamReplicas),
+		bus.OnLeaderChange(func(leader bool) {
+			if b := woken.Load(); b != nil {
+				b.LeaderChanged(leader)
+			}
+		}))
 	if err != nil {
 		return err
 	}
@@ -381,6 +389,7 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		return bot.SilenceInfo{ID: s.ID, By: s.CreatedBy, Reason: s.Reason, Until: s.ExpiresAt}, ok
 	}
 	b := bot.New(bcfg, conn.JS, notifier, reg, log)
+	woken.Store(b)
 	reader, serveFleet, err := botFleet(cfg, group, parts, conn, signer, b, log)
 	if err != nil {
 		return err
