@@ -1,11 +1,8 @@
 package bot
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -17,7 +14,6 @@ import (
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bus"
-	"github.com/hcpbot/hcpbot/event"
 )
 
 // Incident is the bot's view of one hosted cluster's current problem.
@@ -130,146 +126,6 @@ func newModel(clients diagnose.ClientsFunc) *diagnose.Model {
 	return m
 }
 
-// Run consumes the events stream from its start, and sends notifications
-// while this replica is the leader, until ctx ends.
-func (b *Bot) Run(ctx context.Context) error {
-	// The state is a function of the stream: replaying it rebuilds what a
-	// crashed or new replica needs, and a Slack message per Key (notify's
-	// store) makes the replay's notifications updates, not new posts.
-	// A checkpoint (resume.go) replaces the part of the replay it covers.
-	stream, err := b.js.Stream(ctx, event.StreamName)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while starting: a stop, not a failure
-		}
-		return fmt.Errorf("events stream: %w", err)
-	}
-	info := stream.CachedInfo()
-	until := info.State.LastSeq
-	from := b.restore(ctx, info)
-	b.mu.Lock()
-	b.caughtUp = until == 0
-	b.mu.Unlock()
-	if until > 0 && from >= until {
-		b.markCaughtUp() // the checkpoint covers the whole stream
-	}
-	occ := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{event.EventsStreamSubjects},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	}
-	if from > 0 {
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
-	}
-	cons, err := b.js.OrderedConsumer(ctx, event.StreamName, occ)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("events consumer: %w", err)
-	}
-	// Decoding (the consumer's goroutine) and applying (another) overlap:
-	// the two are the correlator's main costs (make bench, B1). The
-	// channel keeps the stream's order.
-	decoded := make(chan decodedEvent, decodeAhead)
-	sel := newSelector(b.cfg.Partitions, b.cfg.Partition, b.log)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		d := decodedEvent{}
-		if sel.skip(m.Subject()) {
-			// Another group's source: not decoded, but its sequence is
-			// passed on, so applied and the catch-up advance past it.
-			d.skip = true
-		} else {
-			d.e, d.p, d.err = event.DecodeAll(m.Data())
-		}
-		if !d.skip && d.err == nil && !event.OnSourceSubject(m.Subject(), d.e.Source) {
-			// NATS lets an agent publish only its own source's
-			// subjects; a body naming another source is a forgery.
-			d.err = fmt.Errorf("%w: source %q on subject %s", errWrongSource, d.e.Source, m.Subject())
-		}
-		if md, err := m.Metadata(); err == nil {
-			d.seq = md.Sequence.Stream
-		}
-		select {
-		case decoded <- d:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("consume events: %w", err)
-	}
-	defer cc.Stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer b.checkpointAtShutdown(ctx)
-	wg.Go(func() { b.checkpointLoop(ctx) })
-	wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case d := <-decoded:
-				if d.skip {
-					b.skipped(d.seq)
-				} else {
-					b.apply(d.e, d.p, d.err, d.seq)
-				}
-				if d.seq >= until {
-					b.markCaughtUp()
-				}
-			}
-		}
-	})
-	b.flushLoop(ctx)
-	return nil
-}
-
-// errWrongSource: an event whose body names another source than its
-// subject, which is what NATS authorised its publisher for.
-var errWrongSource = errors.New("event of another source")
-
-// decodeAhead is how many decoded events may wait to be applied.
-const decodeAhead = 256
-
-type decodedEvent struct {
-	e    event.Event
-	p    event.Payload
-	err  error
-	seq  uint64 // stream sequence, 0 when unknown
-	skip bool   // another group's event, not decoded
-}
-
-// skipped notes another group's event as applied: a checkpoint taken now
-// covers it.
-func (b *Bot) skipped(seq uint64) {
-	if seq == 0 {
-		return
-	}
-	b.mu.Lock()
-	b.applied = seq
-	b.mu.Unlock()
-}
-
-func (b *Bot) markCaughtUp() {
-	b.mu.Lock()
-	if b.caughtUp {
-		b.mu.Unlock()
-		return
-	}
-	b.caughtUp = true
-	n, held := len(b.incidents), 0
-	for _, inc := range b.incidents {
-		if inc.n.dirty {
-			// What the replay kept from going out: counted once, here,
-			// as the flush does not look at incidents while replaying.
-			b.hold(&inc.n.held, "incident", inc.Key, reasonReplaying)
-			held++
-		}
-	}
-	b.mu.Unlock()
-	b.log.Info().Int("incidents", n).Int("held", held).Msg("events replayed: notifying")
-	b.wake()
-}
-
 // LeaderChanged makes the flush look at once when this replica's
 // leadership changed (bus.OnLeaderChange): a standby that took over sends
 // what the dead leader left now, not at the flush's next tick.
@@ -281,64 +137,6 @@ func (b *Bot) wake() {
 	case b.kick <- struct{}{}:
 	default:
 	}
-}
-
-// Handle applies one encoded event. Bad events are dead-lettered: counted,
-// logged without their content, and skipped, so they never block the stream.
-func (b *Bot) Handle(_ context.Context, data []byte) {
-	e, p, err := event.DecodeAll(data)
-	b.apply(e, p, err, 0)
-}
-
-// apply applies a decoded event, or dead-letters it if it did not decode;
-// seq is its stream sequence (0 when unknown).
-func (b *Bot) apply(e event.Event, p event.Payload, err error, seq uint64) {
-	if err != nil {
-		b.deadLetter(err, e, seq)
-		if seq > 0 {
-			b.mu.Lock()
-			b.applied = seq
-			b.mu.Unlock()
-		}
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if seq > 0 {
-		b.applied = seq
-	}
-	before := b.beforeApply(e, p)
-	changed := b.model.ApplyDecoded(e, p)
-	b.metrics.consumed.WithLabelValues(string(e.Type)).Inc()
-	for _, k := range changed {
-		b.evaluate(k, e.Time, before)
-	}
-}
-
-// deadLetter counts and logs a bad event without its content (a bad event
-// may carry anything): the reason, what is wrong in general terms, and the
-// stream sequence to look the message up by (nats stream get).
-func (b *Bot) deadLetter(err error, e event.Event, seq uint64) {
-	reason := "malformed"
-	switch {
-	case errors.Is(err, event.ErrTooLarge):
-		reason = "too_large"
-	case errors.Is(err, event.ErrUnsupportedVersion):
-		reason = "unsupported_version"
-	case errors.Is(err, event.ErrUnknownType):
-		reason = "unknown_type"
-	case errors.Is(err, errWrongSource):
-		reason = "wrong_source"
-	}
-	b.metrics.deadLetter.WithLabelValues(reason).Inc()
-	l := b.log.Warn().Str("reason", reason).Str("error", event.Describe(err))
-	if seq > 0 {
-		l = l.Uint64("stream_seq", seq)
-	}
-	if id, typ := event.Loggable(e); id != "" || typ != "" {
-		l = l.Str("id", id).Str("type", string(typ))
-	}
-	l.Msg("event dead-lettered")
 }
 
 // evaluate diagnoses a cluster and opens, changes or resolves its

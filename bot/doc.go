@@ -125,36 +125,111 @@
 //
 // Events only record (evaluate); the flush decides what goes out, on the
 // leader once the replay caught up, as Alertmanager's notify pipeline
-// does: an ordered list of named stages, each taking the incidents still
-// due and returning those it lets on (flush.go has the order and why):
+// does: an ordered list of named stages, each taking the incidents (or
+// storms) still due and returning those it lets on. A stage that holds a
+// notification back names a reason, logged (debug) and counted once per
+// incident or storm and reason in
+// hcpbot_bot_notifications_suppressed_total (TestHoldCountsOnce,
+// TestFlushCountsSuppressedByReason); nothing new to show is not counted.
+// The order is incidentStages (flush.go) and stormStages (storms.go),
+// proved by TestIncidentStagesOrder.
 //
-//	resolve ─▶ remedy ─▶ silence ─▶ group-wait ─▶ storm ─▶ unchanged ─▶ storm-member
-//	   ─▶ resolved-unposted ─▶ silenced ─▶ clearing ─▶ group-interval ─▶ send
+// Before the stages, flush itself (flush.go) does what is not a stage
+// yet: the gate (a follower or a replaying bot looks at no incident; what
+// the replay held is counted once caught up, reason replaying:
+// TestReplayHeldCounted), a first run of resolve, and, outside the lock,
+// the notifier asked which resolved incidents and revived storms have a
+// message (takeover.go).
 //
-// and for storms settle ─▶ unchanged ─▶ clearing ─▶ group-interval ─▶
-// resolved-unposted ─▶ send. A stage that holds a notification back names
-// a reason, logged (debug) and counted once per incident or storm and
-// reason in hcpbot_bot_notifications_suppressed_total: replaying,
-// root-lookup, group-wait, storm-brewing, storm-member, resolved-unposted,
-// silenced, clearing, group-interval. Nothing new to show is not counted.
+// The incident stages, in order: name, function (file), why it is there,
+// the reasons it holds for, the test.
+//
+//  1. resolve, resolveStage (clock.go): resolves what stayed clear for
+//     ResolveTimeout; first, so an incident healed long ago (after a
+//     restart) is handled as resolved from the start, never rendered
+//     open. Holds nothing. TestResolveStage.
+//  2. remedy, remedyStage (remediation.go): brings an incident's fix up
+//     to date (learned from the store, a rollout step, the heal deadline)
+//     before anything decides what its rendering shows. Holds nothing.
+//     TestRemedyStage.
+//  3. silence, silenceStage (flush.go): refreshes which incidents a
+//     silence covers, before anything decides to post: group-wait must
+//     not post a silenced incident. Holds nothing. TestSilenceStage.
+//  4. group-wait, groupWaitStage (clock.go): when the flush first handles
+//     an incident: an open one once GroupWait is over, so its first
+//     message has the whole picture; a resolved one once its root was
+//     looked up. Reasons, for incidents not handled yet: group-wait,
+//     root-lookup, and resolved-unposted, silenced and clearing, which
+//     overlap stages 8–10. TestGroupWaitStage.
+//  5. storm, stormStage (storms.go): folds incidents past their group
+//     wait into storms, so a storm forms before any member could be
+//     posted on its own; holds one around which a storm may be brewing.
+//     Reason storm-brewing. TestStormStage.
+//  6. unchanged, unchangedStage (flush.go): what has nothing new to show,
+//     or is not handled yet, stops here, uncounted. TestUnchangedStage.
+//  7. storm-member, stormMemberStage (storms.go): drops a member with no
+//     message of its own (its storm speaks for it), before any stage could
+//     hold it for later. Reason storm-member. TestStormMemberStage.
+//  8. resolved-unposted, resolvedUnpostedStage (flush.go): drops a
+//     resolved incident that never had a message: nobody was told it
+//     opened. Reason resolved-unposted. TestResolvedUnpostedStage.
+//  9. silenced, silencedStage (flush.go): lets one rendering say an
+//     incident is silenced, then holds it; before clearing, so it stays
+//     quiet whatever its signals do. Reason silenced. TestSilencedStage,
+//     TestSilencedStaysQuietThroughClearing.
+//  10. clearing, clearingStage (clock.go): holds an open incident whose
+//     signals cleared: a rendering would show a problem that is gone.
+//     Reason clearing. TestClearingStage.
+//  11. group-interval, groupIntervalStage (clock.go): paces renderings
+//     GroupInterval apart; last, so pacing applies only to what would
+//     really go out (the one silenced rendering is not paced). Reason
+//     group-interval. TestGroupIntervalStage.
+//  12. send, sendStage (flush.go): hands the rendering and the thread
+//     replies it warrants to the notifier. TestSendStage.
+//
+// The storm stages (stormStages, storms.go), in order, for the same
+// reasons; each is proved by its subtest of TestStormStagesEach:
+//
+//  1. settle, settleStormStage: resolves a storm with no open member, and
+//     lists members that joined since its message went out at once, not
+//     when the group interval lets the message change.
+//  2. unchanged: nothing new to show stops here, uncounted.
+//  3. clearing: every open member's signals cleared. Reason clearing.
+//  4. group-interval: the message is paced. Reason group-interval.
+//  5. resolved-unposted: resolved before its message was posted: dropped.
+//     Reason resolved-unposted.
+//  6. send, sendStormStage: the message, then its new members' pages.
+//
+// The stages are methods of *Bot (storm stages 2–5 closures in
+// stormStages) sharing a flushRun; they are not yet types with their
+// dependencies passed in.
 //
 // # Files
 //
-//	bot.go       Bot, Incident, consuming the stream, evaluate (events only record)
-//	config.go    Config and its defaults
-//	flush.go     the flush: its gate, the incident pipeline, reasons, send
-//	clock.go     the flush loop and the stages that decide by time
-//	storms.go    storms: forming, revived after a restart, their pipeline
-//	takeover.go  a new leader asks which messages exist
-//	partition.go one group of several: the events it skips, its storm keys
-//	resume.go    restoring a checkpoint at start, writing them on the leader
-//	state.go     what a checkpoint holds of the correlator, and back
-//	forget.go    what is forgotten, and when
-//	remediation.go  an incident's fix: remedy, rollout, heal deadline
-//	timeline.go  an incident's story, step by step
-//	render.go    the wording: messages, thread replies, storm pages
-//	views.go     the read views (copies) the /hcp answers and digests use
-//	metrics.go   the metrics below
+//	doc.go             this overview
+//	bot.go             Incident, Bot and New; evaluate (events only record), incident keys, fingerprints
+//	consume.go         Run: the ordered consumer, decoding (another group's events skipped undecoded), applying in order, the catch-up; dead letters
+//	lazy.go            the full diagnoses, built when someone looks rather than per event
+//	config.go          Config and its defaults
+//	clock.go           notifyState, the flush loop, and the stages that decide by time
+//	flush.go           the flush: reasons, the pipeline, its set-up and gate, incidentStages and their untimed stages, send
+//	storms.go          Storm: forming (the storm and storm-member stages), revived after a restart, stormStages
+//	takeover.go        a new leader asks which messages exist
+//	pending.go         resolutions still to send of replaced incidents, kept bounded
+//	partition.go       one group of several: the events it skips, its storm keys
+//	resume.go          restoring a checkpoint at start, writing them on the leader
+//	state.go           what a checkpoint holds of the correlator, and back
+//	forget.go          what is forgotten, and when
+//	remediation.go     an incident's fix: remedy, rollout, heal deadline (the remedy stage)
+//	timeline.go        an incident's story, step by step
+//	render.go          what every rendering shares: severity icon, who, digest, an evidence line
+//	render_incident.go the incident's root message: open (Render, its buttons) and resolved
+//	render_thread.go   the incident's thread replies: the evidence, the reasoning, what changed
+//	render_storm.go    the storm's message and the pages listing its clusters
+//	views.go           the read views (copies) the /hcp answers and digests use
+//	metrics.go         the metrics below
+//
+// No file of this package is over 450 lines.
 //
 // # Metrics
 //
