@@ -110,7 +110,7 @@ const (
 // function, whose context ends with the leadership); the next leader
 // resumes the same durable consumer. The stream and buckets are the
 // bot's: Serve waits for them.
-func Serve(ctx context.Context, js jetstream.JetStream, cfg AgentConfig) error {
+func Serve(ctx context.Context, js AgentJetStream, cfg AgentConfig) error {
 	ccfg, err := wire.ConsumerConfig(cfg.Source, cfg.AckWait)
 	switch {
 	case err != nil:
@@ -199,9 +199,19 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// AgentJetStream is what Serve uses of JetStream: it vets the bot's
+// stream and buckets, binds the buckets, and creates its consumer of the
+// requests. It creates and changes no stream or bucket: they are the
+// bot's.
+type AgentJetStream interface {
+	jetstream.StreamManager
+	jetstream.KeyValueManager
+	jetstream.StreamConsumerManager
+}
+
 type agent struct {
 	cfg        AgentConfig
-	js         jetstream.JetStream
+	js         AgentJetStream
 	ackWait    time.Duration
 	now        func() time.Time
 	transient  func(error) bool

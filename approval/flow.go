@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -147,10 +146,20 @@ type Flow struct {
 	wake  chan struct{}
 }
 
+// FlowJetStream is what NewFlow takes: the bot's side of the queue
+// creates the stream and buckets, sends requests (wire.Queue) and asks
+// the agents' identity checks on the connection. It consumes nothing: the
+// agents do (AgentJetStream).
+type FlowJetStream interface {
+	bus.BucketManager
+	wire.Transport
+	Conn() *nats.Conn
+}
+
 // NewFlow ensures the proposals bucket, the actions stream and the
 // results bucket (the bot owns them; agents only use them) and returns
 // the flow.
-func NewFlow(ctx context.Context, js jetstream.JetStream, cfg Config) (*Flow, error) {
+func NewFlow(ctx context.Context, js FlowJetStream, cfg Config) (*Flow, error) {
 	switch {
 	case cfg.Signer == nil:
 		return nil, errors.New("approval: a signing key is required: agents run only what it seals")

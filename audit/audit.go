@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -157,7 +158,7 @@ type Reader interface {
 
 // Log is the audit trail on JetStream. It is safe for concurrent use.
 type Log struct {
-	js            jetstream.JetStream
+	js            ConnPublisher
 	stream        jetstream.Stream
 	defaultSource string
 	now           func() time.Time
@@ -211,13 +212,28 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // then still append, but not a record that Verify accepts.
 func WithSigner(s Signer) Option { return func(o *options) { o.signer = s } }
 
+// ConnPublisher is what a Log appends with: JetStream publishes, and
+// their connection, on which it reads the last record of a subject
+// directly (msgGet).
+type ConnPublisher interface {
+	jetstream.Publisher
+	Conn() *nats.Conn
+}
+
+// StreamPublisher is what Open takes: it creates the audit stream, then
+// appends to it.
+type StreamPublisher interface {
+	jetstream.StreamManager
+	ConnPublisher
+}
+
 // Open creates the audit stream while it is absent, and returns the Log
 // writing to it. Every process may call it at start-up. It never changes
 // an existing stream: the bot's NATS user may not (a stolen seed could
 // otherwise shorten the trail); when the stream's settings differ from
 // the configured ones, it says so in a warning (zerolog.Ctx(ctx)) and
 // goes on: an operator with admin credentials updates the stream.
-func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, error) {
+func Open(ctx context.Context, js StreamPublisher, opts ...Option) (*Log, error) {
 	o := options{
 		replicas:      1,
 		maxAge:        DefaultMaxAge,
@@ -253,7 +269,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Log, er
 // may not). Its records are chained like the bot's and not signed: NATS
 // permissions let only that agent write its subject. Its Recent, Since
 // and Verify fail: the agent does not read the trail.
-func ForAgent(js jetstream.JetStream, source string) (*Log, error) {
+func ForAgent(js ConnPublisher, source string) (*Log, error) {
 	if _, err := event.AgentAuditSubject(source); err != nil {
 		return nil, fmt.Errorf("audit: agent source: %w", err)
 	}

@@ -48,7 +48,7 @@ func (i *Incident) Open() bool { return i.Resolved.IsZero() }
 // Bot is the pipeline from the events stream to notifications.
 type Bot struct {
 	cfg     Config
-	js      jetstream.JetStream
+	js      EventSource
 	out     notify.Notifier
 	log     zerolog.Logger
 	metrics *metrics
@@ -91,8 +91,15 @@ type Bot struct {
 	stormSuffix string
 }
 
+// EventSource is what a Bot reads the events stream with: the stream's
+// state, to resume from a checkpoint, and an ordered consumer on it.
+type EventSource interface {
+	jetstream.StreamManager
+	jetstream.StreamConsumerManager
+}
+
 // New returns a Bot. reg may be nil.
-func New(cfg Config, js jetstream.JetStream, out notify.Notifier, reg prometheus.Registerer, log zerolog.Logger) *Bot {
+func New(cfg Config, js EventSource, out notify.Notifier, reg prometheus.Registerer, log zerolog.Logger) *Bot {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

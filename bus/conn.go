@@ -90,6 +90,8 @@ type Config struct {
 // Conn is a live NATS connection with its JetStream handle.
 type Conn struct {
 	NC *nats.Conn
+	// JS is whole: it is what every component is built from, and each
+	// takes the part it uses (BucketManager, jetstream.Publisher…).
 	JS jetstream.JetStream
 
 	log   zerolog.Logger

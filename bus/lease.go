@@ -53,7 +53,7 @@ func OnLeaderChange(f func(leader bool)) Option { return func(o *options) { o.on
 
 // NewLease creates (or opens) the lease bucket, with WithReplicas copies,
 // and returns a Lease for key held under identity.
-func NewLease(ctx context.Context, js jetstream.JetStream, key, identity string, log zerolog.Logger, opts ...Option) (*Lease, error) {
+func NewLease(ctx context.Context, js BucketManager, key, identity string, log zerolog.Logger, opts ...Option) (*Lease, error) {
 	if identity == "" {
 		return nil, errors.New("bus: lease needs an identity")
 	}

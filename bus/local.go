@@ -342,7 +342,7 @@ const inProcessURL = "nats://in-process"
 // events stream and nothing else, only in-process, with a key that never
 // leaves this process; its connection lasts this call.
 func (l *Local) CreateStream(ctx context.Context, spec StreamSpec, log zerolog.Logger) (jetstream.Stream, error) {
-	return l.asOwner(ctx, "creates", spec, log, func(js jetstream.JetStream) (jetstream.Stream, error) {
+	return l.asOwner(ctx, "creates", spec, log, func(js jetstream.StreamManager) (jetstream.Stream, error) {
 		return CreateStream(ctx, js, spec)
 	})
 }
@@ -357,7 +357,7 @@ func (l *Local) CreateStream(ctx context.Context, spec StreamSpec, log zerolog.L
 // with it.
 func (l *Local) ApplyStream(ctx context.Context, spec StreamSpec, log zerolog.Logger) (jetstream.Stream, error) {
 	cfg := spec.config()
-	return l.asOwner(ctx, "applies", spec, log, func(js jetstream.JetStream) (jetstream.Stream, error) {
+	return l.asOwner(ctx, "applies", spec, log, func(js jetstream.StreamManager) (jetstream.Stream, error) {
 		return retryEnsure(ctx, "stream", spec.Name, func(ctx context.Context) (jetstream.Stream, error) {
 			return js.CreateOrUpdateStream(ctx, cfg)
 		})
@@ -391,7 +391,7 @@ func (l *Local) ApplyEventsSettings(ctx context.Context, set EventsSettings, log
 
 // asOwner runs do on a connection of the owner's, for the events stream
 // only.
-func (l *Local) asOwner(ctx context.Context, verb string, spec StreamSpec, log zerolog.Logger, do func(jetstream.JetStream) (jetstream.Stream, error)) (jetstream.Stream, error) {
+func (l *Local) asOwner(ctx context.Context, verb string, spec StreamSpec, log zerolog.Logger, do func(jetstream.StreamManager) (jetstream.Stream, error)) (jetstream.Stream, error) {
 	if spec.Name != EventsStreamName {
 		return nil, fmt.Errorf("bus: the embedded server's owner %s %s only, not %s", verb, EventsStreamName, spec.Name)
 	}

@@ -44,7 +44,7 @@ type StreamSpec struct {
 // a subject transform — is refused (ErrForeignStream): it may hold
 // messages nobody allowed. Every process may call it at start-up, several
 // replicas at once; it retries as CreateStream does.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
+func EnsureStream(ctx context.Context, js jetstream.StreamManager, spec StreamSpec) (jetstream.Stream, error) {
 	s, err := CreateStream(ctx, js, spec)
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func warnDrift(ctx context.Context, kind, name string, drift []string) {
 // user may not update it). It retries as EnsureStream does: on a fresh
 // cluster a create's reply can be lost, and the next attempt finds the
 // stream.
-func CreateStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
+func CreateStream(ctx context.Context, js jetstream.StreamManager, spec StreamSpec) (jetstream.Stream, error) {
 	cfg := spec.config()
 	s, err := retryEnsure(ctx, "stream", spec.Name, func(ctx context.Context) (jetstream.Stream, error) {
 		s, err := js.Stream(ctx, spec.Name)
@@ -182,7 +182,7 @@ const (
 // stream without owning it (the agent against an external NATS: the bot
 // creates the events stream with its configured settings, and the agent's
 // user may not create or update streams), so it never creates anything.
-func WaitForStream(ctx context.Context, js jetstream.JetStream, name string, log zerolog.Logger) (jetstream.Stream, error) {
+func WaitForStream(ctx context.Context, js jetstream.StreamManager, name string, log zerolog.Logger) (jetstream.Stream, error) {
 	wait := streamWaitFirst
 	for attempt := 0; ; attempt++ {
 		s, err := js.Stream(ctx, name)
@@ -224,10 +224,17 @@ type KVSpec struct {
 	Replicas    int           // 0 means 1
 }
 
+// BucketManager is what ensuring a bucket takes of JetStream: the bucket,
+// and the stream under it, whose settings say what the bucket carries.
+type BucketManager interface {
+	jetstream.KeyValueManager
+	jetstream.StreamManager
+}
+
 // EnsureKV creates the bucket while it is absent and returns it; an
 // existing one keeps its settings, as EnsureStream's, with a warning for
 // what differs and ErrForeignStream for what hcpbot never configures.
-func EnsureKV(ctx context.Context, js jetstream.JetStream, spec KVSpec) (jetstream.KeyValue, error) {
+func EnsureKV(ctx context.Context, js BucketManager, spec KVSpec) (jetstream.KeyValue, error) {
 	cfg := jetstream.KeyValueConfig{
 		Bucket:      spec.Bucket,
 		Description: spec.Description,

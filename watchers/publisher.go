@@ -33,7 +33,7 @@ var ErrBufferFull = errors.New("publish buffer full")
 // JetStreamPublisher buffers events in memory (bounded) and publishes them in
 // order with their ID as Nats-Msg-Id, retrying until NATS takes them.
 type JetStreamPublisher struct {
-	js      jetstream.JetStream
+	js      ConnPublisher
 	log     zerolog.Logger
 	metrics *Metrics
 	// resync is called (from the publishing goroutine) when events were
@@ -75,8 +75,16 @@ type publishProblem struct {
 // a stream leader election answers "no responders" for about two seconds.
 const ProblemAfter = 10 * time.Second
 
+// ConnPublisher is what a JetStreamPublisher sends with: JetStream
+// publishes, and their connection, whose last error tells a refused
+// publish from a timed-out one.
+type ConnPublisher interface {
+	jetstream.Publisher
+	Conn() *nats.Conn
+}
+
 // NewJetStreamPublisher returns a publisher with room for size events.
-func NewJetStreamPublisher(js jetstream.JetStream, size int, m *Metrics, log zerolog.Logger) *JetStreamPublisher {
+func NewJetStreamPublisher(js ConnPublisher, size int, m *Metrics, log zerolog.Logger) *JetStreamPublisher {
 	return &JetStreamPublisher{js: js, log: log, metrics: m, buf: make(chan event.Event, size), window: DefaultPublishWindow, busy: map[string]int{}}
 }
 

@@ -148,13 +148,20 @@ func ConsumerConfig(source string, ackWait time.Duration) (jetstream.ConsumerCon
 // creates the stream and the bucket (bus.ActionsStream,
 // bus.ActionResultsKV) before using it.
 type Queue struct {
-	js jetstream.JetStream
+	js Transport
 	mu sync.Mutex
 	kv jetstream.KeyValue
 }
 
+// Transport is what a Queue uses of JetStream: it publishes requests and
+// binds the results bucket to read the answers.
+type Transport interface {
+	jetstream.Publisher
+	jetstream.KeyValueManager
+}
+
 // NewQueue returns a Queue on js.
-func NewQueue(js jetstream.JetStream) *Queue { return &Queue{js: js} }
+func NewQueue(js Transport) *Queue { return &Queue{js: js} }
 
 // MessageID is the message id of a request for action id whose bytes are
 // data: the action id and a digest of the bytes. A retried publish of the

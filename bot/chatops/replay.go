@@ -150,7 +150,7 @@ var ErrReplayBucketTTL = errors.New("chatops: replay bucket TTL must be at least
 
 // EnsureReplayBucket creates (or updates) ReplayBucket with a TTL of
 // ReplayWindow, with bus.WithReplicas copies (default 1).
-func EnsureReplayBucket(ctx context.Context, js jetstream.JetStream, opts ...bus.Option) (jetstream.KeyValue, error) {
+func EnsureReplayBucket(ctx context.Context, js bus.BucketManager, opts ...bus.Option) (jetstream.KeyValue, error) {
 	return bus.EnsureKV(ctx, js, bus.SlackReplayKV(ReplayWindow, opts...))
 }
 

@@ -27,7 +27,7 @@ import (
 // record id). Every replica reads the records from the start of the day,
 // so all count alike; the lease holder posts.
 type RefusalNotices struct {
-	JS  jetstream.JetStream
+	JS  jetstream.StreamManager // looks up the audit stream
 	Out notify.Notifier
 	// Channel is where the refusals of source go.
 	Channel func(source string) string

@@ -134,7 +134,7 @@ type Runner struct {
 
 // NewRunner ensures the KV buckets, with bus.WithReplicas copies (default
 // 1), and returns a Runner.
-func NewRunner(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...bus.Option) (*Runner, error) {
+func NewRunner(ctx context.Context, js bus.BucketManager, cfg Config, opts ...bus.Option) (*Runner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -146,7 +146,7 @@ type KVConfig struct {
 // bot replicas and surviving restarts.
 type KVStore struct {
 	kv jetstream.KeyValue
-	js jetstream.JetStream
+	js jetstream.StreamManager // the bucket's stream, for rootIDs
 }
 
 // rootLister is a Store that lists the ids of its root records in one
@@ -190,7 +190,7 @@ func (s *MemoryStore) rootIDs(context.Context) (map[string]bool, error) {
 
 // NewKVStore creates or updates the bucket (bus.EnsureKV), with
 // bus.WithReplicas copies (default 1), and returns a store on it.
-func NewKVStore(ctx context.Context, js jetstream.JetStream, cfg KVConfig, opts ...bus.Option) (*KVStore, error) {
+func NewKVStore(ctx context.Context, js bus.BucketManager, cfg KVConfig, opts ...bus.Option) (*KVStore, error) {
 	kv, err := bus.EnsureKV(ctx, js, bus.SlackMessagesKV(cfg.Bucket, cfg.TTL, opts...))
 	if err != nil {
 		return nil, fmt.Errorf("notify: %w", err)

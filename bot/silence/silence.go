@@ -300,7 +300,7 @@ func bucketTTL(max time.Duration) time.Duration { return 2*max + 24*time.Hour }
 
 // NewStore creates the bucket or brings it to the options. Every silence
 // added is audited to a. Call Run to follow other replicas' silences.
-func NewStore(ctx context.Context, js jetstream.JetStream, a audit.Appender, opts ...Option) (*Store, error) {
+func NewStore(ctx context.Context, js bus.BucketManager, a audit.Appender, opts ...Option) (*Store, error) {
 	o := options{replicas: 1, now: time.Now, max: DefaultMaxDuration, log: zerolog.Nop()}
 	for _, opt := range opts {
 		opt(&o)

@@ -117,7 +117,7 @@ func StormLabels(f func(i int) map[string]string) StormOption {
 // Publish sends events to JetStream the way the agent does (subject from
 // the contract, message ID for de-duplication), asynchronously with at
 // most 1,000 in flight, and waits for every acknowledgement.
-func Publish(ctx context.Context, js jetstream.JetStream, events []event.Event) error {
+func Publish(ctx context.Context, js jetstream.Publisher, events []event.Event) error {
 	var acks []jetstream.PubAckFuture
 	wait := func() error {
 		for _, f := range acks {

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/internal/testenv/natstest"
@@ -80,7 +78,7 @@ func (x *Executor) Runs(id string) int {
 
 // Serve runs the agent of source with x on js, trusting key, until the
 // test ends.
-func Serve(tb testing.TB, js jetstream.JetStream, source, key string, x *Executor) {
+func Serve(tb testing.TB, js approval.AgentJetStream, source, key string, x *Executor) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
