@@ -97,18 +97,18 @@ func (q *chanQueue) attemptCtx(ctx context.Context) (context.Context, context.Ca
 	return context.WithTimeout(context.WithoutCancel(ctx), q.s.cfg.AttemptTimeout)
 }
 
-// call makes one Slack call and reports, like alertmanager's notifiers,
-// whether a failure is worth retrying.
-func (q *chanQueue) call(ctx context.Context, method string, fn func(context.Context) (string, error)) (ts string, retry bool, err error) {
+// call makes one Slack call, counted in m, and reports, like
+// alertmanager's notifiers, whether a failure is worth retrying.
+func call(ctx context.Context, m *metrics, method string, fn func(context.Context) (string, error)) (ts string, retry bool, err error) {
 	ts, err = fn(ctx)
 	outcome := outcomeOK
 	if err != nil {
 		retry, outcome = classify(err)
 		if code := errorCode(err); code != "" {
-			q.s.m.errors.WithLabelValues(errorLabel(code)).Inc()
+			m.errors.WithLabelValues(errorLabel(code)).Inc()
 		}
 	}
-	q.s.m.calls.WithLabelValues(method, outcome).Inc()
+	m.calls.WithLabelValues(method, outcome).Inc()
 	return ts, retry, err
 }
 

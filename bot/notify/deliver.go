@@ -12,16 +12,28 @@ import (
 // Delivery of one Key, in the order an Upsert meets it: resolve looks its
 // root up in the store; deliver posts the root (rootPost) and later its
 // replies (replyPost), one sequence for both; updateRoot sends newer
-// renderings of a root that exists. The store side (claims and records)
-// is in claim.go, the Slack call in call.go.
+// renderings of a root that exists. The record-keeping (claims, finding
+// a lost post, the ts) is the ledger's (ledger.go), the Slack call in
+// call.go.
+
+// storeFailed backs one key off after a store error: without the store we
+// cannot tell whether a root exists, and guessing would post duplicates.
+func (q *chanQueue) storeFailed(k *keyQ, now time.Time, err error) {
+	q.mu.Lock()
+	k.storeFails++
+	d := backoff(k.storeFails, q.s.cfg.BackoffBase, q.s.cfg.BackoffMax)
+	k.notBefore = now.Add(d)
+	q.mu.Unlock()
+	q.s.log.Warn().Err(err).Str("key", k.key).Dur("backoff", d).Msg("notify store failed: retrying")
+}
 
 // resolve looks up k's root in the store.
 func (q *chanQueue) resolve(ctx context.Context, k *keyQ) {
 	actx, cancel := q.attemptCtx(ctx)
 	defer cancel()
-	rec, rev, err := q.s.store.Get(actx, rootID(k.key))
+	r, err := q.s.ledger.root(actx, k.key)
 	now := time.Now()
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil {
 		q.storeFailed(k, now, err)
 		return
 	}
@@ -29,20 +41,14 @@ func (q *chanQueue) resolve(ctx context.Context, k *keyQ) {
 	defer q.mu.Unlock()
 	k.storeFails = 0
 	switch {
-	case err != nil: // not found
-		k.claimRev = 0
-		q.absent(k, now)
-	case rec.TS != "":
-		k.state, k.channel, k.ts, k.version, k.claimRev = rootKnown, rec.Channel, rec.TS, rec.Version, 0
+	case r.posted:
+		k.state, k.channel, k.ts, k.version, k.claimRev = rootKnown, r.rec.Channel, r.rec.TS, r.rec.Version, 0
 		k.awaitRoot = false
-	case rec.Owner == q.s.cfg.InstanceID || now.Sub(rec.Claimed) >= q.s.cfg.ClaimLease:
-		// Our own claim from an attempt that failed, or one whose holder
-		// is presumed dead: renew or take it over.
-		k.claimRev, k.claimedAt = rev, rec.Claimed
-		q.absent(k, now)
-	default:
-		// Another instance is posting this root; its ts will show up.
+	case r.busy:
 		k.notBefore = now.Add(q.s.cfg.ClaimPoll)
+	default: // nobody posted it: claim it, or renew / take over r's claim
+		k.claimRev, k.claimedAt = r.claimRev, r.claimedAt
+		q.absent(k, now)
 	}
 }
 
@@ -72,10 +78,10 @@ type post struct {
 	since    time.Time // when it was queued
 	log      zerolog.Logger
 
-	// claim claims the record (claim.go).
+	// claim claims the record (ledger.go).
 	claim func(ctx context.Context) (claimed, error)
 	// find looks for the post of a claim taken over that was made at
-	// since (recover.go), with Slack method findMethod.
+	// since (ledger.go), with Slack method findMethod.
 	find       func(ctx context.Context, since time.Time) (string, error)
 	findMethod string
 	// record writes the post's ts to the claim at rev: posted by this
@@ -141,7 +147,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 	if !q.post.take(time.Now()) { // pick saw a token; only this worker spends them
 		return
 	}
-	ts, retry, err := q.call(actx, methodPost, func(ctx context.Context) (string, error) {
+	ts, retry, err := call(actx, q.s.m, methodPost, func(ctx context.Context) (string, error) {
 		_, ts, err := q.s.cfg.Client.PostMessageContext(ctx, p.channel,
 			options(p.text, p.blocks, *p.form, false, p.threadTS, metadata(k.key, p.replyID))...)
 		return ts, err
@@ -158,7 +164,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		p.log.Warn().Err(err).Uint8("form", uint8(*p.form)).Msg("Slack refused the message (blocks or text over a limit); retrying shorter")
 	case !retry:
 		if c.rev != 0 {
-			q.release(actx, p.id, c.rev)
+			q.s.ledger.release(actx, p.id, c.rev)
 		}
 		orphans := q.settle(p, postRefused, Record{})
 		q.s.m.dropped.WithLabelValues(p.kind).Inc()
@@ -196,10 +202,22 @@ func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 		text: msg.Text, blocks: msg.Blocks, form: &up.form, since: up.since,
 		log: q.s.log.With().Str("key", k.key).Uint64("version", msg.Version).Logger(),
 		claim: func(ctx context.Context) (claimed, error) {
-			return q.claimRoot(ctx, k, msg.Channel)
+			// Lost, k is looked up again.
+			c, err := q.s.ledger.claimRoot(ctx, k.key, msg.Channel, k.claimRev, k.claimedAt)
+			if err != nil {
+				return c, err
+			}
+			q.mu.Lock()
+			if c.lost {
+				k.state, k.claimRev = rootUnknown, 0
+			} else {
+				k.claimRev, k.claimedAt = c.rev, time.Now()
+			}
+			q.mu.Unlock()
+			return c, nil
 		},
 		find: func(ctx context.Context, since time.Time) (string, error) {
-			return q.findRoot(ctx, msg.Channel, k.key, since)
+			return q.s.ledger.findRoot(ctx, msg.Channel, k.key, since)
 		},
 		findMethod: methodHistory,
 		record: func(ctx context.Context, ts string, rev uint64, posted bool) Record {
@@ -209,7 +227,7 @@ func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 				// version, so the queued rendering goes out as an update.
 				rec.Version, rec.Digest = msg.Version, msg.Digest
 			}
-			return q.save(ctx, k.key, rec, rev, posted)
+			return q.s.ledger.recordRoot(ctx, k.key, rec, rev, posted)
 		},
 		settle: func(o postOutcome, rec Record) int {
 			if o == postFound || o == postSent {
@@ -242,7 +260,7 @@ func (q *chanQueue) replyPost(k *keyQ, rep *replyItem) post {
 		log:   q.s.log.With().Str("key", k.key).Str("reply", r.ID).Logger(),
 		claim: func(context.Context) (claimed, error) { return claimed{}, nil },
 		find: func(ctx context.Context, _ time.Time) (string, error) {
-			return q.findReply(ctx, k.channel, k.ts, k.key, r.ID)
+			return q.s.ledger.findReply(ctx, k.channel, k.ts, k.key, r.ID)
 		},
 		findMethod: methodReplies,
 		record:     func(context.Context, string, uint64, bool) Record { return Record{} },
@@ -256,12 +274,10 @@ func (q *chanQueue) replyPost(k *keyQ, rep *replyItem) post {
 	}
 	id, log := replyID(k.key, r.ID), p.log
 	p.id = id
-	p.claim = func(ctx context.Context) (claimed, error) { return q.claimReply(ctx, id, k.channel) }
+	p.claim = func(ctx context.Context) (claimed, error) { return q.s.ledger.claimReply(ctx, id, k.channel) }
 	p.record = func(ctx context.Context, ts string, rev uint64, _ bool) Record {
 		rec := Record{Channel: k.channel, TS: ts}
-		if _, err := q.s.store.Update(ctx, id, rec, rev); err != nil {
-			// The claim stays: this instance is its owner and will not
-			// post again; others wait a lease, then may (logged).
+		if err := q.s.ledger.recordReply(ctx, id, rec, rev); err != nil {
 			log.Warn().Err(err).Msg("could not record the reply")
 		}
 		return rec
@@ -279,7 +295,7 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 	// Read the record fresh: another instance may have delivered a newer
 	// version meanwhile, and an older one must not overwrite it.
 	channel, ts := k.channel, k.ts
-	rec, rev, err := q.s.store.Get(actx, rootID(k.key))
+	rec, rev, err := q.s.ledger.rootRecord(actx, k.key)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		rev = 0 // lost (TTL): what this process knows is all there is
@@ -313,7 +329,7 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 		return
 	}
 
-	_, retry, err := q.call(actx, methodUpdate, func(ctx context.Context) (string, error) {
+	_, retry, err := call(actx, q.s.m, methodUpdate, func(ctx context.Context) (string, error) {
 		_, ts, _, err := q.s.cfg.Client.UpdateMessageContext(ctx, channel, ts,
 			options(msg.Text, msg.Blocks, up.form, true, "")...)
 		return ts, err
@@ -321,7 +337,7 @@ func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 	now := time.Now()
 	q.s.posted(channel, err, now)
 	if err == nil {
-		saved := q.save(actx, k.key, Record{Channel: channel, TS: ts, Version: msg.Version, Digest: msg.Digest}, rev, false)
+		saved := q.s.ledger.recordRoot(actx, k.key, Record{Channel: channel, TS: ts, Version: msg.Version, Digest: msg.Digest}, rev, false)
 		q.mu.Lock()
 		k.channel, k.ts, k.version = saved.Channel, saved.TS, max(saved.Version, msg.Version)
 		q.removeUpsert(k, up)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,7 +52,7 @@ const (
 const (
 	methodPost   = "chat.postMessage"
 	methodUpdate = "chat.update"
-	// Lookups of posts whose ts was not recorded (recover.go).
+	// Lookups of posts whose ts was not recorded (ledger.go).
 	methodHistory = "conversations.history"
 	methodReplies = "conversations.replies"
 )
@@ -62,7 +61,7 @@ const (
 type SlackAPI interface {
 	PostMessageContext(ctx context.Context, channelID string, options ...slack.MsgOption) (string, string, error)
 	UpdateMessageContext(ctx context.Context, channelID, timestamp string, options ...slack.MsgOption) (string, string, string, error)
-	// The lookups find a post whose ts was never recorded (recover.go).
+	// The lookups find a post whose ts was never recorded (ledger.go).
 	GetConversationHistoryContext(ctx context.Context, params *slack.GetConversationHistoryParameters) (*slack.GetConversationHistoryResponse, error)
 	GetConversationRepliesContext(ctx context.Context, params *slack.GetConversationRepliesParameters) ([]slack.Message, bool, string, error)
 }
@@ -162,6 +161,7 @@ type Slack struct {
 	update  *gate // chat.update is limited per workspace, shared by channels
 	pending atomic.Int64
 	health  channelHealth
+	ledger  *ledger
 
 	mu       sync.Mutex
 	queues   map[string]*chanQueue
@@ -194,6 +194,10 @@ func NewSlack(cfg SlackConfig) (*Slack, error) {
 	}
 	if s.store == nil {
 		s.store = NewMemoryStore()
+	}
+	s.ledger = &ledger{
+		store: s.store, client: cfg.Client, m: m, log: s.log,
+		owner: cfg.InstanceID, lease: cfg.ClaimLease, poll: cfg.ClaimPoll,
 	}
 	return s, nil
 }
@@ -314,81 +318,24 @@ var _ RootsChecker = (*Slack)(nil)
 // HasRoots implements RootsChecker: a store that lists its roots is read
 // once, and only the keys it lists are looked up one by one.
 func (s *Slack) HasRoots(ctx context.Context, keys []string) ([]bool, error) {
-	var listed map[string]bool
-	if l, ok := s.store.(rootLister); ok {
-		var err error
-		if listed, err = l.rootIDs(ctx); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]bool, len(keys))
-	for i, key := range keys {
-		if listed != nil && !listed[rootID(key)] {
-			continue
-		}
-		r, err := s.HasRoot(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = r
-	}
-	return out, nil
+	return s.ledger.hasRoots(ctx, keys)
 }
 
 // Delivered implements DeliveryChecker from the store: a claim is not a
 // delivery (its post may still fail), a root is delivered once its record
 // holds the digest, a reply once its record has a ts.
 func (s *Slack) Delivered(ctx context.Context, key, digest string, replyIDs []string) (bool, error) {
-	posted := func(id string) (Record, bool, error) {
-		r, _, err := s.store.Get(ctx, id)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			return Record{}, false, nil
-		case err != nil:
-			return Record{}, false, fmt.Errorf("notify: look up %s of %q: %w", id, key, err)
-		}
-		return r, r.TS != "", nil
-	}
-	r, ok, err := posted(rootID(key))
-	if err != nil || !ok || digest == "" || r.Digest != digest {
-		return false, err
-	}
-	for _, id := range replyIDs {
-		if _, ok, err := posted(replyID(key, id)); err != nil || !ok {
-			return false, err
-		}
-	}
-	return true, nil
+	return s.ledger.delivered(ctx, key, digest, replyIDs)
 }
 
 // FirstPosted implements PostTimes from the root's Slack ts, which is the
-// time Slack stored the message (seconds since the epoch, then a dot and
-// a part that only makes it unique).
+// time Slack stored the message.
 func (s *Slack) FirstPosted(ctx context.Context, key string) (time.Time, bool, error) {
-	r, _, err := s.store.Get(ctx, rootID(key))
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return time.Time{}, false, nil
-	case err != nil:
-		return time.Time{}, false, fmt.Errorf("notify: look up root of %q: %w", key, err)
-	}
-	sec, _, _ := strings.Cut(r.TS, ".")
-	n, err := strconv.ParseInt(sec, 10, 64)
-	if err != nil || n <= 0 {
-		return time.Time{}, false, nil
-	}
-	return time.Unix(n, 0).UTC(), true, nil
+	return s.ledger.firstPosted(ctx, key)
 }
 
 // HasRoot implements RootChecker from the store: a claimed root counts,
 // since its post may be in flight.
 func (s *Slack) HasRoot(ctx context.Context, key string) (bool, error) {
-	_, _, err := s.store.Get(ctx, rootID(key))
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, ErrNotFound):
-		return false, nil
-	}
-	return false, fmt.Errorf("notify: look up root of %q: %w", key, err)
+	return s.ledger.hasRoot(ctx, key)
 }
