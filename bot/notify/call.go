@@ -218,14 +218,3 @@ func (q *chanQueue) succeeded() {
 	q.failures = 0
 	q.mu.Unlock()
 }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

@@ -65,28 +65,30 @@ func (q *chanQueue) absent(k *keyQ, now time.Time) {
 
 // A post is one chat.postMessage of a Key: its root, or a reply in the
 // root's thread. Both take the same steps (deliver); what differs between
-// a root and a reply is said here, by rootPost and replyPost.
+// a root and a reply is said here, by rootPost and replyPost, and in the
+// ledger's record of it.
 type post struct {
 	kind     string // kindRoot or kindReply: the metrics' label
-	id       string // its store record; "" (a reply without ID): none
+	key      string
 	channel  string
 	threadTS string // a reply's root
-	replyID  string // a reply's ID, carried in the post's metadata
-	text     string
-	blocks   []slack.Block
-	form     *form     // the queued item's: Slack refused a longer one
-	since    time.Time // when it was queued
-	log      zerolog.Logger
+	// replyID is a reply's ID, carried in the post's metadata and naming
+	// its record; a reply without ID has none.
+	replyID string
+	// A root's rendering, recorded with its ts so that it is not sent
+	// again as an update.
+	version uint64
+	digest  string
+	// A root's claim that resolve found, to renew or take over at
+	// claimedAt; 0: create one.
+	claimRev  uint64
+	claimedAt time.Time
+	text      string
+	blocks    []slack.Block
+	form      *form     // the queued item's: Slack refused a longer one
+	since     time.Time // when it was queued
+	log       zerolog.Logger
 
-	// claim claims the record (ledger.go).
-	claim func(ctx context.Context) (claimed, error)
-	// find looks for the post of a claim taken over that was made at
-	// since (ledger.go), with Slack method findMethod.
-	find       func(ctx context.Context, since time.Time) (string, error)
-	findMethod string
-	// record writes the post's ts to the claim at rev: posted by this
-	// attempt, or found. It returns the record in force.
-	record func(ctx context.Context, ts string, rev uint64, posted bool) Record
 	// settle takes the item off the queue (q.mu held) and returns the
 	// number of replies dropped with it.
 	settle func(o postOutcome, rec Record) (orphans int)
@@ -111,8 +113,18 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 	actx, cancel := q.attemptCtx(ctx)
 	defer cancel()
 
-	c, err := p.claim(actx)
+	c, err := q.s.ledger.claim(actx, p)
 	now := time.Now()
+	if err == nil && p.kind == kindRoot {
+		// Keep the claim for the next attempt; lost, k is looked up again.
+		q.mu.Lock()
+		if c.lost {
+			k.state, k.claimRev = rootUnknown, 0
+		} else {
+			k.claimRev, k.claimedAt = c.rev, now
+		}
+		q.mu.Unlock()
+	}
 	switch {
 	case err != nil:
 		q.storeFailed(k, now, err)
@@ -131,13 +143,13 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 	}
 
 	if c.takenOver {
-		ts, err := p.find(actx, c.since)
+		ts, method, err := q.s.ledger.find(actx, p, c.since)
 		if err != nil {
-			q.failed(time.Now(), p.findMethod, k.key, err)
+			q.failed(time.Now(), method, k.key, err)
 			return
 		}
 		if ts != "" {
-			q.settle(p, postFound, p.record(actx, ts, c.rev, false))
+			q.settle(p, postFound, q.s.ledger.record(actx, p, ts, c.rev, false))
 			q.s.m.recovered.Inc()
 			p.log.Info().Str("ts", ts).Msg("found the post of an earlier attempt; not posting again")
 			return
@@ -156,7 +168,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 	q.s.posted(p.channel, err, now)
 	switch {
 	case err == nil:
-		q.settle(p, postSent, p.record(actx, ts, c.rev, true))
+		q.settle(p, postSent, q.s.ledger.record(actx, p, ts, c.rev, true))
 		q.s.m.latency.WithLabelValues(p.kind).Observe(now.Sub(p.since).Seconds())
 		q.succeeded()
 		p.log.Debug().Str("channel", p.channel).Str("ts", ts).Msg("posted")
@@ -164,7 +176,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		p.log.Warn().Err(err).Uint8("form", uint8(*p.form)).Msg("Slack refused the message (blocks or text over a limit); retrying shorter")
 	case !retry:
 		if c.rev != 0 {
-			q.s.ledger.release(actx, p.id, c.rev)
+			q.s.ledger.release(actx, p, c.rev)
 		}
 		orphans := q.settle(p, postRefused, Record{})
 		q.s.m.dropped.WithLabelValues(p.kind).Inc()
@@ -191,44 +203,15 @@ func (q *chanQueue) settle(p post, o postOutcome, rec Record) int {
 	return p.settle(o, rec)
 }
 
-// rootPost is the post of k's root with rendering up. Its claim is the
-// one resolve prepared; its look-up reads the channel's history; its
-// record keeps the rendering's version and digest with the ts, so that
-// the same rendering is not sent again as an update.
+// rootPost is the post of k's root with rendering up, claimed where
+// resolve left k (k.claimRev).
 func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 	msg := up.msg
 	return post{
-		kind: kindRoot, id: rootID(k.key), channel: msg.Channel,
+		kind: kindRoot, key: k.key, channel: msg.Channel,
+		version: msg.Version, digest: msg.Digest, claimRev: k.claimRev, claimedAt: k.claimedAt,
 		text: msg.Text, blocks: msg.Blocks, form: &up.form, since: up.since,
 		log: q.s.log.With().Str("key", k.key).Uint64("version", msg.Version).Logger(),
-		claim: func(ctx context.Context) (claimed, error) {
-			// Lost, k is looked up again.
-			c, err := q.s.ledger.claimRoot(ctx, k.key, msg.Channel, k.claimRev, k.claimedAt)
-			if err != nil {
-				return c, err
-			}
-			q.mu.Lock()
-			if c.lost {
-				k.state, k.claimRev = rootUnknown, 0
-			} else {
-				k.claimRev, k.claimedAt = c.rev, time.Now()
-			}
-			q.mu.Unlock()
-			return c, nil
-		},
-		find: func(ctx context.Context, since time.Time) (string, error) {
-			return q.s.ledger.findRoot(ctx, msg.Channel, k.key, since)
-		},
-		findMethod: methodHistory,
-		record: func(ctx context.Context, ts string, rev uint64, posted bool) Record {
-			rec := Record{Channel: msg.Channel, TS: ts}
-			if posted {
-				// A post found shows what an earlier attempt rendered: no
-				// version, so the queued rendering goes out as an update.
-				rec.Version, rec.Digest = msg.Version, msg.Digest
-			}
-			return q.s.ledger.recordRoot(ctx, k.key, rec, rev, posted)
-		},
 		settle: func(o postOutcome, rec Record) int {
 			if o == postFound || o == postSent {
 				k.state, k.channel, k.ts, k.version, k.claimRev = rootKnown, rec.Channel, rec.TS, rec.Version, 0
@@ -250,39 +233,18 @@ func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 	}
 }
 
-// replyPost is the post of k's head reply rep into the root's thread. Its
-// look-up reads the thread; a reply without ID has no record at all.
+// replyPost is the post of k's head reply rep into the root's thread.
 func (q *chanQueue) replyPost(k *keyQ, rep *replyItem) post {
 	r := rep.r
-	p := post{
-		kind: kindReply, channel: k.channel, threadTS: k.ts, replyID: r.ID,
+	return post{
+		kind: kindReply, key: k.key, channel: k.channel, threadTS: k.ts, replyID: r.ID,
 		text: r.Text, blocks: r.Blocks, form: &rep.form, since: rep.since,
-		log:   q.s.log.With().Str("key", k.key).Str("reply", r.ID).Logger(),
-		claim: func(context.Context) (claimed, error) { return claimed{}, nil },
-		find: func(ctx context.Context, _ time.Time) (string, error) {
-			return q.s.ledger.findReply(ctx, k.channel, k.ts, k.key, r.ID)
-		},
-		findMethod: methodReplies,
-		record:     func(context.Context, string, uint64, bool) Record { return Record{} },
+		log: q.s.log.With().Str("key", k.key).Str("reply", r.ID).Logger(),
 		settle: func(postOutcome, Record) int {
 			q.popReply(k, rep)
 			return 0
 		},
 	}
-	if r.ID == "" {
-		return p // opted out of de-duplication
-	}
-	id, log := replyID(k.key, r.ID), p.log
-	p.id = id
-	p.claim = func(ctx context.Context) (claimed, error) { return q.s.ledger.claimReply(ctx, id, k.channel) }
-	p.record = func(ctx context.Context, ts string, rev uint64, _ bool) Record {
-		rec := Record{Channel: k.channel, TS: ts}
-		if err := q.s.ledger.recordReply(ctx, id, rec, rev); err != nil {
-			log.Warn().Err(err).Msg("could not record the reply")
-		}
-		return rec
-	}
-	return p
 }
 
 // updateRoot replaces the root's content with the newest rendering.

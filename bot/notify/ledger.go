@@ -2,6 +2,8 @@ package notify
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -27,6 +29,68 @@ type ledger struct {
 	owner  string        // this instance, in its claims
 	lease  time.Duration // after this, another instance takes a claim over
 	poll   time.Duration // how long to leave another instance's claim alone
+}
+
+// The ledger's part in delivering a post (see deliver): claim its record,
+// find the post of a claim taken over, record the ts; release a claim
+// whose post Slack refused. A reply without ID has no record.
+
+// claim claims p's record. A root's is the claim root found (p.claimRev)
+// renewed or taken over, or a new one.
+func (l *ledger) claim(ctx context.Context, p post) (claimed, error) {
+	switch {
+	case p.kind == kindRoot:
+		return l.claimRoot(ctx, p.key, p.channel, p.claimRev, p.claimedAt)
+	case p.replyID != "":
+		return l.claimReply(ctx, replyID(p.key, p.replyID), p.channel)
+	}
+	return claimed{}, nil
+}
+
+// find looks for p in Slack, posted since a claim taken over was made:
+// its ts, or "" if it is not there. method is the Slack method it used.
+func (l *ledger) find(ctx context.Context, p post, since time.Time) (ts, method string, err error) {
+	if p.kind == kindRoot {
+		ts, err = l.findRoot(ctx, p.channel, p.key, since)
+		return ts, methodHistory, err
+	}
+	ts, err = l.findReply(ctx, p.channel, p.threadTS, p.key, p.replyID)
+	return ts, methodReplies, err
+}
+
+// record writes p's ts to its claim at rev: posted by this attempt, or
+// found. It returns the record in force.
+func (l *ledger) record(ctx context.Context, p post, ts string, rev uint64, posted bool) Record {
+	rec := Record{Channel: p.channel, TS: ts}
+	switch {
+	case p.kind == kindRoot:
+		if posted {
+			// A post found shows what an earlier attempt rendered: no
+			// version, so the queued rendering goes out as an update.
+			rec.Version, rec.Digest = p.version, p.digest
+		}
+		return l.recordRoot(ctx, p.key, rec, rev, posted)
+	case p.replyID != "":
+		if _, err := l.store.Update(ctx, replyID(p.key, p.replyID), rec, rev); err != nil {
+			// The claim stays: this instance is its owner and will not
+			// post again; others wait a lease, then may (logged).
+			p.log.Warn().Err(err).Msg("could not record the reply")
+		}
+		return rec
+	}
+	return Record{}
+}
+
+// release gives up p's claim at rev after Slack definitely refused the
+// post, so another instance need not wait for the lease.
+func (l *ledger) release(ctx context.Context, p post, rev uint64) {
+	id := rootID(p.key)
+	if p.kind != kindRoot {
+		id = replyID(p.key, p.replyID)
+	}
+	if err := l.store.Delete(ctx, id, rev); err != nil {
+		l.log.Debug().Err(err).Msg("releasing claim failed; it will expire")
+	}
 }
 
 // rootLook is what the store says of a Key's root.
@@ -57,6 +121,19 @@ func (l *ledger) root(ctx context.Context, key string) (rootLook, error) {
 	return rootLook{busy: true}, nil
 }
 
+// rootID and replyID name records. Keys and reply ids come from the
+// correlator and may hold characters NATS KV keys do not allow; a hash is
+// always a valid key and of bounded length. 128 bits make collisions moot.
+// The stores' rootLister knows the "root." prefix.
+func rootID(key string) string { return "root." + digest(key) }
+
+func replyID(key, id string) string { return "reply." + digest(key) + "." + digest(id) }
+
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
 // rootRecord reads key's root record and its revision as they are, or
 // ErrNotFound.
 func (l *ledger) rootRecord(ctx context.Context, key string) (Record, uint64, error) {
@@ -75,10 +152,10 @@ type claimed struct {
 	since     time.Time
 }
 
-// claim creates a claim record at id, or renews / takes over the one at
-// revision rev. It returns the claim's revision, or lost when another
-// instance got there first.
-func (l *ledger) claim(ctx context.Context, id, channel string, rev uint64) (newRev uint64, lost bool, err error) {
+// claimRecord creates a claim record at id, or renews / takes over the
+// one at revision rev. It returns the claim's revision, or lost when
+// another instance got there first.
+func (l *ledger) claimRecord(ctx context.Context, id, channel string, rev uint64) (newRev uint64, lost bool, err error) {
 	r := Record{Channel: channel, Owner: l.owner, Claimed: time.Now()}
 	if rev == 0 {
 		newRev, err = l.store.Create(ctx, id, r)
@@ -94,7 +171,7 @@ func (l *ledger) claim(ctx context.Context, id, channel string, rev uint64) (new
 // claimRoot claims key's root: creates the claim (rev 0), or renews /
 // takes over the one root found at rev, made at since.
 func (l *ledger) claimRoot(ctx context.Context, key, channel string, rev uint64, since time.Time) (claimed, error) {
-	newRev, lost, err := l.claim(ctx, rootID(key), channel, rev)
+	newRev, lost, err := l.claimRecord(ctx, rootID(key), channel, rev)
 	switch {
 	case err != nil:
 		return claimed{}, err
@@ -107,7 +184,7 @@ func (l *ledger) claimRoot(ctx context.Context, key, channel string, rev uint64,
 // claimReply claims reply record id. A reply has no look-up step of its
 // own (root is the root's): a lost create is inspected at once.
 func (l *ledger) claimReply(ctx context.Context, id, channel string) (claimed, error) {
-	rev, lost, err := l.claim(ctx, id, channel, 0)
+	rev, lost, err := l.claimRecord(ctx, id, channel, 0)
 	if err != nil || !lost {
 		return claimed{rev: rev}, err
 	}
@@ -122,16 +199,8 @@ func (l *ledger) claimReply(ctx context.Context, id, channel string) (claimed, e
 	case rec.Owner != l.owner && time.Since(rec.Claimed) < l.lease:
 		return claimed{wait: l.poll}, nil
 	}
-	rev, lost, err = l.claim(ctx, id, channel, cur)
+	rev, lost, err = l.claimRecord(ctx, id, channel, cur)
 	return claimed{rev: rev, lost: lost, takenOver: !rec.Claimed.IsZero(), since: rec.Claimed}, err
-}
-
-// release gives up a claim after Slack definitely refused the post, so
-// another instance need not wait for the lease.
-func (l *ledger) release(ctx context.Context, id string, rev uint64) {
-	if err := l.store.Delete(ctx, id, rev); err != nil {
-		l.log.Debug().Err(err).Msg("releasing claim failed; it will expire")
-	}
 }
 
 // recordRoot records a delivered root at revision rev (0: create), merging
@@ -184,12 +253,15 @@ func (l *ledger) recordRoot(ctx context.Context, key string, rec Record, rev uin
 	return rec
 }
 
-// recordReply records a posted reply in its claim at rev. On failure the
-// claim stays: this instance is its owner and will not post again; others
-// wait a lease, then may.
-func (l *ledger) recordReply(ctx context.Context, id string, rec Record, rev uint64) error {
-	_, err := l.store.Update(ctx, id, rec, rev)
-	return err
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Slack has no idempotency key, so a post whose answer was lost (the

@@ -2,8 +2,6 @@ package notify
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,18 +49,6 @@ type Store interface {
 	Update(ctx context.Context, id string, r Record, rev uint64) (uint64, error)
 	// Delete removes the record at id if its revision is still rev.
 	Delete(ctx context.Context, id string, rev uint64) error
-}
-
-// rootID and replyID name records. Keys and reply ids come from the
-// correlator and may hold characters NATS KV keys do not allow; a hash is
-// always a valid key and of bounded length. 128 bits make collisions moot.
-func rootID(key string) string { return "root." + digest(key) }
-
-func replyID(key, id string) string { return "reply." + digest(key) + "." + digest(id) }
-
-func digest(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:16])
 }
 
 // MemoryStore is a Store in memory: for a single process that may forget
