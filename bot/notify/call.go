@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hcpbot/hcpbot/bot/blockkit"
+	"github.com/hcpbot/hcpbot/internal/jitter"
 	"github.com/slack-go/slack"
 )
 
-// One Slack call: its deadline, whether its failure is worth retrying
-// (retry bool, err, as alertmanager's notifiers say it), and how the
-// channel pauses after it.
+// One Slack call: its pace (gate: a token bucket per limit), its deadline,
+// whether its failure is worth retrying (retry bool, err, as
+// alertmanager's notifiers say it), how the channel pauses after it, and
+// the shorter forms of a message Slack refused for its size.
 
 // defaultRetryAfter is the pause after a 429 that came without a
 // Retry-After header; Slack always sends one, so this is a safety net.
@@ -51,6 +54,28 @@ func classify(err error) (retry bool, outcome string) {
 		return false, outcomePermanent
 	}
 	return true, outcomeRetry
+}
+
+// errorLabels are the Slack error codes hcpbot_slack_errors_total names;
+// others count as "other", so a Slack that invents codes cannot grow the
+// metric without bound.
+var errorLabels = map[string]bool{
+	"invalid_blocks":      true,
+	"msg_too_long":        true,
+	"msg_blocks_too_long": true,
+	"message_not_found":   true,
+	"no_text":             true,
+	"cant_update_message": true,
+}
+
+func errorLabel(code string) string {
+	switch {
+	case code == "":
+		return "other"
+	case unpostableCodes[code], errorLabels[code], transientCodes[code]:
+		return code
+	}
+	return "other"
 }
 
 func outcomeFor(retry bool) string {
@@ -218,3 +243,85 @@ func (q *chanQueue) succeeded() {
 	q.failures = 0
 	q.mu.Unlock()
 }
+
+// gate paces one Slack rate limit: a token bucket (our own estimate of
+// Slack's budget, so we rarely hit a 429 at all) plus a hard stop until a
+// Retry-After Slack gave us has elapsed.
+type gate struct {
+	mu     sync.Mutex
+	rate   float64 // tokens per second; <= 0 means unlimited
+	burst  float64
+	tokens float64
+	last   time.Time
+	until  time.Time // no call before this
+}
+
+// epsilon absorbs float rounding, so that a gate readyAt calls ready also
+// takes, instead of the worker spinning for a nanosecond's worth of token.
+const epsilon = 1e-9
+
+func newGate(rate float64, burst int) *gate {
+	b := float64(max(burst, 1))
+	return &gate{rate: rate, burst: b, tokens: b, last: time.Now()}
+}
+
+func (g *gate) refill(now time.Time) {
+	if now.After(g.last) {
+		g.tokens = min(g.burst, g.tokens+now.Sub(g.last).Seconds()*g.rate)
+		g.last = now
+	}
+}
+
+// readyAt is the earliest time take can succeed; not after now means now.
+func (g *gate) readyAt(now time.Time) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	at := now
+	if g.rate > 0 {
+		g.refill(now)
+		if g.tokens < 1-epsilon {
+			at = now.Add(time.Duration((1 - g.tokens) / g.rate * float64(time.Second)))
+		}
+	}
+	if g.until.After(at) {
+		at = g.until
+	}
+	return at
+}
+
+// take spends a token if one is available now.
+func (g *gate) take(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if now.Before(g.until) {
+		return false
+	}
+	if g.rate <= 0 {
+		return true
+	}
+	g.refill(now)
+	if g.tokens < 1-epsilon {
+		return false
+	}
+	g.tokens = max(g.tokens-1, 0)
+	return true
+}
+
+// block stops the gate until the given time and restarts it with a single
+// token: Slack just said we were too fast, so resuming with a full burst
+// would only earn the next 429.
+func (g *gate) block(until time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if until.After(g.until) {
+		g.until = until
+	}
+	if g.rate > 0 && until.After(g.last) {
+		g.tokens, g.last = 1, until
+	}
+}
+
+// backoff is the pause after the n-th consecutive failure (n >= 1):
+// doubling from base up to limit, jittered so that replicas that failed
+// together do not retry together (package jitter).
+func backoff(n int, base, limit time.Duration) time.Duration { return jitter.Backoff(n, base, limit) }

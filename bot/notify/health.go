@@ -34,28 +34,6 @@ var unpostableCodes = map[string]bool{
 	"missing_scope":     true,
 }
 
-// errorLabels are the Slack error codes hcpbot_slack_errors_total names;
-// others count as "other", so a Slack that invents codes cannot grow the
-// metric without bound.
-var errorLabels = map[string]bool{
-	"invalid_blocks":      true,
-	"msg_too_long":        true,
-	"msg_blocks_too_long": true,
-	"message_not_found":   true,
-	"no_text":             true,
-	"cant_update_message": true,
-}
-
-func errorLabel(code string) string {
-	switch {
-	case code == "":
-		return "other"
-	case unpostableCodes[code], errorLabels[code], transientCodes[code]:
-		return code
-	}
-	return "other"
-}
-
 // channelHealth remembers the channels Slack refused posts to.
 type channelHealth struct {
 	mu  sync.Mutex
