@@ -56,9 +56,10 @@
 // live in a Store: a NATS KV bucket (KVStore) in production, shared by all
 // bot replicas, or memory (MemoryStore). Records are small and one per
 // root or reply; a bucket TTL (KVConfig.TTL, counted from a record's last
-// write) bounds them. Before posting a root the worker
-// creates a claim record (Create: first writer wins) and writes the ts
-// right after Slack answered. An instance that finds a claim of another
+// write) bounds them. The ledger (ledger.go) keeps them: the worker asks
+// it, and it alone reads and writes records. Before posting a root the
+// worker has it create a claim record (Create: first writer wins) and
+// write the ts right after Slack answered. An instance that finds a claim of another
 // waits for its ts and then sends updates instead; replies are claimed the
 // same way. Claims are renewed before each attempt and may be taken over
 // once older than ClaimLease, so a replica that died mid-post does not
@@ -98,13 +99,29 @@
 //
 // # Code layout, in the order an item meets it
 //
-// notify.go (Message, Reply, Notifier) → slack.go (Slack, Run) →
-// queue.go (queues, pick, the worker) → deliver.go (resolve a Key's root;
-// deliver, the one claim → look up → post → record sequence of roots and
-// replies; updateRoot) → claim.go (claims and records in the Store),
-// recover.go (finding a post whose ts was lost), call.go (one Slack call,
-// retry or not), health.go (channels Slack refuses) → store.go (Store,
-// MemoryStore, KVStore). blocks.go keeps
-// messages within Block Kit's limits; text.go renders Block Kit as text,
-// for the console notifier, fallback texts and chatops' console.
+//   - notify.go: Message, Reply, Notifier and the checkers the correlator
+//     asks (RootChecker, DeliveryChecker, ...).
+//   - slack.go: Slack (Upsert, Reply, Run), its configuration and defaults.
+//   - queue.go: a channel's queue and worker (chanQueue): coalescing,
+//     pick (priorities, round robin, ReplyShare), run.
+//   - deliver.go: what happens to a Key's item: resolve (is there a root?),
+//     deliver (the one claim → look up → post → record sequence of a post,
+//     root or reply: rootPost, replyPost), updateRoot.
+//   - ledger.go: the ledger, delivery's record-keeping, the one type that
+//     reads and writes records: claims (claim, release), taking over a dead
+//     replica's claim and finding its post (find: the message metadata,
+//     conversations.history/replies), the ts (record), and reading it back
+//     (root, rootRecord; HasRoot, Delivered, FirstPosted for the
+//     correlator). chanQueue calls it and keeps only what it knows of its
+//     Keys.
+//   - call.go: one Slack call: its pace (gate), deadline, retry or not,
+//     the channel's pause after it, and a message's shorter forms.
+//   - health.go: the channels Slack refuses (Unpostable).
+//   - store.go: Store, MemoryStore, KVStore.
+//   - metrics.go: the metrics above.
+//   - text.go: Block Kit as text (PlainText, TextStyle), for the console
+//     notifier, fallback texts and chatops' console.
+//   - console.go: Console, the Notifier of the demo.
+//
+// bot/blockkit keeps messages within Block Kit's limits.
 package notify

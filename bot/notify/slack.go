@@ -155,7 +155,6 @@ func (c *SlackConfig) defaults() {
 // for how it paces, retries, orders and de-duplicates.
 type Slack struct {
 	cfg     SlackConfig
-	store   Store
 	log     zerolog.Logger
 	m       *metrics
 	update  *gate // chat.update is limited per workspace, shared by channels
@@ -185,18 +184,18 @@ func NewSlack(cfg SlackConfig) (*Slack, error) {
 	}
 	s := &Slack{
 		cfg:    cfg,
-		store:  cfg.Store,
 		log:    cfg.Log.With().Str("component", "notify-slack").Str("instance", cfg.InstanceID).Logger(),
 		m:      m,
 		update: newGate(cfg.UpdateRate, cfg.UpdateBurst),
 		queues: map[string]*chanQueue{},
 		health: channelHealth{bad: map[string]ChannelProblem{}},
 	}
-	if s.store == nil {
-		s.store = NewMemoryStore()
+	store := cfg.Store
+	if store == nil {
+		store = NewMemoryStore()
 	}
 	s.ledger = &ledger{
-		store: s.store, client: cfg.Client, m: m, log: s.log,
+		store: store, client: cfg.Client, m: m, log: s.log,
 		owner: cfg.InstanceID, lease: cfg.ClaimLease, poll: cfg.ClaimPoll,
 	}
 	return s, nil
