@@ -20,7 +20,7 @@
 // approvals by distinct people (under four-eyes none of them the
 // requester, and the requester a person), before the expiry, no
 // rejection, completed less than QueueHorizon ago. The agent asks it
-// before every execution (agent.go), the bot before every request it
+// before every execution (agentprocess.go), the bot before every request it
 // sends, its recovery sweep included (loop.go). Whoever can write the
 // approval store without the bot's key can therefore not approve, move a
 // decision to another proposal or reorder decisions; a record whose seals
