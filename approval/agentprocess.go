@@ -10,10 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/hcpbot/hcpbot/actions"
 	"github.com/hcpbot/hcpbot/approval/wire"
 	"github.com/hcpbot/hcpbot/identity"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // process decides msg: the results key to answer under (none for what

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/event"
-	"github.com/nats-io/nkeys"
 )
 
 // auditSigned reports whether r carries a trusted key's signature:
