@@ -68,4 +68,12 @@
 // The wire protocol (subjects, the agent's consumer, the results bucket)
 // is package wire; the changes themselves are package actions; the trail
 // is package audit.
+//
+// flow.go is over 450 lines: Propose, Approve and Reject share one
+// compare-and-set path on the proposal's record (open, read, decide,
+// expire), whose invariants — a decision sealed and bound to its
+// proposal, one writer wins, every change audited — read as one piece;
+// the agent's side is agent.go, agentprocess.go and agentexecute.go, the
+// identity check identity.go (the bot asking) and identitycheck.go (the
+// agent answering).
 package approval

@@ -36,4 +36,15 @@
 // Deployment manifests live next to this package: configs/deploy (Kustomize
 // bases for the agent, the bot and a NATS cluster) and configs/slack (the
 // Slack app manifest).
+//
+// schema.go is over 450 lines: the schema is one table read top to bottom,
+// the decoder walking the YAML in the document's order, one method a
+// section, then the checks across sections and the defaults; a reader
+// looking for a field's rules follows the file as the file follows the
+// configuration.
+//
+// config.go is over 450 lines: it holds the configuration's types, one
+// struct a section of the file in the file's order, each field with its
+// meaning, and Load and Parse that fill them; the types are the reference
+// a user reads while writing a configuration.
 package configs

@@ -83,4 +83,13 @@
 // that is missing, does not decode or is refused (an exec plugin, a file
 // path, ...) leaves the cluster unwatched, reported once as a reachability
 // event with Unwatched set and the reason, and again once it is fixed.
+//
+// hosted.go is over 450 lines: it is the life of one hosted cluster's
+// watch — the kubeconfig Secret, the connection, its health, the
+// reachability published — over the hostedCluster and hostedConn state and
+// the locking they share; each step hands the next its state.
+//
+// publisher.go is over 450 lines: JetStreamPublisher is one loop (queue,
+// send, settle, retry, fail) over the in-flight publishes it owns; its
+// ordering and deduplication rules hold only read together.
 package watchers

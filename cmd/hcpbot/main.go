@@ -1,6 +1,3 @@
-// Command hcpbot is the chat-ops bot for hosted control planes behind HTTP
-// proxies: one binary whose subcommands run the agent (per management
-// cluster), the bot (central), both together, the demo, and offline tools.
 package main
 
 import (

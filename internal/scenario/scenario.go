@@ -1,7 +1,3 @@
-// Package scenario builds the seed incidents on real API servers: HostedClusters
-// behind a proxy, NodePools, hosted Nodes going NotReady, the crashlooping
-// service-ca-operator, kube-apiserver-proxy pods and KubeVirt virt-launcher
-// pods. Tests and `hcpbot demo` drive the same builders.
 package scenario
 
 import (
