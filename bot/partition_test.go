@@ -99,23 +99,41 @@ func storedTag(t *testing.T, js jetstream.JetStream, source string) event.Tag {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The JetStream API of a busy 3-node cluster may answer a moment
+	// later ("no responders" while its meta leader moves): ask again
+	// until the deadline.
+	var tag event.Tag
+	var last error
+	testenv.Eventually(t, 30*time.Second, "the newest event of "+source+" read back", func() bool {
+		tag, last = lastTag(js, tok)
+		return last == nil
+	})
+	if last != nil {
+		t.Fatal(last)
+	}
+	return tag
+}
+
+// lastTag is the partition tag of the newest event stored for the source
+// token tok.
+func lastTag(js jetstream.JetStream, tok string) (event.Tag, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), natstest.Timeout)
 	defer cancel()
 	cons, err := js.OrderedConsumer(ctx, event.StreamName, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{event.EventsSubjectPrefix + "." + tok + ".>"}, DeliverPolicy: jetstream.DeliverLastPolicy,
 	})
 	if err != nil {
-		t.Fatal(err)
+		return event.Tag{}, err
 	}
 	m, err := cons.Next(jetstream.FetchMaxWait(natstest.Timeout))
 	if err != nil {
-		t.Fatal(err)
+		return event.Tag{}, err
 	}
 	p, err := event.ParseSubject(m.Subject())
 	if err != nil {
-		t.Fatal(err)
+		return event.Tag{}, err
 	}
-	return p.Tag
+	return p.Tag, nil
 }
 
 // Two bot groups (P = 2, two replicas each) on a 3-node NATS cluster that
