@@ -154,18 +154,7 @@ func b6Run(b *testing.B, events int) {
 	r.Add("ref_deliver_decode_s", decode.Seconds(), "s")
 
 	// --- The bot's cold start, which writes the checkpoint once current.
-	ckv, err := bus.EnsureKV(ctx, conn.JS, bus.CheckpointsKV(0))
-	if err != nil {
-		b.Fatal(err)
-	}
-	key, err := approval.NewEphemeralSigner()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ckpt, err := checkpoint.New(ckv, key.ForCheckpoints())
-	if err != nil {
-		b.Fatal(err)
-	}
+	ckpt := checkpointStore(b, ctx, conn.JS, bus.CheckpointsKV(0))
 	cs := b6Start(b, ctx, conn.JS, f, r, id, true, ckpt)
 	r.Add("current_s", cs.current.Seconds(), "s")
 	r.Add("status_complete_s", cs.status.Seconds(), "s")
@@ -699,4 +688,23 @@ func b6Counts(m map[event.Type]int) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// checkpointStore ensures the checkpoints bucket spec and returns a store
+// sealing with a key of its own (B6, B8).
+func checkpointStore(b *testing.B, ctx context.Context, js jetstream.JetStream, spec bus.KVSpec) *checkpoint.Store {
+	b.Helper()
+	kv, err := bus.EnsureKV(ctx, js, spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	key, err := approval.NewEphemeralSigner()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ckpt, err := checkpoint.New(kv, key.ForCheckpoints())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ckpt
 }

@@ -215,30 +215,7 @@ func b7Run(b *testing.B) {
 			stopCPU()
 		}
 	}()
-	outageOf := func(g *fleetGen, s int, emit func(event.Event) error) error {
-		for c := range f.clusters {
-			at := time.Now()
-			for nd := range down {
-				e, err := g.node(s, c, f.nodes-1-nd, false, at)
-				if err != nil {
-					return err
-				}
-				if err := emit(e); err != nil {
-					return err
-				}
-			}
-		}
-		for c := range f.clusters {
-			e, err := g.summary(s, c, down, time.Now())
-			if err != nil {
-				return err
-			}
-			if err := emit(e); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	outageOf := func(g *fleetGen, s int, emit func(event.Event) error) error { return g.zoneOutage(s, down, emit) }
 	t0 := time.Now()
 	outage, outPub := publishAll(outageOf)
 	outAll := consumed(base+outage, t0)

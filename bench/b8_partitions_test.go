@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/hcpbot/hcpbot/approval"
 	"github.com/hcpbot/hcpbot/bot"
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/notify"
@@ -212,18 +211,7 @@ func b8Run(b *testing.B) {
 	if _, err := bus.EnsureStream(ctx, conn.JS, bus.EventsStream(0, 0, bus.WithReplicas(3))); err != nil {
 		b.Fatal(err)
 	}
-	kv, err := bus.EnsureKV(ctx, conn.JS, bus.CheckpointsKV(0, bus.WithReplicas(3)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	key, err := approval.NewEphemeralSigner()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ckpt, err := checkpoint.New(kv, key.ForCheckpoints())
-	if err != nil {
-		b.Fatal(err)
-	}
+	ckpt := checkpointStore(b, ctx, conn.JS, bus.CheckpointsKV(0, bus.WithReplicas(3)))
 	rec := slackrec.New(b, slackrec.WithRate(b8PostRate, b8PostBurst), slackrec.WithUpdateRate(50.0/60, 10))
 	h := &b8Fleet{b: b, ctx: ctx, urls: urls, set: set, cfg: cfg, rec: rec, ckpt: ckpt}
 
@@ -343,30 +331,7 @@ func b8Run(b *testing.B) {
 		}
 		return out
 	}
-	outageOf := func(g *fleetGen, s int, emit func(event.Event) error) error {
-		for c := range f.clusters {
-			at := time.Now()
-			for nd := range down {
-				e, err := g.node(s, c, f.nodes-1-nd, false, at)
-				if err != nil {
-					return err
-				}
-				if err := emit(e); err != nil {
-					return err
-				}
-			}
-		}
-		for c := range f.clusters {
-			e, err := g.summary(s, c, down, time.Now())
-			if err != nil {
-				return err
-			}
-			if err := emit(e); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	outageOf := func(g *fleetGen, s int, emit func(event.Event) error) error { return g.zoneOutage(s, down, emit) }
 	stopCPU := cpuProfile(b, r, "B8")
 	t0 := time.Now()
 	outage := publishAll(outageOf)

@@ -216,3 +216,32 @@ func (g *fleetGen) snapshot(s int, notReady int, noProxy func(c int) string, at 
 	}
 	return nil
 }
+
+// zoneOutage emits what source s's agent publishes when a zone fails: in
+// every hosted cluster its last down nodes turn Ready=Unknown, then one
+// node summary per cluster (the agent coalesces a cluster's summaries
+// over 5 s). B7 and B8 publish it.
+func (g *fleetGen) zoneOutage(s, down int, emit func(event.Event) error) error {
+	for c := range g.f.clusters {
+		at := time.Now()
+		for nd := range down {
+			e, err := g.node(s, c, g.f.nodes-1-nd, false, at)
+			if err != nil {
+				return err
+			}
+			if err := emit(e); err != nil {
+				return err
+			}
+		}
+	}
+	for c := range g.f.clusters {
+		e, err := g.summary(s, c, down, time.Now())
+		if err != nil {
+			return err
+		}
+		if err := emit(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
