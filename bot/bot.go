@@ -52,6 +52,7 @@ type Bot struct {
 	out     notify.Notifier
 	log     zerolog.Logger
 	metrics *metrics
+	holds   suppressions // logs and counts what the flush holds back
 	kick    chan struct{}
 
 	mu        sync.Mutex
@@ -121,7 +122,8 @@ func New(cfg Config, js EventSource, out notify.Notifier, reg prometheus.Registe
 	cfg.GroupWait = max(cfg.GroupWait, 0)
 	cfg.GroupInterval = max(cfg.GroupInterval, 0)
 	m := newMetrics(reg)
-	return &Bot{cfg: cfg, js: js, out: out, log: log.With().Str("component", "bot").Logger(), metrics: m,
+	log = log.With().Str("component", "bot").Logger()
+	return &Bot{cfg: cfg, js: js, out: out, log: log, metrics: m, holds: suppressions{counter: m.suppressed, log: log},
 		kick: make(chan struct{}, 1), model: newModel(cfg.Clients), incidents: map[diagnose.Key]*Incident{},
 		storms: map[string]*Storm{}, gone: map[diagnose.Key]time.Time{}, caughtUp: true,
 		stormSuffix: stormSuffix(cfg.Partitions, cfg.Partition)}

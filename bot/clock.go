@@ -2,7 +2,6 @@ package bot
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"time"
 
@@ -10,7 +9,7 @@ import (
 )
 
 // The flush clock: when the flush looks, and the stages that decide by
-// time (ResolveTimeout, GroupWait, GroupInterval, the clearing hold).
+// time (ResolveTimeout, GroupWait, GroupInterval, the clearing holds).
 
 // notifyState is what the correlator remembers of an incident's
 // notifications on this replica.
@@ -66,12 +65,16 @@ func (b *Bot) flushLoop(ctx context.Context) {
 
 // resolveStage resolves the incidents whose signals stayed clear for
 // ResolveTimeout; it holds nothing.
-func (b *Bot) resolveStage(f *flushRun, due []*Incident) []*Incident {
+type resolveStage struct{ timeout time.Duration }
+
+func (resolveStage) Name() string { return "resolve" }
+
+func (s resolveStage) Exec(f *flushRun, due []*Incident) []*Incident {
 	for _, inc := range due {
 		if !inc.Open() || inc.clearAt.IsZero() {
 			continue
 		}
-		if at := inc.n.clearSeen.Add(b.cfg.ResolveTimeout); f.now.Before(at) {
+		if at := inc.n.clearSeen.Add(s.timeout); f.now.Before(at) {
 			f.lookAgain(at)
 			continue
 		}
@@ -83,45 +86,37 @@ func (b *Bot) resolveStage(f *flushRun, due []*Incident) []*Incident {
 	return due
 }
 
-// groupWaitStage decides when flush first handles an incident: an open
-// one once its group wait is over (and it is neither silenced nor
-// clearing), a resolved one at once after its root was looked up (the
-// previous run may have posted it). It lets on the incidents handled
-// before, the resolved ones it handles, and the open ones now due, for the
-// storm stage to handle.
-func (b *Bot) groupWaitStage(f *flushRun, due []*Incident) []*Incident {
-	return slices.DeleteFunc(due, func(inc *Incident) bool {
-		n := &inc.n
-		var r reason
-		switch {
-		case !n.first.IsZero():
-			return false
-		case !inc.Open() && !n.checked:
-			r = reasonRootLookup
-		case !inc.Open():
-			n.first = f.now
-			if n.rooted {
-				return false
-			}
-			// Resolved before anyone was told: nothing to say.
-			n.dirty = false
-			r = reasonResolvedUnposted
-		case inc.Silence != nil:
-			r = reasonSilenced
-		case !inc.clearAt.IsZero():
-			// Its signals cleared: nothing to post unless they come back
-			// (then it is due) or it resolves.
-			r = reasonClearing
-		default:
-			at := n.seen.Add(b.cfg.GroupWait)
-			if !f.now.Before(at) {
-				return false
-			}
+// newClearingStage holds an open incident the flush has not handled yet
+// whose signals cleared: nothing is posted unless they come back (then it
+// is due) or it resolves.
+type newClearingStage struct{ holder }
+
+func (newClearingStage) Name() string { return "new-clearing" }
+
+func (s newClearingStage) Exec(_ *flushRun, due []*Incident) []*Incident {
+	return s.holdIncidents(due, func(inc *Incident) bool {
+		return inc.n.first.IsZero() && inc.Open() && !inc.clearAt.IsZero()
+	})
+}
+
+// groupWaitStage holds an open incident the flush has not handled yet
+// until its group wait is over, so that its first message has the whole
+// picture. It lets on the incidents handled before and those now due,
+// for the storm stage to handle.
+type groupWaitStage struct {
+	holder
+	wait time.Duration
+}
+
+func (groupWaitStage) Name() string { return "group-wait" }
+
+func (s groupWaitStage) Exec(f *flushRun, due []*Incident) []*Incident {
+	return s.holdIncidents(due, func(inc *Incident) bool {
+		if at := inc.n.seen.Add(s.wait); inc.n.first.IsZero() && f.now.Before(at) {
 			f.lookAgain(at)
-			r = reasonGroupWait
+			return true
 		}
-		b.hold(&n.held, "incident", inc.Key, r)
-		return true
+		return false
 	})
 }
 
@@ -137,29 +132,38 @@ func compareOpened(x, y *Incident) int {
 // now would show a problem that is gone (after a restart, one its message
 // no longer shows). It waits for the resolution, or for the signals to
 // come back.
-func (b *Bot) clearingStage(_ *flushRun, due []*Incident) []*Incident {
-	return slices.DeleteFunc(due, func(inc *Incident) bool {
-		if !inc.Open() || inc.clearAt.IsZero() {
-			return false
-		}
-		b.hold(&inc.n.held, "incident", inc.Key, reasonClearing)
-		return true
-	})
+type clearingStage struct{ holder }
+
+func (clearingStage) Name() string { return "clearing" }
+
+func (s clearingStage) Exec(_ *flushRun, due []*Incident) []*Incident {
+	return s.holdIncidents(due, func(inc *Incident) bool { return inc.Open() && !inc.clearAt.IsZero() })
 }
 
 // groupIntervalStage paces an incident's renderings: none sooner than
 // GroupInterval after the last; what changed meanwhile goes out with the
 // next. The rendering saying an incident is silenced is not paced.
-func (b *Bot) groupIntervalStage(f *flushRun, due []*Incident) []*Incident {
-	return slices.DeleteFunc(due, func(inc *Incident) bool {
-		n := &inc.n
-		if inc.Silence != nil || n.sent.IsZero() || !f.now.Before(n.sent.Add(b.cfg.GroupInterval)) {
-			return false
-		}
-		f.lookAgain(n.sent.Add(b.cfg.GroupInterval))
-		b.hold(&n.held, "incident", inc.Key, reasonGroupInterval)
-		return true
+type groupIntervalStage struct {
+	holder
+	interval time.Duration
+}
+
+func (groupIntervalStage) Name() string { return "group-interval" }
+
+func (s groupIntervalStage) Exec(f *flushRun, due []*Incident) []*Incident {
+	return s.holdIncidents(due, func(inc *Incident) bool {
+		return inc.Silence == nil && paced(f, inc.n.sent, s.interval)
 	})
+}
+
+// paced reports whether a message last sent at sent is to wait for
+// interval to pass, making f look again then.
+func paced(f *flushRun, sent time.Time, interval time.Duration) bool {
+	if sent.IsZero() || !f.now.Before(sent.Add(interval)) {
+		return false
+	}
+	f.lookAgain(sent.Add(interval))
+	return true
 }
 
 // nextVersion orders renderings across restarts and replicas: wall time,

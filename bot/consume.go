@@ -170,7 +170,7 @@ func (b *Bot) markCaughtUp() {
 		if inc.n.dirty {
 			// What the replay kept from going out: counted once, here,
 			// as the flush does not look at incidents while replaying.
-			b.hold(&inc.n.held, "incident", inc.Key, reasonReplaying)
+			b.holds.hold(&inc.n.held, "incident", inc.Key, reasonReplaying)
 			held++
 		}
 	}

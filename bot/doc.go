@@ -126,23 +126,30 @@
 // Events only record (evaluate); the flush decides what goes out, on the
 // leader once the replay caught up, as Alertmanager's notify pipeline
 // does: an ordered list of named stages, each taking the incidents (or
-// storms) still due and returning those it lets on. A stage that holds a
-// notification back names a reason, logged (debug) and counted once per
-// incident or storm and reason in
+// storms) still due and returning those it lets on. A stage is a type
+// (stage[T]: Name, Exec) holding only what it needs, passed in by
+// incidentStages and stormStages (stages.go, the one place that lists
+// them in order and says why): config values, the Silenced func, the
+// remedy check, the notifier and its counters, and, for a stage that
+// holds, a holder made for its ONE reason (hold.go). A held notification
+// is logged (debug) and counted once per incident or storm and reason in
 // hcpbot_bot_notifications_suppressed_total (TestHoldCountsOnce,
 // TestFlushCountsSuppressedByReason); nothing new to show is not counted.
-// The order is incidentStages (flush.go) and stormStages (storms.go),
-// proved by TestIncidentStagesOrder.
+// Every stage holds for its one reason at most, whatever it is given
+// (TestStagesHoldForOneReason); the order is proved by
+// TestIncidentStagesOrder.
 //
-// Before the stages, flush itself (flush.go) does what is not a stage
-// yet: the gate (a follower or a replaying bot looks at no incident; what
-// the replay held is counted once caught up, reason replaying:
-// TestReplayHeldCounted), a first run of resolve, and, outside the lock,
-// the notifier asked which resolved incidents and revived storms have a
-// message (takeover.go).
+// flush (flush.go) reads: the gate (a follower or a replaying bot looks
+// at no incident, it only sweeps pending resolutions; what the replay
+// held is counted once caught up, reason replaying: TestReplayHeldCounted),
+// the takeover's work when there is some (takeover.go: a first run of
+// resolve, then, outside the lock, the notifier asked which incidents
+// about to be handled and which storms of the previous run have a
+// message; those storms revived), the two pipelines, then pruning and
+// the gauges.
 //
-// The incident stages, in order: name, function (file), why it is there,
-// the reasons it holds for, the test.
+// The incident stages, in order: name, type (file), why it is there,
+// the ONE reason it holds for, the test.
 //
 //  1. resolve, resolveStage (clock.go): resolves what stayed clear for
 //     ResolveTimeout; first, so an incident healed long ago (after a
@@ -152,57 +159,69 @@
 //     to date (learned from the store, a rollout step, the heal deadline)
 //     before anything decides what its rendering shows. Holds nothing.
 //     TestRemedyStage.
-//  3. silence, silenceStage (flush.go): refreshes which incidents a
-//     silence covers, before anything decides to post: group-wait must
-//     not post a silenced incident. Holds nothing. TestSilenceStage.
-//  4. group-wait, groupWaitStage (clock.go): when the flush first handles
-//     an incident: an open one once GroupWait is over, so its first
-//     message has the whole picture; a resolved one once its root was
-//     looked up. Reasons, for incidents not handled yet: group-wait,
-//     root-lookup, and resolved-unposted, silenced and clearing, which
-//     overlap stages 8–10. TestGroupWaitStage.
-//  5. storm, stormStage (storms.go): folds incidents past their group
+//  3. silence, silenceStage (silenced.go): refreshes which incidents a
+//     silence covers, before anything decides to post. Holds nothing.
+//     TestSilenceStage.
+//  4. root-lookup, rootLookupStage (flush.go): stages 4 to 8 decide when
+//     the flush first handles an incident (they let on what it handled
+//     before); this one holds a resolved one until the notifier said
+//     whether it has a message. Reason root-lookup. TestRootLookupStage.
+//  5. new-resolved, newResolvedStage (flush.go): handles a resolved one
+//     at once; one never posted is dropped: nobody was told it opened.
+//     Reason resolved-unposted. TestNewResolvedStage.
+//  6. new-silenced, newSilencedStage (silenced.go): an open one a silence
+//     covers is never posted while it lasts. Reason silenced.
+//     TestNewSilencedStage.
+//  7. new-clearing, newClearingStage (clock.go): an open one whose
+//     signals cleared waits for their return or its resolution. Reason
+//     clearing. TestNewClearingStage.
+//  8. group-wait, groupWaitStage (clock.go): an open one waits GroupWait,
+//     so its first message has the whole picture. Reason group-wait.
+//     TestGroupWaitStage (also stages 4 to 8 together).
+//  9. storm, stormStage (storms.go): folds incidents past their group
 //     wait into storms, so a storm forms before any member could be
 //     posted on its own; holds one around which a storm may be brewing.
 //     Reason storm-brewing. TestStormStage.
-//  6. unchanged, unchangedStage (flush.go): what has nothing new to show,
+//  10. unchanged, unchangedStage (flush.go): what has nothing new to show,
 //     or is not handled yet, stops here, uncounted. TestUnchangedStage.
-//  7. storm-member, stormMemberStage (storms.go): drops a member with no
+//  11. storm-member, stormMemberStage (storms.go): drops a member with no
 //     message of its own (its storm speaks for it), before any stage could
 //     hold it for later. Reason storm-member. TestStormMemberStage.
-//  8. resolved-unposted, resolvedUnpostedStage (flush.go): drops a
+//  12. resolved-unposted, resolvedUnpostedStage (flush.go): drops a
 //     resolved incident that never had a message: nobody was told it
 //     opened. Reason resolved-unposted. TestResolvedUnpostedStage.
-//  9. silenced, silencedStage (flush.go): lets one rendering say an
+//  13. silenced, silencedStage (silenced.go): lets one rendering say an
 //     incident is silenced, then holds it; before clearing, so it stays
 //     quiet whatever its signals do. Reason silenced. TestSilencedStage,
 //     TestSilencedStaysQuietThroughClearing.
-//  10. clearing, clearingStage (clock.go): holds an open incident whose
+//  14. clearing, clearingStage (clock.go): holds an open incident whose
 //     signals cleared: a rendering would show a problem that is gone.
 //     Reason clearing. TestClearingStage.
-//  11. group-interval, groupIntervalStage (clock.go): paces renderings
+//  15. group-interval, groupIntervalStage (clock.go): paces renderings
 //     GroupInterval apart; last, so pacing applies only to what would
 //     really go out (the one silenced rendering is not paced). Reason
 //     group-interval. TestGroupIntervalStage.
-//  12. send, sendStage (flush.go): hands the rendering and the thread
-//     replies it warrants to the notifier. TestSendStage.
+//  16. send, sendStage (flush.go): hands the rendering and the thread
+//     replies it warrants to the notifier; one that said it is silenced
+//     is from then on held for the silence. Reason silenced.
+//     TestSendStage.
 //
-// The storm stages (stormStages, storms.go), in order, for the same
-// reasons; each is proved by its subtest of TestStormStagesEach:
+// The storm stages (stormStages, stages.go; types in storm_stages.go), in
+// order, for the same reasons; each is proved by its subtest of
+// TestStormStagesEach:
 //
 //  1. settle, settleStormStage: resolves a storm with no open member, and
 //     lists members that joined since its message went out at once, not
-//     when the group interval lets the message change.
-//  2. unchanged: nothing new to show stops here, uncounted.
-//  3. clearing: every open member's signals cleared. Reason clearing.
-//  4. group-interval: the message is paced. Reason group-interval.
-//  5. resolved-unposted: resolved before its message was posted: dropped.
-//     Reason resolved-unposted.
+//     when the group interval lets the message change. Holds nothing.
+//  2. unchanged, unchangedStormStage: nothing new to show stops here,
+//     uncounted.
+//  3. clearing, clearingStormStage: every open member's signals cleared.
+//     Reason clearing.
+//  4. group-interval, groupIntervalStormStage: the message is paced.
+//     Reason group-interval.
+//  5. resolved-unposted, resolvedUnpostedStormStage: resolved before its
+//     message was posted: dropped. Reason resolved-unposted.
 //  6. send, sendStormStage: the message, then its new members' pages.
-//
-// The stages are methods of *Bot (storm stages 2–5 closures in
-// stormStages) sharing a flushRun; they are not yet types with their
-// dependencies passed in.
 //
 // # Files
 //
@@ -211,10 +230,14 @@
 //	consume.go         Run: the ordered consumer, decoding (another group's events skipped undecoded), applying in order, the catch-up; dead letters
 //	lazy.go            the full diagnoses, built when someone looks rather than per event
 //	config.go          Config and its defaults
-//	clock.go           notifyState, the flush loop, and the stages that decide by time
-//	flush.go           the flush: reasons, the pipeline, its set-up and gate, incidentStages and their untimed stages, send
-//	storms.go          Storm: forming (the storm and storm-member stages), revived after a restart, stormStages
-//	takeover.go        a new leader asks which messages exist
+//	stages.go          the flush's stages in order, incident and storm pipelines, and why; the stage interface and the pipeline
+//	hold.go            the reasons a stage holds for, and holding (logged, counted once)
+//	flush.go           the flush: gate, takeover's work, pipelines; the stages root-lookup, new-resolved, unchanged, resolved-unposted, send
+//	clock.go           notifyState, the flush loop, and the stages that decide by time or wait for signals (resolve, new-clearing, group-wait, clearing, group-interval)
+//	silenced.go        the stages of silences (silence, new-silenced, silenced)
+//	storms.go          Storm: forming (the storm and storm-member stages)
+//	storm_stages.go    the storm pipeline's stages and the member pages
+//	takeover.go        a new leader asks which messages exist; storms of the previous run revived
 //	pending.go         resolutions still to send of replaced incidents, kept bounded
 //	partition.go       one group of several: the events it skips, its storm keys
 //	resume.go          restoring a checkpoint at start, writing them on the leader

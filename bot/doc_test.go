@@ -74,15 +74,15 @@ func TestDocListsStagesInOrder(t *testing.T) {
 	doc := string(raw)
 	intro := map[string]string{
 		"incident": "// The incident stages, in order",
-		"storm":    "// The storm stages (stormStages, storms.go), in order",
+		"storm":    "// The storm stages (stormStages, stages.go; types in storm_stages.go), in",
 	}
 	b := New(Config{}, nil, nil, nil, zerolog.Nop())
 	var incident, storms []string
 	for _, s := range b.incidentStages() {
-		incident = append(incident, s.name)
+		incident = append(incident, s.Name())
 	}
 	for _, s := range b.stormStages() {
-		storms = append(storms, s.name)
+		storms = append(storms, s.Name())
 	}
 	paragraph := regexp.MustCompile(`\n//\n// \S`)
 	item := regexp.MustCompile(`(?m)^//  +\d+\. ([a-z-]+)[,:]`)

@@ -240,12 +240,19 @@ func (b *Bot) healDeadline() time.Duration {
 // remedyStage brings every incident's remedy up to date (a fix learned
 // from the store, a rollout step, the heal deadline passing) and makes
 // the flush look again at the next deadline. It holds nothing.
-func (b *Bot) remedyStage(f *flushRun, due []*Incident) []*Incident {
-	if len(b.remediations) == 0 {
+type remedyStage struct {
+	// check is Bot.checkRemedy; nil while no fix is known.
+	check func(inc *Incident, now time.Time) (again time.Time)
+}
+
+func (remedyStage) Name() string { return "remedy" }
+
+func (s remedyStage) Exec(f *flushRun, due []*Incident) []*Incident {
+	if s.check == nil {
 		return due
 	}
 	for _, inc := range due {
-		if again := b.checkRemedy(inc, f.now); !again.IsZero() {
+		if again := s.check(inc, f.now); !again.IsZero() {
 			f.lookAgain(again)
 		}
 	}

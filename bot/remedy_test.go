@@ -382,7 +382,7 @@ func TestRemedyStage(t *testing.T) {
 	b.RecordRemediation(Remediation{ID: "fix-aaaaaaaa", Cluster: inc.Cluster, Kind: "noproxy-patch",
 		Cause: Cause{Title: "the cause"}, ExecutedAt: t0})
 	f := &flushRun{ctx: context.Background(), now: t0, next: t0.Add(maxFlush)}
-	out := b.remedyStage(f, []*Incident{inc})
+	out := named("remedy")(b).Exec(f, []*Incident{inc})
 	if len(out) != 1 || inc.Remedy == nil || inc.Remedy.Status != StatusRollingOut || !inc.n.dirty {
 		t.Fatalf("after the stage: out %d, remedy %+v, dirty %v", len(out), inc.Remedy, inc.n.dirty)
 	}
@@ -390,7 +390,7 @@ func TestRemedyStage(t *testing.T) {
 		t.Errorf("looks again at %v, want %v (the deadline is later)", f.next, t0.Add(maxFlush))
 	}
 	f = &flushRun{ctx: context.Background(), now: t0.Add(9 * time.Minute), next: t0.Add(time.Hour)}
-	b.remedyStage(f, []*Incident{inc})
+	named("remedy")(b).Exec(f, []*Incident{inc})
 	if !f.next.Equal(t0.Add(10 * time.Minute)) {
 		t.Errorf("looks again at %v, want the deadline %v", f.next, t0.Add(10*time.Minute))
 	}
@@ -398,7 +398,7 @@ func TestRemedyStage(t *testing.T) {
 	other := incident("b", t0.Add(time.Minute), handled, rooted)
 	b.incidents[other.Cluster] = other
 	b.RecordRemediation(Remediation{ID: "fix-bbbbbbbb", Cluster: other.Cluster, ExecutedAt: t0, Cause: Cause{Title: "x"}})
-	b.remedyStage(&flushRun{ctx: context.Background(), now: t0.Add(2 * time.Minute)}, []*Incident{other})
+	named("remedy")(b).Exec(&flushRun{ctx: context.Background(), now: t0.Add(2 * time.Minute)}, []*Incident{other})
 	if other.Remedy != nil {
 		t.Errorf("an incident opened after the fix took it: %+v", other.Remedy)
 	}

@@ -125,8 +125,65 @@ type stageCase struct {
 	check func(t *testing.T, b *Bot, in []*Incident, rec *recorder)
 }
 
-// runStage runs the stage of a fresh Bot that pick returns on each case.
-func runStage(t *testing.T, pick func(*Bot) func(*flushRun, []*Incident) []*Incident, cases []stageCase) {
+// named picks the stage called name of a Bot's incident pipeline, wired
+// as the flush wires it.
+func named(name string) func(*Bot) stage[*Incident] {
+	return func(b *Bot) stage[*Incident] {
+		for _, s := range b.incidentStages() {
+			if s.Name() == name {
+				return s
+			}
+		}
+		panic("no incident stage " + name)
+	}
+}
+
+// span is the stages from..to of an incident pipeline run as one, for a
+// test of what they decide together.
+type span struct {
+	stages pipeline[*Incident]
+}
+
+func (span) Name() string { return "span" }
+
+func (s span) Exec(f *flushRun, due []*Incident) []*Incident { return s.stages.run(f, due) }
+
+func spanOf(from, to string) func(*Bot) stage[*Incident] {
+	return func(b *Bot) stage[*Incident] {
+		var sp span
+		in := false
+		for _, s := range b.incidentStages() {
+			in = in || s.Name() == from
+			if in {
+				sp.stages = append(sp.stages, s)
+			}
+			if s.Name() == to {
+				break
+			}
+		}
+		return sp
+	}
+}
+
+// declared are the reasons a stage may hold for: its one reason, none, or
+// for a span those of its stages.
+func declared(s any) []reason {
+	switch s := s.(type) {
+	case interface{ Reason() reason }:
+		return []reason{s.Reason()}
+	case span:
+		var out []reason
+		for _, st := range s.stages {
+			out = append(out, declared(st)...)
+		}
+		return out
+	}
+	return nil
+}
+
+// runStage runs the stage of a fresh Bot that pick returns on each case,
+// and checks that it held for no reason but its own.
+func runStage(t *testing.T, pick func(*Bot) stage[*Incident], cases []stageCase) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -135,7 +192,8 @@ func runStage(t *testing.T, pick func(*Bot) func(*flushRun, []*Incident) []*Inci
 				b.incidents[inc.Cluster] = inc
 			}
 			f := &flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}
-			got := names(pick(b)(f, slices.Clone(c.in)))
+			st := pick(b)
+			got := names(st.Exec(f, slices.Clone(c.in)))
 			if want := append([]string{}, c.out...); !slices.Equal(got, want) {
 				t.Errorf("let on %v, want %v", got, want)
 			}
@@ -145,6 +203,11 @@ func runStage(t *testing.T, pick func(*Bot) func(*flushRun, []*Incident) []*Inci
 			}
 			if got := counts(b); fmt.Sprint(got) != fmt.Sprint(held) {
 				t.Errorf("suppressed %v, want %v", got, held)
+			}
+			for r := range counts(b) {
+				if !slices.Contains(declared(st), r) {
+					t.Errorf("stage %s held for %s; it declares %v", st.Name(), r, declared(st))
+				}
 			}
 			next := c.next
 			if next.IsZero() {
@@ -164,16 +227,16 @@ func TestIncidentStagesOrder(t *testing.T) {
 	b, _ := stageBot(t, Config{})
 	var got []string
 	for _, s := range b.incidentStages() {
-		got = append(got, s.name)
+		got = append(got, s.Name())
 	}
-	want := []string{"resolve", "remedy", "silence", "group-wait", "storm", "unchanged", "storm-member", "resolved-unposted",
-		"silenced", "clearing", "group-interval", "send"}
+	want := []string{"resolve", "remedy", "silence", "root-lookup", "new-resolved", "new-silenced", "new-clearing", "group-wait",
+		"storm", "unchanged", "storm-member", "resolved-unposted", "silenced", "clearing", "group-interval", "send"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("incident stages %v, want %v", got, want)
 	}
 	got = nil
 	for _, s := range b.stormStages() {
-		got = append(got, s.name)
+		got = append(got, s.Name())
 	}
 	want = []string{"settle", "unchanged", "clearing", "group-interval", "resolved-unposted", "send"}
 	if !slices.Equal(got, want) {
@@ -184,9 +247,9 @@ func TestIncidentStagesOrder(t *testing.T) {
 func TestHoldCountsOnce(t *testing.T) {
 	b, _ := stageBot(t, Config{})
 	var held reason
-	b.hold(&held, "incident", "inc-1", reasonGroupWait)
-	b.hold(&held, "incident", "inc-1", reasonGroupWait)
-	b.hold(&held, "incident", "inc-1", reasonGroupInterval)
+	b.holds.hold(&held, "incident", "inc-1", reasonGroupWait)
+	b.holds.hold(&held, "incident", "inc-1", reasonGroupWait)
+	b.holds.hold(&held, "incident", "inc-1", reasonGroupInterval)
 	if want := map[reason]float64{reasonGroupWait: 1, reasonGroupInterval: 1}; fmt.Sprint(counts(b)) != fmt.Sprint(want) {
 		t.Fatalf("suppressed %v, want %v", counts(b), want)
 	}
@@ -197,7 +260,7 @@ func TestHoldCountsOnce(t *testing.T) {
 
 func TestResolveStage(t *testing.T) {
 	cfg := Config{ResolveTimeout: 5 * time.Minute}
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.resolveStage }, []stageCase{
+	runStage(t, named("resolve"), []stageCase{
 		{name: "clear for the timeout: resolved at the clearing", cfg: cfg,
 			in: []*Incident{incident("a", t0.Add(-time.Hour), clearing, unchanged)}, out: []string{"a"},
 			check: func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
@@ -237,7 +300,7 @@ func TestSilenceStage(t *testing.T) {
 			}
 		}
 	}
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.silenceStage }, []stageCase{
+	runStage(t, named("silence"), []stageCase{
 		{name: "its cluster silenced: marked, holds nothing", cfg: cfg,
 			in: []*Incident{incident("quiet", t0, handled, unchanged), incident("loud", t0)}, out: []string{"quiet", "loud"},
 			check: func(t *testing.T, b *Bot, in []*Incident, r *recorder) {
@@ -262,47 +325,97 @@ func TestSilenceStage(t *testing.T) {
 	})
 }
 
-func TestGroupWaitStage(t *testing.T) {
-	cfg := Config{GroupWait: 10 * time.Second}
-	first := func(want ...bool) func(*testing.T, *Bot, []*Incident, *recorder) {
-		return func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
-			for i, inc := range in {
-				if got := !inc.n.first.IsZero(); got != want[i] {
-					t.Errorf("%s handled %v, want %v", inc.Cluster, got, want[i])
-				}
+// firstHandled checks which of the incidents the flush has handled.
+func firstHandled(want ...bool) func(*testing.T, *Bot, []*Incident, *recorder) {
+	return func(t *testing.T, _ *Bot, in []*Incident, _ *recorder) {
+		for i, inc := range in {
+			if got := !inc.n.first.IsZero(); got != want[i] {
+				t.Errorf("%s handled %v, want %v", inc.Cluster, got, want[i])
 			}
 		}
 	}
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.groupWaitStage }, []stageCase{
-		{name: "within its wait: held, looks again when over", cfg: cfg,
-			in: []*Incident{incident("a", t0.Add(-9500*time.Millisecond))}, held: map[reason]float64{reasonGroupWait: 1},
-			next: t0.Add(500 * time.Millisecond)},
-		{name: "wait over: due, not yet handled (the storm stage does)", cfg: cfg,
-			in:  []*Incident{incident("b", t0.Add(-10*time.Second)), incident("a", t0.Add(-time.Minute))},
-			out: []string{"b", "a"}, check: first(false, false)},
-		{name: "handled before: let on", cfg: cfg, in: []*Incident{incident("a", t0, handled)}, out: []string{"a"}},
-		{name: "silenced: held", cfg: cfg, in: []*Incident{incident("a", t0.Add(-time.Minute), silenced)},
-			held: map[reason]float64{reasonSilenced: 1}},
-		{name: "clearing: held", cfg: cfg, in: []*Incident{incident("a", t0.Add(-time.Minute), clearing)},
-			held: map[reason]float64{reasonClearing: 1}},
-		{name: "resolved, root not looked up: held", cfg: cfg, in: []*Incident{incident("a", t0, resolved)},
-			held: map[reason]float64{reasonRootLookup: 1}, check: first(false)},
-		{name: "resolved, no message: dropped", cfg: cfg,
-			in:   []*Incident{incident("a", t0, resolved, func(inc *Incident) { inc.n.checked = true })},
-			held: map[reason]float64{reasonResolvedUnposted: 1},
-			check: func(t *testing.T, b *Bot, in []*Incident, r *recorder) {
-				first(true)(t, b, in, r)
-				if in[0].n.dirty {
-					t.Error("nothing to say, still dirty")
-				}
-			}},
-		{name: "resolved with a message (previous run): handled at once", cfg: cfg,
-			in: []*Incident{incident("a", t0, resolved, rooted)}, out: []string{"a"}, check: first(true)},
-	})
+}
+
+// firstStages are the stages that decide when the flush first handles an
+// incident, in order, each with its cases.
+func firstStages() []struct {
+	stage string
+	cases []stageCase
+} {
+	cfg := Config{GroupWait: 10 * time.Second}
+	return []struct {
+		stage string
+		cases []stageCase
+	}{
+		{"root-lookup", []stageCase{
+			{name: "resolved, root not looked up: held", cfg: cfg, in: []*Incident{incident("a", t0, resolved)},
+				held: map[reason]float64{reasonRootLookup: 1}, check: firstHandled(false)},
+		}},
+		{"new-resolved", []stageCase{
+			{name: "resolved, no message: dropped", cfg: cfg,
+				in:   []*Incident{incident("a", t0, resolved, func(inc *Incident) { inc.n.checked = true })},
+				held: map[reason]float64{reasonResolvedUnposted: 1},
+				check: func(t *testing.T, b *Bot, in []*Incident, r *recorder) {
+					firstHandled(true)(t, b, in, r)
+					if in[0].n.dirty {
+						t.Error("nothing to say, still dirty")
+					}
+				}},
+			{name: "resolved with a message (previous run): handled at once", cfg: cfg,
+				in: []*Incident{incident("a", t0, resolved, rooted)}, out: []string{"a"}, check: firstHandled(true)},
+		}},
+		{"new-silenced", []stageCase{
+			{name: "silenced: held", cfg: cfg, in: []*Incident{incident("a", t0.Add(-time.Minute), silenced)},
+				held: map[reason]float64{reasonSilenced: 1}},
+		}},
+		{"new-clearing", []stageCase{
+			{name: "clearing: held", cfg: cfg, in: []*Incident{incident("a", t0.Add(-time.Minute), clearing)},
+				held: map[reason]float64{reasonClearing: 1}},
+		}},
+		{"group-wait", []stageCase{
+			{name: "within its wait: held, looks again when over", cfg: cfg,
+				in: []*Incident{incident("a", t0.Add(-9500*time.Millisecond))}, held: map[reason]float64{reasonGroupWait: 1},
+				next: t0.Add(500 * time.Millisecond)},
+			{name: "wait over: due, not yet handled (the storm stage does)", cfg: cfg,
+				in:  []*Incident{incident("b", t0.Add(-10*time.Second)), incident("a", t0.Add(-time.Minute))},
+				out: []string{"b", "a"}, check: firstHandled(false, false)},
+			{name: "handled before: let on", cfg: cfg, in: []*Incident{incident("a", t0, handled)}, out: []string{"a"}},
+		}},
+	}
+}
+
+// firstStageCases runs the cases of the first-handling stage named stage
+// on it alone.
+func firstStageCases(t *testing.T, stage string) {
+	t.Helper()
+	for _, s := range firstStages() {
+		if s.stage == stage {
+			runStage(t, named(stage), s.cases)
+			return
+		}
+	}
+	t.Fatalf("no cases for %s", stage)
+}
+
+func TestRootLookupStage(t *testing.T)  { firstStageCases(t, "root-lookup") }
+func TestNewResolvedStage(t *testing.T) { firstStageCases(t, "new-resolved") }
+func TestNewSilencedStage(t *testing.T) { firstStageCases(t, "new-silenced") }
+func TestNewClearingStage(t *testing.T) { firstStageCases(t, "new-clearing") }
+
+// The group-wait stage alone, then every case of the stages root-lookup to
+// group-wait run through all of them: together they decide what the one
+// group-wait stage did before it was split, one reason a stage.
+func TestGroupWaitStage(t *testing.T) {
+	firstStageCases(t, "group-wait")
+	var all []stageCase
+	for _, s := range firstStages() {
+		all = append(all, s.cases...)
+	}
+	t.Run("root-lookup to group-wait", func(t *testing.T) { runStage(t, spanOf("root-lookup", "group-wait"), all) })
 }
 
 func TestUnchangedStage(t *testing.T) {
-	runStage(t, func(*Bot) func(*flushRun, []*Incident) []*Incident { return unchangedStage }, []stageCase{
+	runStage(t, named("unchanged"), []stageCase{
 		{name: "nothing new: dropped, uncounted",
 			in:  []*Incident{incident("a", t0, handled, unchanged), incident("b", t0, handled), incident("c", t0)},
 			out: []string{"b"}},
@@ -310,7 +423,7 @@ func TestUnchangedStage(t *testing.T) {
 }
 
 func TestResolvedUnpostedStage(t *testing.T) {
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.resolvedUnpostedStage }, []stageCase{
+	runStage(t, named("resolved-unposted"), []stageCase{
 		{name: "resolved, never posted: dropped",
 			in:   []*Incident{incident("a", t0, handled, resolved), incident("b", t0, handled, resolved, rooted), incident("c", t0, handled)},
 			out:  []string{"b", "c"},
@@ -324,7 +437,7 @@ func TestResolvedUnpostedStage(t *testing.T) {
 }
 
 func TestSilencedStage(t *testing.T) {
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.silencedStage }, []stageCase{
+	runStage(t, named("silenced"), []stageCase{
 		{name: "not silenced: let on", in: []*Incident{incident("a", t0, handled, rooted)}, out: []string{"a"}},
 		{name: "silenced with a message: let on once, to say so",
 			in: []*Incident{incident("a", t0, handled, rooted, silenced)}, out: []string{"a"}},
@@ -353,7 +466,7 @@ func TestSilencedStage(t *testing.T) {
 }
 
 func TestClearingStage(t *testing.T) {
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.clearingStage }, []stageCase{
+	runStage(t, named("clearing"), []stageCase{
 		{name: "signals cleared: held until resolved or back",
 			in:   []*Incident{incident("a", t0, handled, rooted, clearing), incident("b", t0, handled, rooted), incident("c", t0, handled, rooted, clearing, resolved)},
 			out:  []string{"b", "c"},
@@ -368,7 +481,7 @@ func TestClearingStage(t *testing.T) {
 
 func TestGroupIntervalStage(t *testing.T) {
 	cfg := Config{GroupInterval: time.Minute}
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.groupIntervalStage }, []stageCase{
+	runStage(t, named("group-interval"), []stageCase{
 		{name: "sent within the interval: held, looks again when over", cfg: cfg,
 			in:   []*Incident{incident("a", t0, handled, rooted, sentAt(t0.Add(-59*time.Second)))},
 			held: map[reason]float64{reasonGroupInterval: 1}, next: t0.Add(time.Second)},
@@ -383,7 +496,7 @@ func TestGroupIntervalStage(t *testing.T) {
 }
 
 func TestSendStage(t *testing.T) {
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.sendStage }, []stageCase{
+	runStage(t, named("send"), []stageCase{
 		{name: "a new incident: its message, every evidence line in the thread",
 			in: []*Incident{incident("a", t0, handled)}, out: []string{"a"},
 			check: func(t *testing.T, _ *Bot, in []*Incident, r *recorder) {
@@ -423,7 +536,7 @@ func TestSendStage(t *testing.T) {
 		b, rec := stageBot(t, Config{})
 		rec.err = errors.New("queue full")
 		inc := incident("a", t0, handled)
-		b.sendStage(&flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}, []*Incident{inc})
+		named("send")(b).Exec(&flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}, []*Incident{inc})
 		if !inc.n.dirty || inc.n.rooted || !inc.n.sent.IsZero() {
 			t.Fatalf("after a failed send: %+v", inc.n)
 		}

@@ -55,7 +55,7 @@ func TestStormStage(t *testing.T) {
 		inc.n.seen = inc.Opened
 	})
 	all6 := []string{"m00", "m01", "m02", "m03", "m04", "m05"}
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident { return b.stormStage }, []stageCase{
+	runStage(t, named("storm"), []stageCase{
 		{name: "threshold reached: one storm, all let on (as members) and handled", cfg: Config{StormThreshold: 3},
 			in: m3, out: []string{"m00", "m01", "m02"},
 			check: func(t *testing.T, b *Bot, in []*Incident, r *recorder) {
@@ -91,10 +91,10 @@ func TestStormStage(t *testing.T) {
 		for _, inc := range three {
 			b.incidents[inc.Cluster] = inc
 		}
-		b.stormStage(f, slices.Clone(three))
+		named("storm")(b).Exec(f, slices.Clone(three))
 		late := incident("late", t0.Add(-50*time.Second))
 		b.incidents[late.Cluster] = late
-		if got := names(b.stormStage(f, []*Incident{late})); !slices.Equal(got, []string{"late"}) {
+		if got := names(named("storm")(b).Exec(f, []*Incident{late})); !slices.Equal(got, []string{"late"}) {
 			t.Fatalf("let on %v", got)
 		}
 		if late.Storm != three[0].Storm || len(b.storms[late.Storm].Members) != 4 {
@@ -105,9 +105,9 @@ func TestStormStage(t *testing.T) {
 
 func TestStormMemberStage(t *testing.T) {
 	member := func(inc *Incident) { inc.Storm = "storm-1" }
-	runStage(t, func(b *Bot) func(*flushRun, []*Incident) []*Incident {
+	runStage(t, func(b *Bot) stage[*Incident] {
 		b.storms["storm-1"] = &Storm{Key: "storm-1"}
-		return b.stormMemberStage
+		return named("storm-member")(b)
 	}, []stageCase{
 		{name: "member without a message: its storm speaks",
 			in:   []*Incident{incident("a", t0, handled, member), incident("b", t0, handled)},
@@ -206,15 +206,15 @@ func TestStormStagesEach(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.stage+"/"+c.name, func(t *testing.T) {
 			b, rec := stageBot(t, cfg)
-			var run func(*flushRun, []*Storm) []*Storm
+			var st stage[*Storm]
 			for _, s := range b.stormStages() {
-				if s.name == c.stage {
-					run = s.run
+				if s.Name() == c.stage {
+					st = s
 				}
 			}
 			in := c.in()
 			f := &flushRun{ctx: t.Context(), now: t0, next: t0.Add(maxFlush)}
-			if got := run(f, slices.Clone(in)); len(got) != c.out {
+			if got := st.Exec(f, slices.Clone(in)); len(got) != c.out {
 				t.Errorf("let on %d, want %d", len(got), c.out)
 			}
 			held := c.held
@@ -223,6 +223,11 @@ func TestStormStagesEach(t *testing.T) {
 			}
 			if got := counts(b); fmt.Sprint(got) != fmt.Sprint(held) {
 				t.Errorf("suppressed %v, want %v", got, held)
+			}
+			for r := range counts(b) {
+				if !slices.Contains(declared(st), r) {
+					t.Errorf("stage %s held for %s; it declares %v", st.Name(), r, declared(st))
+				}
 			}
 			if c.check != nil {
 				c.check(t, in, rec)

@@ -1,19 +1,21 @@
 package bot
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
-	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/rs/zerolog"
+
+	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/bot/storm"
 	"github.com/hcpbot/hcpbot/event"
 )
 
 // Storms: the correlator's side of bot/storm. Due incidents sharing a
-// cause are folded into one storm message (stormStage), storms of the
-// previous run are found again after a restart (replayedStorms, revive),
-// and storms go through a pipeline of their own (stormStages).
+// cause are folded into one storm message (stormStage) and its members
+// dropped from the incident pipeline (stormMemberStage); storms of the
+// previous run are found again by the takeover (takeover.go), and storms
+// go through a pipeline of their own (storm_stages.go).
 
 // Storm is one message for many incidents with a shared cause.
 type Storm struct {
@@ -34,7 +36,7 @@ type Storm struct {
 	// bare is a revived storm's key without the group's suffix (set with
 	// several groups only): the key one bot had before a repartition
 	// from one group, whose message the group holding the storm's first
-	// member takes over (flush.go).
+	// member takes over (takeover.go).
 	bare string
 }
 
@@ -65,67 +67,6 @@ func (s *Storm) join(inc *Incident) {
 	s.dirty = true
 }
 
-// replayedStorms are the storms the incidents nobody handled yet would
-// have formed: after a restart (or on a new leader), the storms of the
-// previous run. A storm whose members all healed while the bot was down
-// is otherwise never formed again, and its message would stay open.
-func (b *Bot) replayedStorms() []*Storm {
-	if b.cfg.StormThreshold < 0 {
-		return nil
-	}
-	byChannel := map[string][]storm.Member{}
-	byKey := map[string]*Incident{}
-	for _, inc := range b.incidents {
-		if !inc.n.first.IsZero() || inc.Storm != "" {
-			continue
-		}
-		if inc.n.causes == nil {
-			inc.n.causes = b.causesOf(inc)
-		}
-		byKey[inc.Key] = inc
-		byChannel[inc.Channel] = append(byChannel[inc.Channel], storm.Member{Key: inc.Key, Opened: inc.Opened, Causes: inc.n.causes})
-	}
-	var out []*Storm
-	for channel, members := range byChannel {
-		groups, _ := storm.Find(members, b.cfg.StormThreshold, b.cfg.StormWindow)
-		for _, g := range groups {
-			s := &Storm{Key: b.stormKey(g), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
-			if b.stormSuffix != "" {
-				s.bare = g.Key()
-			}
-			for _, m := range g.Members {
-				s.Members = append(s.Members, byKey[m.Key])
-			}
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// revive takes back a storm of the previous run whose message exists.
-func (b *Bot) revive(s *Storm) {
-	members := s.Members
-	s.Members = nil
-	open := false
-	for _, inc := range members {
-		if inc.Storm == "" {
-			s.join(inc)
-			open = open || inc.Open()
-		}
-	}
-	if len(s.Members) == 0 {
-		return
-	}
-	s.rooted = true
-	if !open {
-		// All healed while the bot was down: the thread listed them
-		// then; only the message is left to resolve.
-		s.listed = len(s.Members)
-	}
-	b.storms[s.Key] = s
-	b.log.Info().Str("storm", s.Key).Int("clusters", len(s.Members)).Msg("storm of the previous run")
-}
-
 // stormStage folds the incidents now due (those flush has not handled:
 // first is zero) into storms: into an open storm of their channel whose
 // cause they share, else into a new one when at least StormThreshold
@@ -141,16 +82,29 @@ func (b *Bot) revive(s *Storm) {
 // failures on one management cluster posts GroupWait after its last
 // incident, not after the storm window. It lets on every incident it does
 // not hold; storm members go on to the storm-member stage.
-func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
+type stormStage struct {
+	holder
+	threshold         int
+	window, groupWait time.Duration
+	incidents         map[diagnose.Key]*Incident
+	storms            map[string]*Storm
+	causesOf          func(*Incident) []storm.Cause
+	key               func(storm.Group) string
+	log               zerolog.Logger
+}
+
+func (stormStage) Name() string { return "storm" }
+
+func (p stormStage) Exec(f *flushRun, due []*Incident) []*Incident {
 	var fresh []*Incident
 	for _, inc := range due {
 		if inc.n.first.IsZero() {
-			inc.n.causes = b.causesOf(inc)
+			inc.n.causes = p.causesOf(inc)
 			fresh = append(fresh, inc)
 		}
 	}
 	slices.SortStableFunc(fresh, compareOpened)
-	if b.cfg.StormThreshold < 0 || len(fresh) == 0 {
+	if p.threshold < 0 || len(fresh) == 0 {
 		for _, inc := range fresh {
 			inc.n.first = f.now
 		}
@@ -158,7 +112,7 @@ func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
 	}
 	var rest []*Incident
 	for _, inc := range fresh {
-		if s := b.stormFor(inc); s != nil {
+		if s := p.stormFor(inc); s != nil {
 			inc.n.first = f.now
 			s.join(inc)
 			continue
@@ -174,13 +128,13 @@ func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
 	}
 	byChannel := map[string][]storm.Member{}
 	byKey := map[string]*Incident{}
-	for _, inc := range b.incidents {
+	for _, inc := range p.incidents {
 		if !inc.Open() || inc.Storm != "" || inc.Silence != nil {
 			continue
 		}
 		if inc.n.causes == nil {
 			// Not due yet, but it counts towards a storm.
-			inc.n.causes = b.causesOf(inc)
+			inc.n.causes = p.causesOf(inc)
 		}
 		byKey[inc.Key] = inc
 		byChannel[inc.Channel] = append(byChannel[inc.Channel], storm.Member{Key: inc.Key, Opened: inc.Opened, Causes: inc.n.causes, Seen: inc.n.seen})
@@ -191,16 +145,16 @@ func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
 	}
 	slices.Sort(channels)
 	for _, channel := range channels {
-		groups, _ := storm.Find(byChannel[channel], b.cfg.StormThreshold, b.cfg.StormWindow)
+		groups, _ := storm.Find(byChannel[channel], p.threshold, p.window)
 		for _, g := range groups {
 			if !slices.ContainsFunc(g.Members, func(m storm.Member) bool { return isDue[m.Key] }) {
 				continue // all already told one by one
 			}
-			s := b.storms[b.stormKey(g)]
+			s := p.storms[p.key(g)]
 			if s == nil {
-				s = &Storm{Key: b.stormKey(g), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
-				b.storms[s.Key] = s
-				b.log.Info().Str("storm", s.Key).Str("cause", s.Cause.Kind.String()).Int("clusters", len(g.Members)).Msg("storm")
+				s = &Storm{Key: p.key(g), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
+				p.storms[s.Key] = s
+				p.log.Info().Str("storm", s.Key).Str("cause", s.Cause.Kind.String()).Int("clusters", len(g.Members)).Msg("storm")
 			}
 			for _, m := range g.Members {
 				inc := byKey[m.Key]
@@ -216,10 +170,10 @@ func (b *Bot) stormStage(f *flushRun, due []*Incident) []*Incident {
 		if inc.Storm != "" {
 			continue
 		}
-		until := storm.Brewing(inc.n.causes, inc.Opened, byChannel[inc.Channel], b.cfg.StormThreshold, b.cfg.StormWindow, b.cfg.GroupWait)
-		if until = earliest(until, inc.n.seen.Add(b.cfg.StormWindow)); f.now.Before(until) {
+		until := storm.Brewing(inc.n.causes, inc.Opened, byChannel[inc.Channel], p.threshold, p.window, p.groupWait)
+		if until = earliest(until, inc.n.seen.Add(p.window)); f.now.Before(until) {
 			f.lookAgain(until)
-			b.hold(&inc.n.held, "incident", inc.Key, reasonStormBrewing)
+			p.hold(&inc.n.held, "incident", inc.Key)
 			held[inc] = true
 			continue
 		}
@@ -238,10 +192,10 @@ func (b *Bot) causesOf(inc *Incident) []storm.Cause {
 }
 
 // stormFor returns the open storm an incident joins, if any.
-func (b *Bot) stormFor(inc *Incident) *Storm {
+func (p stormStage) stormFor(inc *Incident) *Storm {
 	var best *Storm
-	for _, s := range b.storms {
-		if !s.Open() || s.Channel != inc.Channel || !storm.Joins(s.Cause, s.last, inc.n.causes, inc.Opened, b.cfg.StormWindow) {
+	for _, s := range p.storms {
+		if !s.Open() || s.Channel != inc.Channel || !storm.Joins(s.Cause, s.last, inc.n.causes, inc.Opened, p.window) {
 			continue
 		}
 		if best == nil || s.Cause.Kind < best.Cause.Kind || s.Cause.Kind == best.Cause.Kind && s.Key < best.Key {
@@ -254,123 +208,24 @@ func (b *Bot) stormFor(inc *Incident) *Storm {
 // stormMemberStage drops a storm member without a message of its own: its
 // storm speaks for it, and is to show what changed. A member posted before
 // its storm formed keeps its own message up to date.
-func (b *Bot) stormMemberStage(_ *flushRun, due []*Incident) []*Incident {
-	return slices.DeleteFunc(due, func(inc *Incident) bool {
+type stormMemberStage struct {
+	holder
+	storms map[string]*Storm
+}
+
+func (stormMemberStage) Name() string { return "storm-member" }
+
+func (p stormMemberStage) Exec(_ *flushRun, due []*Incident) []*Incident {
+	return p.holdIncidents(due, func(inc *Incident) bool {
 		if inc.Storm == "" || inc.n.rooted {
 			return false
 		}
 		inc.n.dirty = false
-		if s := b.storms[inc.Storm]; s != nil {
+		if s := p.storms[inc.Storm]; s != nil {
 			s.dirty = true
 		}
-		b.hold(&inc.n.held, "incident", inc.Key, reasonStormMember)
 		return true
 	})
-}
-
-// stormStages is the order a storm goes through, as incidentStages and
-// for the same reasons: its state is settled (and members that joined
-// since its message went out are listed in the thread at once, not when
-// the group interval lets the message change), what has nothing new to
-// show stops, a storm every open member of which is clearing waits, the
-// message is paced, a storm resolved before its message was posted is
-// dropped, and the rest is sent.
-func (b *Bot) stormStages() pipeline[*Storm] {
-	return pipeline[*Storm]{
-		{"settle", b.settleStormStage},
-		{"unchanged", func(_ *flushRun, due []*Storm) []*Storm {
-			return slices.DeleteFunc(due, func(s *Storm) bool { return !s.dirty })
-		}},
-		{"clearing", b.holdStorms(func(_ *flushRun, s *Storm) (reason, bool) {
-			return reasonClearing, s.Open() && s.clearing()
-		})},
-		{"group-interval", b.holdStorms(func(f *flushRun, s *Storm) (reason, bool) {
-			if s.sent.IsZero() || !s.Open() || !f.now.Before(s.sent.Add(b.cfg.GroupInterval)) {
-				return "", false
-			}
-			f.lookAgain(s.sent.Add(b.cfg.GroupInterval))
-			return reasonGroupInterval, true
-		})},
-		{"resolved-unposted", b.holdStorms(func(_ *flushRun, s *Storm) (reason, bool) {
-			if !s.sent.IsZero() || s.Open() || s.rooted {
-				return "", false
-			}
-			s.dirty = false
-			return reasonResolvedUnposted, true
-		})},
-		{"send", b.sendStormStage},
-	}
-}
-
-// holdStorms is a storm stage holding back the storms held says so for.
-func (b *Bot) holdStorms(held func(*flushRun, *Storm) (reason, bool)) func(*flushRun, []*Storm) []*Storm {
-	return func(f *flushRun, due []*Storm) []*Storm {
-		return slices.DeleteFunc(due, func(s *Storm) bool {
-			r, ok := held(f, s)
-			if ok {
-				b.hold(&s.held, "storm", s.Key, r)
-			}
-			return ok
-		})
-	}
-}
-
-// settleStormStage resolves a storm none of whose members is open, and
-// lists the members not listed yet of a storm whose message went out.
-func (b *Bot) settleStormStage(f *flushRun, due []*Storm) []*Storm {
-	for _, s := range due {
-		open := 0
-		var resolved time.Time
-		for _, m := range s.Members {
-			if m.Open() {
-				open++
-			} else if m.Resolved.After(resolved) {
-				resolved = m.Resolved
-			}
-		}
-		if open == 0 && s.Open() {
-			s.Resolved, s.dirty = resolved, true
-		}
-		if !s.sent.IsZero() {
-			b.listStormMembers(f, s)
-		}
-	}
-	return due
-}
-
-// sendStormStage hands each storm's rendering to the notifier and lists
-// its new members in the thread.
-func (b *Bot) sendStormStage(f *flushRun, due []*Storm) []*Storm {
-	for _, s := range due {
-		s.version = nextVersion(s.version, f.now)
-		msg := notify.Message{Key: s.Key, Channel: s.Channel, Version: s.version}
-		msg.Text, msg.Blocks = RenderStorm(s, f.now)
-		msg.Digest = digest(RenderStorm(s, s.Opened))
-		if err := b.out.Upsert(f.ctx, msg); err != nil {
-			b.log.Error().Err(err).Str("storm", s.Key).Msg("notification not queued")
-			continue
-		}
-		b.metrics.sent.WithLabelValues("storm").Inc()
-		s.sent, s.dirty, s.held = f.now, false, ""
-		b.listStormMembers(f, s)
-	}
-	return due
-}
-
-// listStormMembers replies with pages listing the members not listed yet:
-// at most StormPage members and stormPageBytes of text per page.
-func (b *Bot) listStormMembers(f *flushRun, s *Storm) {
-	for s.listed < len(s.Members) {
-		to := stormPageEnd(s, s.listed, b.cfg.StormPage)
-		r := notify.Reply{Key: s.Key, Channel: s.Channel, ID: fmt.Sprintf("members-%d-%d", s.listed, to),
-			Text: StormPage(s, s.listed, to)}
-		if err := b.out.Reply(f.ctx, r); err != nil {
-			b.log.Warn().Err(err).Str("storm", s.Key).Msg("storm page not queued")
-			return
-		}
-		b.metrics.sent.WithLabelValues("reply").Inc()
-		s.listed = to
-	}
 }
 
 // stormKey is g's key, with this group's suffix when there are several

@@ -5,13 +5,18 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/bot/storm"
 )
 
 // Which messages exist: a new leader, or a restarted bot, does not know
 // what the previous one posted. Before it sends, it asks the notifier
 // (notify.RootChecker) for each incident it is about to handle, so that an
 // incident posted before keeps its message (and is not folded into a
-// storm), and a resolution reaches the message that needs it.
+// storm), and a resolution reaches the message that needs it; once after
+// a takeover, it finds the storms of the previous run again from the
+// incidents nobody handled yet and revives those whose message exists.
+// This is the flush's work before its stages (flush.go): takeoverWork
+// under the lock, lookUp outside it (network calls), learn under it.
 
 // takeOver makes a new leader (or a restarted bot) re-check every message
 // before sending: another replica may have sent it.
@@ -26,17 +31,81 @@ func (b *Bot) takeOver() {
 	b.stormsChecked = false
 }
 
-// uncheckedDue lists the incidents about to be handled whose root this
-// replica has not looked up: open ones past their group wait, resolved
-// ones at once (their message, if any, must learn it).
-func (b *Bot) uncheckedDue(now time.Time) []*Incident {
-	var out []*Incident
+// takeover is the work a flush does before its stages when the notifier
+// is to be asked which messages exist: for the incidents about to be
+// handled whose root this replica has not looked up, and, once after a
+// takeover, for the storms of the previous run.
+type takeover struct {
+	incidents []*Incident
+	storms    []*Storm
+}
+
+func (t takeover) due() bool { return len(t.incidents) > 0 || len(t.storms) > 0 }
+
+// takeoverWork is what the flush is to look up. Called with b.mu held.
+func (b *Bot) takeoverWork() takeover {
+	now := b.cfg.Now()
+	// Resolved first, so that a replayed incident whose signals cleared
+	// long ago is looked up (and handled) as resolved from the start.
+	resolveStage{timeout: b.cfg.ResolveTimeout}.Exec(&flushRun{now: now, next: now.Add(maxFlush)}, b.candidates())
+	var t takeover
 	for _, inc := range b.candidates() {
+		// Open ones past their group wait, resolved ones at once (their
+		// message, if any, must learn it).
 		if !inc.n.checked && (!inc.n.first.IsZero() || !inc.Open() || !now.Before(inc.n.seen.Add(b.cfg.GroupWait))) {
-			out = append(out, inc)
+			t.incidents = append(t.incidents, inc)
 		}
 	}
-	return out
+	if !b.stormsChecked {
+		b.stormsChecked = true
+		t.storms = b.replayedStorms()
+	}
+	return t
+}
+
+// roots are the answers of a takeover's lookups.
+type roots struct{ incidents, storms map[string]bool }
+
+// lookUp asks lookup (lookupRoots) about t's incidents and storms; called
+// without b.mu: they are network calls.
+func (t takeover) lookUp(ctx context.Context, lookup func(context.Context, []string, bool) map[string]bool) roots {
+	keys := make([]string, 0, len(t.incidents))
+	for _, inc := range t.incidents {
+		keys = append(keys, inc.Key)
+	}
+	var r roots
+	r.incidents = lookup(ctx, keys, true)
+	keys = keys[:0]
+	for _, s := range t.storms {
+		keys = append(keys, s.Key)
+		if s.bare != "" {
+			keys = append(keys, s.bare)
+		}
+	}
+	// A storm whose lookup failed is not revived: reviving one without a
+	// message would post a new root.
+	r.storms = lookup(ctx, keys, false)
+	return r
+}
+
+// learn records the answers: the storms of the previous run whose
+// message exists are revived, the incidents looked up learn whether they
+// have one. Called with b.mu held.
+func (b *Bot) learn(t takeover, r roots) {
+	for _, s := range t.storms {
+		if !r.storms[s.Key] && s.bare != "" && r.storms[s.bare] {
+			// Posted by the one group before a repartition: its key is
+			// the group's own storm's without the suffix only in the
+			// group holding the storm's first member (the key hashes
+			// the cause and that member's opening), so one group takes
+			// the message over and the others post their part.
+			s.Key = s.bare
+		}
+		if r.storms[s.Key] && b.storms[s.Key] == nil {
+			b.revive(s)
+		}
+	}
+	b.learnRoots(t.incidents, r.incidents)
 }
 
 // lookupRoots asks the notifier which keys have a message; onError is
@@ -86,4 +155,65 @@ func (b *Bot) learnRoots(looked []*Incident, roots map[string]bool) {
 			}
 		}
 	}
+}
+
+// replayedStorms are the storms the incidents nobody handled yet would
+// have formed: after a restart (or on a new leader), the storms of the
+// previous run. A storm whose members all healed while the bot was down
+// is otherwise never formed again, and its message would stay open.
+func (b *Bot) replayedStorms() []*Storm {
+	if b.cfg.StormThreshold < 0 {
+		return nil
+	}
+	byChannel := map[string][]storm.Member{}
+	byKey := map[string]*Incident{}
+	for _, inc := range b.incidents {
+		if !inc.n.first.IsZero() || inc.Storm != "" {
+			continue
+		}
+		if inc.n.causes == nil {
+			inc.n.causes = b.causesOf(inc)
+		}
+		byKey[inc.Key] = inc
+		byChannel[inc.Channel] = append(byChannel[inc.Channel], storm.Member{Key: inc.Key, Opened: inc.Opened, Causes: inc.n.causes})
+	}
+	var out []*Storm
+	for channel, members := range byChannel {
+		groups, _ := storm.Find(members, b.cfg.StormThreshold, b.cfg.StormWindow)
+		for _, g := range groups {
+			s := &Storm{Key: b.stormKey(g), Cause: g.Cause, Channel: channel, Opened: g.Members[0].Opened}
+			if b.stormSuffix != "" {
+				s.bare = g.Key()
+			}
+			for _, m := range g.Members {
+				s.Members = append(s.Members, byKey[m.Key])
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// revive takes back a storm of the previous run whose message exists.
+func (b *Bot) revive(s *Storm) {
+	members := s.Members
+	s.Members = nil
+	open := false
+	for _, inc := range members {
+		if inc.Storm == "" {
+			s.join(inc)
+			open = open || inc.Open()
+		}
+	}
+	if len(s.Members) == 0 {
+		return
+	}
+	s.rooted = true
+	if !open {
+		// All healed while the bot was down: the thread listed them
+		// then; only the message is left to resolve.
+		s.listed = len(s.Members)
+	}
+	b.storms[s.Key] = s
+	b.log.Info().Str("storm", s.Key).Int("clusters", len(s.Members)).Msg("storm of the previous run")
 }
