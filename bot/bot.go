@@ -116,6 +116,9 @@ func New(cfg Config, js EventSource, out notify.Notifier, reg prometheus.Registe
 	if cfg.ForgetAfter <= 0 {
 		cfg.ForgetAfter = DefaultForgetAfter
 	}
+	if cfg.HealDeadline <= 0 {
+		cfg.HealDeadline = DefaultHealDeadline
+	}
 	if cfg.PendingHorizon <= 0 {
 		cfg.PendingHorizon = bus.DefaultEventsMaxAge
 	}
@@ -146,122 +149,6 @@ func (b *Bot) wake() {
 	case b.kick <- struct{}{}:
 	default:
 	}
-}
-
-// evaluate diagnoses a cluster and opens, changes or resolves its
-// incident. It only records: the flush loop decides what to send and when.
-// Per event it runs the first phase of the diagnosis (which rules fire);
-// the full diagnoses are built when needed (lazy.go). before is the
-// cluster as it was before the event, when settle may need it.
-func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prior) {
-	if k.Management() {
-		return
-	}
-	c := b.model.Cluster(k)
-	now := b.cfg.Now()
-	inc := b.incidents[k]
-	if c != nil && c.Gone() {
-		b.settleBefore(inc, before)
-		b.clusterDeleted(k, inc, observed, now)
-		return
-	}
-	var diags []diagnose.Diagnosis
-	if c != nil {
-		diags = diagnose.Brief(c, now)
-	}
-	if len(diags) == 0 {
-		b.settleBefore(inc, before)
-	}
-	if inc != nil && inc.Open() && !inc.clearAt.IsZero() && len(diags) > 0 {
-		if observed.Sub(inc.clearAt) < b.cfg.ResolveTimeout {
-			inc.clearAt = time.Time{} // back within the timeout: the same incident
-		} else {
-			inc.Resolved = inc.clearAt
-			inc.n.dirty = true
-		}
-	}
-	switch {
-	case len(diags) == 0 && (inc == nil || !inc.Open()):
-		return
-	case len(diags) == 0 && b.cfg.ResolveTimeout > 0:
-		if inc.clearAt.IsZero() {
-			inc.clearAt, inc.n.clearSeen = observed, now
-			if !b.caughtUp {
-				// Replayed: the signals cleared when the event says, not
-				// when this replica reads it. Timing the resolution from
-				// the replay would keep a cluster healed long ago open
-				// for another ResolveTimeout.
-				inc.n.clearSeen = earliest(now, observed)
-			}
-			b.wake()
-		}
-		return
-	case len(diags) == 0:
-		inc.Resolved = observed
-	case inc == nil || !inc.Open():
-		if inc != nil && inc.n.dirty && (inc.n.rooted || !inc.n.checked) {
-			// The resolution of the previous incident still has to be
-			// sent, if it has a message (unknown before the check: during
-			// a replay, a message posted by the previous run).
-			b.addPending(inc, observed)
-		}
-		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k, diags[0].Rule)}
-		inc.n.seen = now
-		b.incidents[k] = inc
-	}
-	if len(diags) > 0 {
-		b.noteEvaluation(inc, c, diags, observed)
-		inc.lazy = lazyDiagnoses{stale: true, now: now, observed: observed}
-		if b.cfg.GroupWait == 0 || !inc.n.first.IsZero() {
-			b.wake()
-		}
-		return
-	}
-	b.record(inc, observed)
-}
-
-// record notes a new state of inc for the flush if its rendering changed.
-func (b *Bot) record(inc *Incident, observed time.Time) {
-	if fp := fingerprint(inc); fp != inc.n.state {
-		inc.n.state = fp
-		inc.n.changed = observed
-		inc.n.dirty = true
-		if b.cfg.GroupWait == 0 || !inc.n.first.IsZero() {
-			b.wake()
-		}
-	}
-}
-
-// clusterDeleted resolves the open incident of a deleted hosted cluster at
-// once (its message says the cluster was deleted: nothing will clear its
-// signals any more) and marks the cluster for forgetGone.
-func (b *Bot) clusterDeleted(k diagnose.Key, inc *Incident, observed, now time.Time) {
-	if _, ok := b.gone[k]; !ok {
-		b.gone[k] = now
-	}
-	if inc == nil || !inc.Open() {
-		return
-	}
-	inc.Resolved, inc.Deleted, inc.clearAt = observed, true, time.Time{}
-	inc.n.state = fingerprint(inc)
-	inc.n.changed = observed
-	inc.n.dirty = true
-	b.wake()
-}
-
-func (b *Bot) channel(k diagnose.Key, kind string) string {
-	if b.cfg.Route != nil {
-		var labels map[string]string
-		if c := b.model.Cluster(k); c != nil {
-			if hc, ok := c.HostedCluster(); ok {
-				labels = hc.Labels
-			}
-		}
-		if ch := b.cfg.Route(k, kind, labels); ch != "" {
-			return ch
-		}
-	}
-	return b.cfg.Channel
 }
 
 // IncidentKeyPrefix starts every incident key, and no action id.

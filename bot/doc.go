@@ -226,9 +226,9 @@
 // # Files
 //
 //	doc.go             this overview
-//	bot.go             Incident, Bot and New; evaluate (events only record), incident keys, fingerprints
+//	bot.go             Incident, Bot and New, incident keys, fingerprints
 //	consume.go         Run: the ordered consumer, decoding (another group's events skipped undecoded), applying in order, the catch-up; dead letters
-//	lazy.go            the full diagnoses, built when someone looks rather than per event
+//	evaluate.go        evaluate (events only record) and the full diagnoses, built when someone looks rather than per event
 //	config.go          Config and its defaults
 //	stages.go          the flush's stages in order, incident and storm pipelines, and why; the stage interface and the pipeline
 //	hold.go            the reasons a stage holds for, and holding (logged, counted once)

@@ -22,7 +22,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	if !b.gate() {
 		return b.sweep(ctx) // unlocks
 	}
-	b.settleAll(nil) // the stages read full diagnoses (lazy.go)
+	b.settleAll(nil) // the stages read full diagnoses (evaluate.go)
 	if t := b.takeoverWork(); t.due() {
 		b.mu.Unlock()
 		roots := t.lookUp(ctx, b.lookupRoots) // network calls: outside the lock

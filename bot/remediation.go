@@ -189,9 +189,9 @@ func (b *Bot) checkRemedy(inc *Incident, now time.Time) time.Time {
 			rem.Status, rem.Why = StatusNotHealed, "node "+strings.Join(late, ", ")+" went NotReady after the fix"
 		}
 	}
-	deadline := r.ExecutedAt.Add(b.healDeadline())
+	deadline := r.ExecutedAt.Add(b.cfg.HealDeadline)
 	if rem.Resumed.After(r.ExecutedAt) {
-		deadline = rem.Resumed.Add(b.healDeadline())
+		deadline = rem.Resumed.Add(b.cfg.HealDeadline)
 	}
 	switch {
 	case !r.RolledBackAt.IsZero():
@@ -200,7 +200,7 @@ func (b *Bot) checkRemedy(inc *Incident, now time.Time) time.Time {
 	case rem.Status == StatusPaused:
 		again = pauseEnd(rem.Rollout.Paused)
 	case !now.Before(deadline):
-		rem.Status, rem.Why = StatusNotHealed, "not healed "+b.healDeadline().String()+" after the fix"
+		rem.Status, rem.Why = StatusNotHealed, "not healed "+b.cfg.HealDeadline.String()+" after the fix"
 	default:
 		again = deadline
 	}
@@ -228,13 +228,6 @@ func pauseEnd(ps []diagnose.PausedObject) time.Time {
 // remedyShown is what a rendering shows of a remedy, for the fingerprint.
 func remedyShown(r Remedy) string {
 	return r.ID + "|" + string(r.Status) + "|" + r.Why + "|" + r.Rollout.String() + "|" + r.RolledBackBy
-}
-
-func (b *Bot) healDeadline() time.Duration {
-	if b.cfg.HealDeadline > 0 {
-		return b.cfg.HealDeadline
-	}
-	return DefaultHealDeadline
 }
 
 // remedyStage brings every incident's remedy up to date (a fix learned

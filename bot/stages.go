@@ -93,7 +93,7 @@ func (b *Bot) incidentStages() pipeline[*Incident] {
 		groupWaitStage{b.holds.holderFor(reasonGroupWait), b.cfg.GroupWait},
 		stormStage{holder: b.holds.holderFor(reasonStormBrewing), threshold: b.cfg.StormThreshold,
 			window: b.cfg.StormWindow, groupWait: b.cfg.GroupWait, incidents: b.incidents, storms: b.storms,
-			causesOf: b.causesOf, key: b.stormKey, log: b.log},
+			model: b.model, key: b.stormKey, log: b.log},
 		unchangedStage{},
 		stormMemberStage{b.holds.holderFor(reasonStormMember), b.storms},
 		resolvedUnpostedStage{b.holds.holderFor(reasonResolvedUnposted)},

@@ -88,7 +88,7 @@ type stormStage struct {
 	window, groupWait time.Duration
 	incidents         map[diagnose.Key]*Incident
 	storms            map[string]*Storm
-	causesOf          func(*Incident) []storm.Cause
+	model             *diagnose.Model // what causes an incident could share (causesOf)
 	key               func(storm.Group) string
 	log               zerolog.Logger
 }
@@ -99,7 +99,7 @@ func (p stormStage) Exec(f *flushRun, due []*Incident) []*Incident {
 	var fresh []*Incident
 	for _, inc := range due {
 		if inc.n.first.IsZero() {
-			inc.n.causes = p.causesOf(inc)
+			inc.n.causes = causesOf(p.model, inc)
 			fresh = append(fresh, inc)
 		}
 	}
@@ -134,7 +134,7 @@ func (p stormStage) Exec(f *flushRun, due []*Incident) []*Incident {
 		}
 		if inc.n.causes == nil {
 			// Not due yet, but it counts towards a storm.
-			inc.n.causes = p.causesOf(inc)
+			inc.n.causes = causesOf(p.model, inc)
 		}
 		byKey[inc.Key] = inc
 		byChannel[inc.Channel] = append(byChannel[inc.Channel], storm.Member{Key: inc.Key, Opened: inc.Opened, Causes: inc.n.causes, Seen: inc.n.seen})
@@ -182,8 +182,10 @@ func (p stormStage) Exec(f *flushRun, due []*Incident) []*Incident {
 	return slices.DeleteFunc(due, func(inc *Incident) bool { return held[inc] })
 }
 
-func (b *Bot) causesOf(inc *Incident) []storm.Cause {
-	c := b.model.Cluster(inc.Cluster)
+// causesOf is what inc could share with other incidents, from its
+// cluster in model.
+func causesOf(model *diagnose.Model, inc *Incident) []storm.Cause {
+	c := model.Cluster(inc.Cluster)
 	if c == nil {
 		return storm.CausesOf(inc.Cluster, event.HostedClusterState{}, false, inc.Diagnoses)
 	}

@@ -105,7 +105,26 @@ func (b *Bot) learn(t takeover, r roots) {
 			b.revive(s)
 		}
 	}
-	b.learnRoots(t.incidents, r.incidents)
+	for _, inc := range t.incidents {
+		inc.n.checked = true
+		if r.incidents[inc.Key] {
+			if !inc.n.rooted {
+				// What its message shows is unknown: a silence it
+				// was held for is to be said again.
+				inc.n.held = ""
+			}
+			inc.n.rooted = true
+			// The message exists: what it shows is unknown, so the next
+			// rendering goes out (bot/notify drops it if the message
+			// shows it already), but evidence is not repeated in the
+			// thread. A resolution is: its reply's ID de-duplicates it
+			// if the previous run posted it.
+			inc.n.evidence = evidenceSet(inc)
+			if inc.Open() {
+				inc.n.top = topOf(inc)
+			}
+		}
+	}
 }
 
 // lookupRoots asks the notifier which keys have a message; onError is
@@ -133,30 +152,6 @@ func (b *Bot) lookupRoots(ctx context.Context, keys []string, onError bool) map[
 	return out
 }
 
-// learnRoots records the answers of lookupRoots for the incidents looked up.
-func (b *Bot) learnRoots(looked []*Incident, roots map[string]bool) {
-	for _, inc := range looked {
-		inc.n.checked = true
-		if r, ok := roots[inc.Key]; ok && r {
-			if !inc.n.rooted {
-				// What its message shows is unknown: a silence it
-				// was held for is to be said again.
-				inc.n.held = ""
-			}
-			inc.n.rooted = true
-			// The message exists: what it shows is unknown, so the next
-			// rendering goes out (bot/notify drops it if the message
-			// shows it already), but evidence is not repeated in the
-			// thread. A resolution is: its reply's ID de-duplicates it
-			// if the previous run posted it.
-			inc.n.evidence = evidenceSet(inc)
-			if inc.Open() {
-				inc.n.top = topOf(inc)
-			}
-		}
-	}
-}
-
 // replayedStorms are the storms the incidents nobody handled yet would
 // have formed: after a restart (or on a new leader), the storms of the
 // previous run. A storm whose members all healed while the bot was down
@@ -172,7 +167,7 @@ func (b *Bot) replayedStorms() []*Storm {
 			continue
 		}
 		if inc.n.causes == nil {
-			inc.n.causes = b.causesOf(inc)
+			inc.n.causes = causesOf(b.model, inc)
 		}
 		byKey[inc.Key] = inc
 		byChannel[inc.Channel] = append(byChannel[inc.Channel], storm.Member{Key: inc.Key, Opened: inc.Opened, Causes: inc.n.causes})
