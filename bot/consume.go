@@ -20,7 +20,7 @@ import (
 // others decoded (decoder); on another goroutine, each applied in the
 // stream's order (applyLoop, apply), and the replay caught up once the
 // sequence the stream stood at when Run began is reached (markCaughtUp).
-// The flush (clock.go, flush.go) runs on Run's own goroutine.
+// The flush (flush.go, its loop in clock.go) runs on Run's own goroutine.
 func (b *Bot) Run(ctx context.Context) error {
 	// The state is a function of the stream: replaying it rebuilds what a
 	// crashed or new replica needs, and a Slack message per Key (notify's

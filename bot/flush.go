@@ -44,10 +44,11 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	return f.next
 }
 
-// gate notes a change of leader (a new one takes over), forgets what is
-// due to go, and tells whether the stages run: a follower or a replaying
-// bot looks at no incident (a replay would be quadratic); what the replay
-// held is counted once it is over (markCaughtUp). Called with b.mu held.
+// gate notes a change of leader (a new one takes over), forgets the
+// deleted clusters due to go (forget.go), and tells whether the stages
+// run: a follower or a replaying bot looks at no incident (a replay would
+// be quadratic); what the replay held is counted once it is over
+// (markCaughtUp). Called with b.mu held.
 func (b *Bot) gate() bool {
 	leader := b.cfg.Leader == nil || b.cfg.Leader()
 	if leader != b.leader {

@@ -119,6 +119,6 @@ func (b *Bot) stormStages() pipeline[*Storm] {
 		clearingStormStage{b.holds.holderFor(reasonClearing)},
 		groupIntervalStormStage{b.holds.holderFor(reasonGroupInterval), b.cfg.GroupInterval},
 		resolvedUnpostedStormStage{b.holds.holderFor(reasonResolvedUnposted)},
-		sendStormStage{b.sender(), pages},
+		sendStormStage{pages},
 	}
 }

@@ -111,10 +111,7 @@ func (p resolvedUnpostedStormStage) Exec(_ *flushRun, due []*Storm) []*Storm {
 
 // sendStormStage hands each storm's rendering to the notifier and lists
 // its new members in the thread.
-type sendStormStage struct {
-	sender
-	pages stormPages
-}
+type sendStormStage struct{ stormPages }
 
 func (sendStormStage) Name() string { return "send" }
 
@@ -130,7 +127,7 @@ func (p sendStormStage) Exec(f *flushRun, due []*Storm) []*Storm {
 		}
 		p.sent.WithLabelValues("storm").Inc()
 		s.sent, s.dirty, s.held = f.now, false, ""
-		p.pages.list(f, s)
+		p.list(f, s)
 	}
 	return due
 }
