@@ -17,9 +17,11 @@ package seal
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nkeys"
 )
@@ -47,9 +49,28 @@ var (
 	ErrUntrustedKey = errors.New("key not trusted")
 )
 
+// errContext: a context string not of the one form that keeps uses
+// apart. A use's context is one line, its name, ended by its only
+// newline: then the first line of what is signed names its use, and no
+// use's input can start like another's. An empty context, or one without
+// that newline, would let a signature for one use ("…-v1\n…") pass for
+// another ("…-v10\n…", or anything at all).
+var errContext = errors.New("seal: a context string is one line ended by a newline")
+
+// checkContext refuses a context string that would not keep its use apart.
+func checkContext(context string) error {
+	if i := strings.IndexByte(context, '\n'); i < 1 || i != len(context)-1 {
+		return fmt.Errorf("%w: %q", errContext, context)
+	}
+	return nil
+}
+
 // Sign signs body for the use whose context string is context: what is
 // signed is context, then body.
 func Sign(s Signer, context string, body []byte) ([]byte, error) {
+	if err := checkContext(context); err != nil {
+		return nil, err
+	}
 	return s.Sign(append([]byte(context), body...))
 }
 
@@ -58,6 +79,11 @@ func Sign(s Signer, context string, body []byte) ([]byte, error) {
 // ErrUntrustedKey or ErrForged. Nothing of a sealed record is to be
 // believed before it returns nil.
 func Verify(trusted []string, key, context string, body, sig []byte) error {
+	if err := checkContext(context); err != nil {
+		// The verifier's own mistake: what it checks would bind no use,
+		// so nothing verifies under it.
+		return fmt.Errorf("%w: %w", ErrForged, err)
+	}
 	switch {
 	case len(sig) == 0 || key == "":
 		return ErrUnsealed
@@ -89,15 +115,18 @@ type Sentinels struct {
 }
 
 // Of is the user's sentinel for err, an error of Verify: the user wraps
-// both, fmt.Errorf("%w: …: %w", s.Of(err), err).
+// both, fmt.Errorf("%w: …: %w", s.Of(err), err). It is never nil: a
+// sentinel the user left out is Forged, and a missing Forged is
+// ErrForged, so that what does not verify never reads as benign.
 func (s Sentinels) Of(err error) error {
+	forged := cmp.Or(s.Forged, ErrForged)
 	switch {
 	case errors.Is(err, ErrUntrustedKey):
-		return s.UntrustedKey
-	case errors.Is(err, ErrUnsealed) && s.Unsealed != nil:
-		return s.Unsealed
+		return cmp.Or(s.UntrustedKey, forged)
+	case errors.Is(err, ErrUnsealed):
+		return cmp.Or(s.Unsealed, forged)
 	}
-	return s.Forged
+	return forged
 }
 
 // ForContext is the key pair kp, whose public key is pub, for the use
@@ -115,7 +144,9 @@ type contextSigner struct {
 func (c contextSigner) PublicKey() string { return c.pub }
 
 func (c contextSigner) Sign(input []byte) ([]byte, error) {
-	if !bytes.HasPrefix(input, []byte(c.context)) {
+	// A malformed context (empty, or without its newline) would make a
+	// key for every use, or for its use and its longer-named siblings.
+	if checkContext(c.context) != nil || !bytes.HasPrefix(input, []byte(c.context)) {
 		return nil, errors.New(c.refusal)
 	}
 	return c.kp.Sign(input)

@@ -13,6 +13,12 @@ const ctxA, ctxB = "hcpbot-test-a-v1\n", "hcpbot-test-b-v1\n"
 
 func newKey(t *testing.T, context string) seal.Signer {
 	t.Helper()
+	kp, pub := newPair(t)
+	return seal.ForContext(kp, pub, context, "test: signs "+context+" only")
+}
+
+func newPair(t *testing.T) (nkeys.KeyPair, string) {
+	t.Helper()
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		t.Fatal(err)
@@ -21,7 +27,7 @@ func newKey(t *testing.T, context string) seal.Signer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return seal.ForContext(kp, pub, context, "test: signs "+context+" only")
+	return kp, pub
 }
 
 // What Verify finds, and in which order: an untrusted key is refused as
@@ -92,9 +98,58 @@ func TestSentinelsOf(t *testing.T) {
 		{two, seal.ErrUnsealed, forged},
 		{full, seal.ErrForged, forged},
 		{full, seal.Verify([]string{"Ua"}, "Ub", ctxA, nil, []byte{1}), untrusted},
+		// A user that left a sentinel out gets its forged one, and one
+		// without any gets seal's: never nil, which the user's %w would
+		// wrap as nothing its callers match (a forgery read as benign).
+		{two, seal.Verify([]string{"Ua"}, "Ub", ctxA, nil, []byte{1}), untrusted},
+		{seal.Sentinels{Forged: forged}, seal.Verify([]string{"Ua"}, "Ub", ctxA, nil, []byte{1}), forged},
+		{seal.Sentinels{}, seal.ErrForged, seal.ErrForged},
+		{seal.Sentinels{}, seal.ErrUnsealed, seal.ErrForged},
+		{seal.Sentinels{UntrustedKey: untrusted}, seal.ErrUnsealed, seal.ErrForged},
 	} {
 		if got := tc.s.Of(tc.err); got != tc.want {
 			t.Errorf("%v: %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A context string binds its use only as one line ended by its only
+// newline. Without the newline, "hcpbot-test-a-v1" is a prefix of
+// "hcpbot-test-a-v10\n" (another use, one day); empty, it is a prefix of
+// everything. Sign, Verify and ForContext refuse such a context instead
+// of making or accepting a signature that binds no use.
+func TestMalformedContextBindsNoUse(t *testing.T) {
+	kp, pub := newPair(t)
+	a := seal.ForContext(kp, pub, ctxA, "test: signs "+ctxA+" only")
+	body := []byte(`{"a":1}`)
+	sig, err := seal.Sign(a, ctxA, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusted := []string{pub}
+	noNewline := ctxA[:len(ctxA)-1]
+	for _, context := range []string{"", noNewline, "\n", ctxA + ctxB, "hcpbot\ntest-a-v1\n"} {
+		if s, err := seal.ForContext(kp, pub, context, "test").Sign([]byte(ctxB + "x")); err == nil {
+			t.Errorf("ForContext(%q) signed another use's input: %x", context, s)
+		}
+		if _, err := seal.ForContext(kp, pub, context, "test").Sign([]byte(noNewline + "0\nx")); err == nil {
+			t.Errorf("ForContext(%q) signed a longer-named use's input", context)
+		}
+		if _, err := seal.Sign(a, context, append([]byte(ctxA), body...)); err == nil {
+			t.Errorf("Sign under %q made a signature of another use", context)
+		}
+	}
+	// The verifier's side: a signature made for use A, checked under a
+	// context that binds no use, with A's context moved into the body.
+	for _, tc := range []struct {
+		context string
+		body    []byte
+	}{
+		{"", append([]byte(ctxA), body...)},
+		{noNewline, append([]byte("\n"), body...)},
+	} {
+		if err := seal.Verify(trusted, pub, tc.context, tc.body, sig); !errors.Is(err, seal.ErrForged) {
+			t.Errorf("Verify under %q: %v, want %v", tc.context, err, seal.ErrForged)
 		}
 	}
 }
