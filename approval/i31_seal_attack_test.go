@@ -5,6 +5,12 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/hcpbot/hcpbot/audit"
+	"github.com/hcpbot/hcpbot/bot/checkpoint"
+	"github.com/hcpbot/hcpbot/bot/fleet/wire"
+	"github.com/hcpbot/hcpbot/bot/silence"
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // Issue 31 moved the seals' checks onto package seal, selfSigned
@@ -82,4 +88,30 @@ func rewriteDecisions(rec Record, f func(*Seal)) Record {
 		f(&out.Decisions[i])
 	}
 	return out
+}
+
+// Every use of the bot's key has a context string of its own, of the one
+// form package seal accepts (its Sign refuses any other): a signature
+// made for one use then never passes for another, since the first line
+// of what is signed names the use. Two uses sharing a string would be
+// one use to the key.
+func TestI31AttackEveryUseHasItsOwnContext(t *testing.T) {
+	s := newSealer(t).s
+	uses := map[string]string{
+		"proposal": proposalContext, "decision": decisionContext, "request": requestContext,
+		"outcome": outcomeContext, "rolled back": rolledBackContext,
+		"identity check": identityContext, "preflight": preflightContext,
+		"audit record": audit.SigningContext, "checkpoint": checkpoint.SigningContext,
+		"silence": silence.SigningContext, "fleet answer": wire.SigningContext,
+	}
+	seen := map[string]string{}
+	for use, context := range uses {
+		if prev, ok := seen[context]; ok {
+			t.Errorf("%s and %s share the context %q", use, prev, context)
+		}
+		seen[context] = use
+		if _, err := seal.Sign(s.forContext(context, "test"), context, []byte("{}")); err != nil {
+			t.Errorf("%s: %v", use, err)
+		}
+	}
 }
