@@ -459,14 +459,10 @@ func (f *Flow) approve(ctx context.Context, id, userID string, now time.Time, o 
 		}
 	}
 	rec, err := f.kv.update(ctx, id, func(rec *Record) (bool, error) {
-		cur, err := view(*rec, f.trust())
+		cur, err := f.undecided(*rec)
 		switch {
 		case err != nil:
 			return false, err
-		case cur.State == StateExpired:
-			return false, ErrExpired
-		case cur.State.Decided():
-			return false, fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, cur.State, cur.DecidedBy)
 		case cur.HasApproved(userID):
 			return false, fmt.Errorf("%w %s (%d of %d approvals)", ErrAlreadyApproved, id, len(cur.Approvers), need)
 		}
@@ -496,14 +492,9 @@ func (f *Flow) expireNow(ctx context.Context, p Proposal, now time.Time) (Propos
 	written := false
 	rec, err := f.kv.update(ctx, p.ID, func(rec *Record) (bool, error) {
 		written = false // only the last call's verdict was written
-		cur, err := view(*rec, f.trust())
-		switch {
-		case err != nil:
+		cur, err := f.undecided(*rec)
+		if err != nil {
 			return false, err
-		case cur.State == StateExpired:
-			return false, ErrExpired
-		case cur.State.Decided():
-			return false, fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, cur.State, cur.DecidedBy)
 		}
 		written = true
 		return true, f.decide(rec, cur, Decision{Verdict: VerdictExpire, At: now.UTC()}, nil)
@@ -549,14 +540,9 @@ func (f *Flow) reject(ctx context.Context, id, userID, reason string, now time.T
 	}
 	reason = redact.RedactText(reason)
 	rec, err := f.kv.update(ctx, id, func(rec *Record) (bool, error) {
-		cur, err := view(*rec, f.trust())
-		switch {
-		case err != nil:
+		cur, err := f.undecided(*rec)
+		if err != nil {
 			return false, err
-		case cur.State == StateExpired:
-			return false, ErrExpired
-		case cur.State.Decided():
-			return false, fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, cur.State, cur.DecidedBy)
 		}
 		// Rejecting an expired but still pending proposal is allowed: the
 		// outcome (not run) is the same and the reason is worth keeping.
@@ -572,6 +558,22 @@ func (f *Flow) reject(ctx context.Context, id, userID, reason string, now time.T
 		r.Summary, _ = Describe(p.Change)
 		r.Reason = reason
 	})
+}
+
+// undecided is the proposal rec holds, its seals verified, while it is
+// open to a decision: else ErrExpired or ErrAlreadyDecided. Each decision
+// checks it again on the record it is about to replace.
+func (f *Flow) undecided(rec Record) (Proposal, error) {
+	cur, err := view(rec, f.trust())
+	switch {
+	case err != nil:
+		return cur, err
+	case cur.State == StateExpired:
+		return cur, ErrExpired
+	case cur.State.Decided():
+		return cur, fmt.Errorf("%w: %s by %s", ErrAlreadyDecided, cur.State, cur.DecidedBy)
+	}
+	return cur, nil
 }
 
 // open reads proposal id for a decision and checks what every decision

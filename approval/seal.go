@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/nats-io/nkeys"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/hcpbot/hcpbot/bot/checkpoint"
 	"github.com/hcpbot/hcpbot/bot/fleet/wire"
 	"github.com/hcpbot/hcpbot/bot/silence"
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // What the bot signs, each under its own context string, so that a
@@ -72,7 +72,7 @@ func (s *Signer) PublicKey() string { return s.pub }
 // signs only what starts with audit.SigningContext, so no record can pass
 // for a proposal, a decision or a request.
 func (s *Signer) ForAudit() audit.Signer {
-	return contextSigner{s, audit.SigningContext, "the audit signer signs audit records only"}
+	return s.forContext(audit.SigningContext, "the audit signer signs audit records only")
 }
 
 // ForCheckpoints is the key as the bot seals its checkpoints with it
@@ -80,7 +80,7 @@ func (s *Signer) ForAudit() audit.Signer {
 // checkpoint.SigningContext, so no checkpoint passes for a proposal, a
 // decision, a request or an audit record, nor they for it.
 func (s *Signer) ForCheckpoints() checkpoint.Signer {
-	return contextSigner{s, checkpoint.SigningContext, "the checkpoint signer signs checkpoints only"}
+	return s.forContext(checkpoint.SigningContext, "the checkpoint signer signs checkpoints only")
 }
 
 // ForFleet is the key as the bot groups seal their answers to each other
@@ -88,7 +88,7 @@ func (s *Signer) ForCheckpoints() checkpoint.Signer {
 // wire.SigningContext, so no fleet answer passes for a checkpoint, a
 // proposal, a decision, a request or an audit record, nor they for it.
 func (s *Signer) ForFleet() wire.Signer {
-	return contextSigner{s, wire.SigningContext, "the fleet signer signs fleet answers only"}
+	return s.forContext(wire.SigningContext, "the fleet signer signs fleet answers only")
 }
 
 // ForSilences is the key as the bot seals its silences with it (package
@@ -96,24 +96,13 @@ func (s *Signer) ForFleet() wire.Signer {
 // no silence passes for a proposal, a decision, a request, an audit
 // record or a checkpoint, nor they for it.
 func (s *Signer) ForSilences() silence.Signer {
-	return contextSigner{s, silence.SigningContext, "the silence signer signs silences only"}
+	return s.forContext(silence.SigningContext, "the silence signer signs silences only")
 }
 
-// contextSigner is the key for one use: it signs only what starts with
-// that use's context string.
-type contextSigner struct {
-	s       *Signer
-	context string
-	refusal string
-}
-
-func (c contextSigner) PublicKey() string { return c.s.pub }
-
-func (c contextSigner) Sign(input []byte) ([]byte, error) {
-	if !bytes.HasPrefix(input, []byte(c.context)) {
-		return nil, errors.New("approval: " + c.refusal)
-	}
-	return c.s.kp.Sign(input)
+// forContext is the key for one use: it signs only what starts with that
+// use's context string.
+func (s *Signer) forContext(context, refusal string) seal.Signer {
+	return seal.ForContext(s.kp, s.pub, context, "approval: "+refusal)
 }
 
 // Seal is a signed value: Body is the JSON the signature covers, kept as
@@ -140,31 +129,22 @@ func (s *Signer) seal(context string, v any) (Seal, error) {
 	if err != nil {
 		return Seal{}, fmt.Errorf("approval: seal: %w", err)
 	}
-	sig, err := s.kp.Sign(append([]byte(context), body...))
+	sig, err := seal.Sign(s.forContext(context, "a seal signs under its own context only"), context, body)
 	if err != nil {
 		return Seal{}, fmt.Errorf("approval: seal: %w", err)
 	}
 	return Seal{Body: body, Key: s.pub, Sig: sig}, nil
 }
 
+// sentinels are the errors of seals for what seal.Verify finds.
+var sentinels = seal.Sentinels{Forged: ErrForged, UntrustedKey: ErrUntrustedKey}
+
 // open verifies s under context with one of keys and decodes its body
 // into v, strictly: a field the signer did not write could mean something
 // nobody approved.
 func (s Seal) open(context string, keys []string, v any) error {
-	switch {
-	case len(s.Sig) == 0 || s.Key == "":
-		return fmt.Errorf("%w: unsigned", ErrForged)
-	case !slices.Contains(keys, s.Key):
-		// Checked before the signature: an untrusted key's valid
-		// signature proves nothing here either way.
-		return fmt.Errorf("%w: %s", ErrUntrustedKey, shortKey(s.Key))
-	}
-	kp, err := nkeys.FromPublicKey(s.Key)
-	if err != nil {
-		return fmt.Errorf("%w: key %s: %w", ErrForged, shortKey(s.Key), err)
-	}
-	if err := kp.Verify(append([]byte(context), s.Body...), s.Sig); err != nil {
-		return fmt.Errorf("%w: bad signature", ErrForged)
+	if err := seal.Verify(keys, s.Key, context, s.Body, s.Sig); err != nil {
+		return fmt.Errorf("%w: %w", sentinels.Of(err), err)
 	}
 	if err := decodeStrict(s.Body, v); err != nil {
 		return fmt.Errorf("%w: signed body does not decode: %w", ErrForged, err)
@@ -176,8 +156,7 @@ func (s Seal) open(context string, keys []string, v any) error {
 // trusted or not: a record sealed throughout by one valid but untrusted
 // key was made by a bot with another key (stale), not forged.
 func (s Seal) selfSigned(context string) bool {
-	kp, err := nkeys.FromPublicKey(s.Key)
-	return err == nil && len(s.Sig) > 0 && kp.Verify(append([]byte(context), s.Body...), s.Sig) == nil
+	return seal.Verify([]string{s.Key}, s.Key, context, s.Body, s.Sig) == nil
 }
 
 // digest names a seal: the hex SHA-256 of its context, body and

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/hcpbot/hcpbot/internal/jitter"
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // ChainVersion is the Chain field of every record Append writes; records
@@ -28,15 +29,9 @@ const ChainVersion = 1
 const SigningContext = "hcpbot-audit-v1\n"
 
 // Signer signs the records a Log appends (WithSigner). The bot passes its
-// action-signing key.
-type Signer interface {
-	// PublicKey is the nkeys public key ("U…") the signatures verify with.
-	PublicKey() string
-	// Sign returns the ed25519 signature of input, as nkeys makes it.
-	// input always starts with SigningContext: a Signer shared with other
-	// uses of the key may refuse anything else.
-	Sign(input []byte) ([]byte, error)
-}
+// action-signing key (approval.Signer.ForAudit), which signs only what
+// starts with SigningContext.
+type Signer = seal.Signer
 
 // NewKeyPairSigner signs with kp, and only inputs that start with
 // SigningContext.
@@ -45,7 +40,7 @@ func NewKeyPairSigner(kp nkeys.KeyPair) (Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: signing key: %w", err)
 	}
-	return keyPairSigner{kp: kp, pub: pub}, nil
+	return seal.ForContext(kp, pub, SigningContext, "audit: refusing to sign something that is not an audit record"), nil
 }
 
 // NewSeedSigner signs with the key of an nkeys seed ("SU…", as `hcpbot
@@ -57,20 +52,6 @@ func NewSeedSigner(seed []byte) (Signer, error) {
 		return nil, errors.New("audit: signing key: not an nkeys seed")
 	}
 	return NewKeyPairSigner(kp)
-}
-
-type keyPairSigner struct {
-	kp  nkeys.KeyPair
-	pub string
-}
-
-func (s keyPairSigner) PublicKey() string { return s.pub }
-
-func (s keyPairSigner) Sign(input []byte) ([]byte, error) {
-	if !bytes.HasPrefix(input, []byte(SigningContext)) {
-		return nil, errors.New("audit: refusing to sign something that is not an audit record")
-	}
-	return s.kp.Sign(input)
 }
 
 // digest is the hex SHA-256 of a message's exact bytes: what the next
@@ -100,7 +81,7 @@ func (l *Log) encode(r Record) ([]byte, error) {
 	if l.signer == nil {
 		return body, nil
 	}
-	if r.Sig, err = l.signer.Sign(append([]byte(SigningContext), body...)); err != nil {
+	if r.Sig, err = seal.Sign(l.signer, SigningContext, body); err != nil {
 		return nil, fmt.Errorf("audit: sign record %s: %w", r.ID, err)
 	}
 	data, err := json.Marshal(r)
@@ -111,7 +92,7 @@ func (l *Log) encode(r Record) ([]byte, error) {
 }
 
 // signedPart splits a stored record into the bytes its signature covers
-// and the signature; ok is false when it carries no signature field.
+// after SigningContext and the signature; ok is false when it carries no signature field.
 func signedPart(data []byte) (signed, sig []byte, ok bool) {
 	i := bytes.LastIndex(data, []byte(sigField))
 	if i < 0 || !bytes.HasSuffix(data, []byte(`"}`)) || i+len(sigField) > len(data)-2 {
@@ -121,8 +102,7 @@ func signedPart(data []byte) (signed, sig []byte, ok bool) {
 	if err != nil {
 		return nil, nil, false
 	}
-	signed = append(append([]byte(SigningContext), data[:i]...), '}')
-	return signed, sig, true
+	return append(data[:i:i], '}'), sig, true
 }
 
 // head is what this Log knows of the last message on one subject. Its

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // VerifyOptions says what Verify trusts.
@@ -107,14 +109,13 @@ func (l *Log) Verify(ctx context.Context, opts VerifyOptions) (Report, error) {
 	if l.stream == nil {
 		return Report{}, errAppendOnly
 	}
-	v := verification{log: l, heads: map[string]*link{}, keys: map[string]nkeys.KeyPair{}}
+	v := verification{log: l, heads: map[string]*link{}}
 	v.rep.Started = time.Now()
 	for _, k := range opts.TrustedKeys {
-		kp, err := nkeys.FromPublicKey(k)
-		if err != nil {
+		if _, err := nkeys.FromPublicKey(k); err != nil {
 			return Report{}, fmt.Errorf("audit: trusted key %q: %w", k, err)
 		}
-		v.keys[k] = kp
+		v.keys = append(v.keys, k)
 	}
 	v.rep.SignaturesChecked = len(v.keys) > 0
 	info, err := l.stream.Info(ctx)
@@ -153,7 +154,7 @@ type verification struct {
 	log   *Log
 	rep   Report
 	heads map[string]*link
-	keys  map[string]nkeys.KeyPair
+	keys  []string // trusted
 	// botChained: a chained record on a bot subject was seen.
 	botChained bool
 	// first is the stream's first sequence as last asked, at firstAt.
@@ -276,12 +277,11 @@ func (v *verification) checkSignature(seq uint64, subject string, r Record, data
 		v.problem(seq, subject, ProblemBadSignature, "signature not in the form Append writes")
 		return
 	}
-	kp, trusted := v.keys[r.Key]
-	if !trusted {
+	switch err := seal.Verify(v.keys, r.Key, SigningContext, signed, sig); {
+	case errors.Is(err, seal.ErrUntrustedKey):
 		v.problem(seq, subject, ProblemBadSignature, "signed by key %.12s…, which is not trusted", r.Key)
 		return
-	}
-	if err := kp.Verify(signed, sig); err != nil {
+	case err != nil:
 		v.problem(seq, subject, ProblemBadSignature, "signature by %.12s… does not match the record", r.Key)
 		return
 	}

@@ -51,9 +51,9 @@
 // manifest is sealed with the bot's action-signing key (Signer, under
 // SigningContext: the signature passes for no proposal, decision, order
 // or audit record, nor they for it), bound to the checkpoint's name, and
-// Load verifies the seal against the trusted keys before it believes
-// any field of the manifest, reads a chunk or allocates for one
-// (ErrForged, ErrUntrustedKey). The manifest names the content's size
+// Load verifies the seal (package seal) against the trusted keys before
+// it believes any field of the manifest, reads a chunk or allocates for
+// one (ErrForged, ErrUntrustedKey). The manifest names the content's size
 // and SHA-256, so the seal covers the content too. A bot without a
 // signing key writes and reads no checkpoint.
 //
@@ -81,12 +81,12 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
+
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // Format is the version of what the bot writes in a checkpoint. Bump it
@@ -125,12 +125,7 @@ const SigningContext = "hcpbot-checkpoint-v1\n"
 // Signer seals the manifests a Store writes. The bot passes its
 // action-signing key (approval.Signer.ForCheckpoints), which signs only
 // what starts with SigningContext.
-type Signer interface {
-	// PublicKey is the nkeys public key ("U…") the seal verifies with.
-	PublicKey() string
-	// Sign returns the ed25519 signature of input, as nkeys makes it.
-	Sign(input []byte) ([]byte, error)
-}
+type Signer = seal.Signer
 
 // sealed is what the manifest key holds: the manifest's JSON as signed,
 // the key and the signature. The bytes verified are the bytes decoded.
@@ -140,9 +135,14 @@ type sealed struct {
 	Sig      []byte          `json:"sig"`
 }
 
-func signedInput(name string, manifest []byte) []byte {
-	return append([]byte(SigningContext+name+"\n"), manifest...)
+// signedBody is what the seal covers after SigningContext: the
+// checkpoint's name binds the manifest to it.
+func signedBody(name string, manifest []byte) []byte {
+	return append([]byte(name+"\n"), manifest...)
 }
+
+// sentinels are Load's errors for what seal.Verify finds.
+var sentinels = seal.Sentinels{Forged: ErrForged, UntrustedKey: ErrUntrustedKey}
 
 // SealManifest is the value Save stores under name for m, sealed by
 // signer. Tests use it to write a manifest the bot's key vouches for.
@@ -151,7 +151,7 @@ func SealManifest(signer Signer, name string, m Manifest) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: manifest: %w", name, err)
 	}
-	sig, err := signer.Sign(signedInput(name, body))
+	sig, err := seal.Sign(signer, SigningContext, signedBody(name, body))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: seal: %w", name, err)
 	}
@@ -165,20 +165,11 @@ func open(name string, value []byte, trusted []string) (Manifest, error) {
 	if err := json.Unmarshal(value, &env); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %s: not a sealed manifest: %w", ErrForged, name, err)
 	}
-	switch {
-	case len(env.Sig) == 0 || env.Key == "" || len(env.Manifest) == 0:
+	if len(env.Manifest) == 0 {
 		return Manifest{}, fmt.Errorf("%w: %s: unsealed", ErrForged, name)
-	case !slices.Contains(trusted, env.Key):
-		// Checked before the signature: an untrusted key's valid
-		// signature proves nothing here either way.
-		return Manifest{}, fmt.Errorf("%w: %s: %.12s…", ErrUntrustedKey, name, env.Key)
 	}
-	kp, err := nkeys.FromPublicKey(env.Key)
-	if err != nil {
-		return Manifest{}, fmt.Errorf("%w: %s: key: %w", ErrForged, name, err)
-	}
-	if err := kp.Verify(signedInput(name, env.Manifest), env.Sig); err != nil {
-		return Manifest{}, fmt.Errorf("%w: %s: bad signature", ErrForged, name)
+	if err := seal.Verify(trusted, env.Key, SigningContext, signedBody(name, env.Manifest), env.Sig); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: %w", sentinels.Of(err), name, err)
 	}
 	// Only the bot's key made these bytes: a field this build does not
 	// know is a newer build's, whose Format says whether to read it.

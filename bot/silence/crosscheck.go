@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nkeys"
-
 	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/event"
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // auditSigned reports whether r carries a trusted key's signature:
@@ -21,20 +19,10 @@ import (
 // strings, integers, a time and bytes). A record that Append did not
 // encode need not, and is not believed.
 func (s *Store) auditSigned(r audit.Record) bool {
-	if len(r.Sig) == 0 || !slices.Contains(s.trusted, r.Key) {
-		return false
-	}
-	kp, err := nkeys.FromPublicKey(r.Key)
-	if err != nil {
-		return false
-	}
 	sig := r.Sig
 	r.Sig = nil
 	body, err := json.Marshal(r)
-	if err != nil {
-		return false
-	}
-	return kp.Verify(append([]byte(audit.SigningContext), body...), sig) == nil
+	return err == nil && seal.Verify(s.trusted, r.Key, audit.SigningContext, body, sig) == nil
 }
 
 // crossCheckTimeout bounds the comparison of the trail with the bucket at

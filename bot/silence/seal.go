@@ -3,10 +3,9 @@ package silence
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
-	"github.com/nats-io/nkeys"
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // SigningContext starts what a Signer signs: the silence's id (its key
@@ -16,12 +15,7 @@ const SigningContext = "hcpbot-silence-v1\n"
 // Signer seals the silences a Store writes. The bot passes its
 // action-signing key (approval.Signer.ForSilences), which signs only what
 // starts with SigningContext.
-type Signer interface {
-	// PublicKey is the nkeys public key ("U…") the seal verifies with.
-	PublicKey() string
-	// Sign returns the ed25519 signature of input, as nkeys makes it.
-	Sign(input []byte) ([]byte, error)
-}
+type Signer = seal.Signer
 
 // sealed is what a sealed silence's key holds: the silence's JSON as
 // signed, the key and the signature. The bytes verified are the bytes
@@ -32,9 +26,14 @@ type sealed struct {
 	Sig     []byte          `json:"sig"`
 }
 
-func signedInput(id string, body []byte) []byte {
-	return append([]byte(SigningContext+id+"\n"), body...)
+// signedBody is what the seal covers after SigningContext: the id binds
+// the silence to its key in Bucket.
+func signedBody(id string, body []byte) []byte {
+	return append([]byte(id+"\n"), body...)
 }
+
+// sentinels are a sealing Store's errors for what seal.Verify finds.
+var sentinels = seal.Sentinels{Unsealed: ErrUnsealed, Forged: ErrForged, UntrustedKey: ErrUntrustedKey}
 
 // Seal is the value a sealing Store stores under sil.ID for sil. Tests
 // use it to write a silence the bot's key vouches for.
@@ -43,7 +42,7 @@ func Seal(signer Signer, sil Silence) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("silence: encode %s: %w", sil.ID, err)
 	}
-	sig, err := signer.Sign(signedInput(sil.ID, body))
+	sig, err := seal.Sign(signer, SigningContext, signedBody(sil.ID, body))
 	if err != nil {
 		return nil, fmt.Errorf("silence: seal %s: %w", sil.ID, err)
 	}
@@ -114,20 +113,8 @@ func (s *Store) open(key string, value []byte, now time.Time) (Silence, error) {
 
 // verify checks env's seal for the record under key.
 func (s *Store) verify(key string, env sealed) error {
-	switch {
-	case len(env.Sig) == 0 || env.Key == "":
-		return fmt.Errorf("%w: %s: no signature", ErrUnsealed, key)
-	case !slices.Contains(s.trusted, env.Key):
-		// Checked before the signature: an untrusted key's valid
-		// signature proves nothing here either way.
-		return fmt.Errorf("%w: %s: %.12s…", ErrUntrustedKey, key, env.Key)
-	}
-	kp, err := nkeys.FromPublicKey(env.Key)
-	if err != nil {
-		return fmt.Errorf("%w: %s: key: %w", ErrForged, key, err)
-	}
-	if err := kp.Verify(signedInput(key, env.Silence), env.Sig); err != nil {
-		return fmt.Errorf("%w: %s: bad signature", ErrForged, key)
+	if err := seal.Verify(s.trusted, env.Key, SigningContext, signedBody(key, env.Silence), env.Sig); err != nil {
+		return fmt.Errorf("%w: %s: %w", sentinels.Of(err), key, err)
 	}
 	return nil
 }

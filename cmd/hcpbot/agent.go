@@ -145,11 +145,8 @@ func agentSettings(c *cli, args []string) (agentFlags, error) {
 	fs.String("lease-namespace", "", "agent.leaderElection.namespace (default $POD_NAMESPACE, else \"default\")")
 	fs.String("log-format", "", "log.format: json or console (default "+configs.DefaultLogFormat+")")
 	identity := fs.String("identity", c.getenv("POD_NAME"), "this replica's name (env POD_NAME; default the host name)")
-	if err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return agentFlags{}, err
-	}
-	if fs.NArg() > 0 {
-		return agentFlags{}, usageErrorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg := configs.AgentDefaults()
 	if *path != "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -52,19 +51,9 @@ Run 'hcpbot config <subcommand> --help' for the flags.
 `
 
 func runConfig(ctx context.Context, c *cli, args []string) error {
-	if len(args) == 0 {
-		return usageErrorf("missing subcommand: check or nats-mapping")
-	}
-	switch args[0] {
-	case "check":
-		return configCheck(ctx, c, args[1:])
-	case "nats-mapping":
-		return configNATSMapping(c, args[1:])
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(c.stdout, configUsage)
-		return flag.ErrHelp
-	}
-	return usageErrorf("unknown subcommand %q: want check or nats-mapping", args[0])
+	return c.runSubcommand(configUsage, args,
+		subcommand{"check", func(args []string) error { return configCheck(ctx, c, args) }},
+		subcommand{"nats-mapping", func(args []string) error { return configNATSMapping(c, args) }})
 }
 
 // configNATSMapping prints what nats.conf needs for the file's bot
@@ -75,14 +64,8 @@ func configNATSMapping(c *cli, args []string) error {
 	fs := c.flagSet("config nats-mapping", "--config FILE [--agents SOURCE,...]")
 	path := fs.String("config", c.getenv("HCPBOT_CONFIG"), "configuration file (env HCPBOT_CONFIG)")
 	agents := fs.String("agents", "", "management clusters (agent sources) to print the publish permission for, besides bot.partitionMap's")
-	if err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args, "config"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErrorf("unexpected argument %q", fs.Arg(0))
-	}
-	if *path == "" {
-		return usageErrorf("--config is required")
 	}
 	cfg, err := configs.Load(*path)
 	if err != nil {
@@ -149,14 +132,8 @@ func configCheck(ctx context.Context, c *cli, args []string) error {
 	role := fs.String("for", "", "the process to check for, as it would start on this host: agent, bot or all (default: all with both sections, else the one the file has)")
 	secrets := fs.Bool("secrets", true, "resolve what the process would read on this host: …Env variables, …File files, agent.kubeconfig, the embedded NATS store folder (values are never printed); false checks the file alone, e.g. in CI")
 	online := fs.Bool("online", false, "also ask the management cluster's API server for /version (agent.kubeconfig, or in-cluster) and Slack for auth.test (and apps.connections.open with Socket Mode)")
-	if err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args, "config"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErrorf("unexpected argument %q", fs.Arg(0))
-	}
-	if *path == "" {
-		return usageErrorf("--config is required")
 	}
 	switch configs.Role(*role) {
 	case "", configs.RoleAgent, configs.RoleBot, configs.RoleAll:

@@ -22,11 +22,8 @@ func init() {
 func runKeygen(_ context.Context, c *cli, args []string) error {
 	fs := c.flagSet("keygen", "--out FILE")
 	out := fs.String("out", "", "file to write the seed to (created with mode 0600; an existing file is not overwritten)")
-	if err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErrorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *out == "" {
 		return usageErrorf("--out is required: the seed is a secret and is never printed")

@@ -149,6 +149,54 @@ func (c *cli) flagSet(name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
+// parseFlags parses flags (parse) for a command that takes no
+// arguments, and refuses it without the string flags named required.
+func parseFlags(fs *flag.FlagSet, args []string, required ...string) error {
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, name := range required {
+		if fs.Lookup(name).Value.String() == "" {
+			return usageErrorf("--%s is required", name)
+		}
+	}
+	return nil
+}
+
+// subcommand is one subcommand of a command that has them (config,
+// noproxy): run gets the arguments after its name.
+type subcommand struct {
+	name string
+	run  func(args []string) error
+}
+
+// runSubcommand runs the one of subs that args[0] names, or prints usage
+// for help.
+func (c *cli) runSubcommand(usage string, args []string, subs ...subcommand) error {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	if len(args) == 0 {
+		return usageErrorf("missing subcommand: %s", want)
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.run(args[1:])
+		}
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(c.stdout, usage)
+		return flag.ErrHelp
+	}
+	return usageErrorf("unknown subcommand %q: want %s", args[0], want)
+}
+
 // parse parses flags; a parse error is a usage error (already printed by flag).
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {

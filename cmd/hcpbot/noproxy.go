@@ -37,21 +37,10 @@ Run 'hcpbot noproxy <subcommand> --help' for the flags.
 `
 
 func runNoProxy(_ context.Context, c *cli, args []string) error {
-	if len(args) == 0 {
-		return usageErrorf("missing subcommand: explain, lint or java")
-	}
-	switch args[0] {
-	case "explain":
-		return noProxyExplain(c, args[1:])
-	case "lint":
-		return noProxyLint(c, args[1:])
-	case "java":
-		return noProxyJava(c, args[1:])
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(c.stdout, noProxyUsage)
-		return flag.ErrHelp
-	}
-	return usageErrorf("unknown subcommand %q: want explain, lint or java", args[0])
+	return c.runSubcommand(noProxyUsage, args,
+		subcommand{"explain", func(args []string) error { return noProxyExplain(c, args) }},
+		subcommand{"lint", func(args []string) error { return noProxyLint(c, args) }},
+		subcommand{"java", func(args []string) error { return noProxyJava(c, args) }})
 }
 
 // noProxyRow is one explained URL; the JSON field names are the contract

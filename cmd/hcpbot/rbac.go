@@ -38,14 +38,8 @@ func runRBAC(_ context.Context, c *cli, args []string) error {
 	exposure := fs.Bool("exposure", true, "grant the Service writes of NodePort exposures (false: exposures are refused; the agent's token then touches no Service as anyone)")
 	namespace := fs.String("namespace", agentServiceAccountNamespace, "namespace of the agent's ServiceAccount")
 	sa := fs.String("service-account", agentServiceAccountName, "name of the agent's ServiceAccount")
-	if err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args, "config"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErrorf("unexpected argument %q", fs.Arg(0))
-	}
-	if *path == "" {
-		return usageErrorf("--config is required")
 	}
 	if *namespace == "" || *sa == "" {
 		return usageErrorf("--namespace and --service-account must not be empty")

@@ -1,15 +1,20 @@
 package wire_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/hcpbot/hcpbot/approval"
+	"github.com/hcpbot/hcpbot/audit"
 	"github.com/hcpbot/hcpbot/bot/fleet/wire"
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // lyingChunk is chunk index of an answer whose header claims total
@@ -139,5 +144,87 @@ func TestI30AttackHeaderBeforeTheSeal(t *testing.T) {
 			t.Errorf("%s: %d MB allocated before the seal", name, grew>>20)
 		}
 		t.Logf("%s (%d bytes): %v", name, len(msg), err)
+	}
+}
+
+// Issue 31 moved Open's check onto package seal. What Open says of a
+// chunk is still one thing, by the same order: a key not trusted is
+// refused as such before its signature is looked at (whatever bytes it
+// carries), and only then is a signature judged — the bot's key claimed
+// over a stranger's signature, a bit flipped, no signature, the bot's
+// signature made for another use (an audit record) or for another
+// header (another group, another chunk) each a forgery, never taken
+// for a stranger's key. Each error also matches seal's sentinel.
+func TestI31AttackSealClassification(t *testing.T) {
+	bot, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := approval.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := []byte(`{"nonce":"00112233445566778899aabbccddeeff","op":"states"}`)
+	trusted, digest := []string{bot.PublicKey()}, wire.RequestDigest(request)
+	sealed := func(s *approval.Signer) (wire.Header, []byte) {
+		t.Helper()
+		msgs, err := wire.Seal(s.ForFleet(), 2, 1, request, "r1", []byte(`{"states":[]}`), 8<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, data, _ := bytes.Cut(msgs[0], []byte{'\n'})
+		var h wire.Header
+		if err := json.Unmarshal(head, &h); err != nil {
+			t.Fatal(err)
+		}
+		return h, data
+	}
+	genuine, data := sealed(bot)
+	theirs, _ := sealed(stranger)
+	asAudit, err := bot.ForAudit().Sign(append([]byte(audit.SigningContext), bytes.TrimPrefix(wire.SignedInput(genuine), []byte(wire.SigningContext))...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(h wire.Header, f func(*wire.Header)) wire.Header {
+		h.Sig = bytes.Clone(h.Sig)
+		f(&h)
+		return h
+	}
+	garbage := bytes.Repeat([]byte("x"), 64)
+	for _, tc := range []struct {
+		name        string
+		h           wire.Header
+		want, inner error // wire's sentinel, seal's
+	}{
+		{"genuine", genuine, nil, nil},
+		{"a stranger's own seal", theirs, wire.ErrUntrustedKey, seal.ErrUntrustedKey},
+		{"a stranger's key over garbage", edit(genuine, func(h *wire.Header) { h.Key, h.Sig = stranger.PublicKey(), garbage }), wire.ErrUntrustedKey, seal.ErrUntrustedKey},
+		{"a stranger's key over the bot's signature", edit(genuine, func(h *wire.Header) { h.Key = stranger.PublicKey() }), wire.ErrUntrustedKey, seal.ErrUntrustedKey},
+		{"the bot's key over a stranger's signature", edit(theirs, func(h *wire.Header) { h.Key = bot.PublicKey() }), wire.ErrForged, seal.ErrForged},
+		{"the bot's key over garbage", edit(genuine, func(h *wire.Header) { h.Sig = garbage }), wire.ErrForged, seal.ErrForged},
+		{"a bit flipped", edit(genuine, func(h *wire.Header) { h.Sig[0] ^= 1 }), wire.ErrForged, seal.ErrForged},
+		{"no signature, a stranger's key", edit(theirs, func(h *wire.Header) { h.Sig = nil }), wire.ErrForged, seal.ErrUnsealed},
+		{"no key", edit(genuine, func(h *wire.Header) { h.Key = "" }), wire.ErrForged, seal.ErrUnsealed},
+		{"the bot's signature of the header as an audit record", edit(genuine, func(h *wire.Header) { h.Sig = asAudit }), wire.ErrForged, seal.ErrForged},
+		{"relayed as group 0's", edit(genuine, func(h *wire.Header) { h.Group = 0 }), wire.ErrForged, seal.ErrForged},
+		{"another chunk's place", edit(genuine, func(h *wire.Header) { h.Index, h.Total = 1, 2 }), wire.ErrForged, seal.ErrForged},
+	} {
+		msg, err := wire.Marshal(wire.Chunk{Header: tc.h, Data: data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = wire.Open(msg, trusted, 2, digest)
+		other := wire.ErrForged
+		if tc.want == wire.ErrForged {
+			other = wire.ErrUntrustedKey
+		}
+		switch {
+		case tc.want == nil:
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+		case !errors.Is(err, tc.want) || errors.Is(err, other) || !errors.Is(err, tc.inner):
+			t.Errorf("%s: %v, want %v (and %v) only", tc.name, err, tc.want, tc.inner)
+		}
 	}
 }

@@ -1,8 +1,8 @@
 // Package wire is the sealed framing of the bot groups' fleet answers
 // (package bot/fleet): subjects, the signing context, and the chunks an
-// answer travels in. It imports nothing of hcpbot, so package approval can
-// hand out a signer for it (approval.Signer.ForFleet) without importing
-// the bot.
+// answer travels in. It imports nothing of hcpbot but the leaf package
+// seal, so package approval can hand out a signer for it
+// (approval.Signer.ForFleet) without importing the bot.
 //
 // An answer is the bytes a group's replica produced for one request, cut
 // into chunks that each fit NATS's max_payload. Every chunk is sealed by
@@ -23,10 +23,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
-	"github.com/nats-io/nkeys"
+	"github.com/hcpbot/hcpbot/seal"
 )
 
 // Subjects: a group's replicas answer on Subject(count, index), every one
@@ -51,10 +50,7 @@ const SigningContext = "hcpbot-fleet-answer-v1\n"
 
 // Signer seals chunks: the bot's key as approval.Signer.ForFleet hands it
 // out, which signs only what starts with SigningContext.
-type Signer interface {
-	PublicKey() string
-	Sign(input []byte) ([]byte, error)
-}
+type Signer = seal.Signer
 
 // Errors of Open.
 var (
@@ -64,6 +60,9 @@ var (
 	// ErrUntrustedKey: sealed by a key not trusted here.
 	ErrUntrustedKey = errors.New("fleet answer: sealed by a key that is not trusted")
 )
+
+// sentinels are Open's errors for what seal.Verify finds.
+var sentinels = seal.Sentinels{Forged: ErrForged, UntrustedKey: ErrUntrustedKey}
 
 // Chunk is one sealed part of an answer, as it travels: a JSON header
 // line, then the part's bytes.
@@ -86,11 +85,11 @@ type Header struct {
 	Sig     []byte `json:"sig"`
 }
 
-// signed is what the seal covers: every field but the seal, in a fixed
-// text form (the JSON of the header is not what is signed, so its field
-// order or spacing does not matter).
+// signed is what the seal covers after SigningContext: every field but
+// the seal, in a fixed text form (the JSON of the header is not what is
+// signed, so its field order or spacing does not matter).
 func (h Header) signed() []byte {
-	return fmt.Appendf([]byte(SigningContext), "%d %d %s %s %s %d %d %s\n", h.Count, h.Group, h.Request, h.Replica, h.Answer, h.Index, h.Total, h.Sum)
+	return fmt.Appendf(nil, "%d %d %s %s %s %d %d %s\n", h.Count, h.Group, h.Request, h.Replica, h.Answer, h.Index, h.Total, h.Sum)
 }
 
 // RequestDigest names a request by its bytes.
@@ -123,7 +122,7 @@ func Seal(signer Signer, count, group int, request []byte, replica string, answe
 	for i := range total {
 		data := answer[min(i*part, len(answer)):min((i+1)*part, len(answer))]
 		h.Index, h.Sum = i, sum(data)
-		sig, err := signer.Sign(h.signed())
+		sig, err := seal.Sign(signer, SigningContext, h.signed())
 		if err != nil {
 			return nil, fmt.Errorf("fleet answer: seal: %w", err)
 		}
@@ -159,20 +158,8 @@ func Open(msg []byte, trusted []string, count int, request string) (Chunk, error
 	if err := json.Unmarshal(head, &h); err != nil {
 		return Chunk{}, fmt.Errorf("%w: header: %w", ErrForged, err)
 	}
-	switch {
-	case len(h.Sig) == 0 || h.Key == "":
-		return Chunk{}, fmt.Errorf("%w: unsealed", ErrForged)
-	case !slices.Contains(trusted, h.Key):
-		// Checked before the signature: an untrusted key's valid
-		// signature proves nothing here either way.
-		return Chunk{}, fmt.Errorf("%w: %.12s…", ErrUntrustedKey, h.Key)
-	}
-	kp, err := nkeys.FromPublicKey(h.Key)
-	if err != nil {
-		return Chunk{}, fmt.Errorf("%w: key: %w", ErrForged, err)
-	}
-	if err := kp.Verify(h.signed(), h.Sig); err != nil {
-		return Chunk{}, fmt.Errorf("%w: bad signature", ErrForged)
+	if err := seal.Verify(trusted, h.Key, SigningContext, h.signed(), h.Sig); err != nil {
+		return Chunk{}, fmt.Errorf("%w: %w", sentinels.Of(err), err)
 	}
 	switch {
 	case h.Count != count || h.Group < 0 || h.Group >= count:
