@@ -85,6 +85,12 @@ type Bot struct {
 	// dead-lettered), or of the restored checkpoint: what a checkpoint
 	// taken now covers.
 	applied uint64
+	// liveFrom is the first sequence of the events stream stored after
+	// this replica held the lease (takeover.go, liveSince); 0 while it
+	// does not lead or has not read it, and liveAgain when it may try
+	// again after a failed read.
+	liveFrom  uint64
+	liveAgain time.Time
 	// writing serialises the checkpoints this replica writes.
 	writing sync.Mutex
 	// stormSuffix ends the storm keys of this group (partition.go).
@@ -151,7 +157,7 @@ func (b *Bot) wake() {
 // Per event it runs the first phase of the diagnosis (which rules fire);
 // the full diagnoses are built when needed (lazy.go). before is the
 // cluster as it was before the event, when settle may need it.
-func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prior) {
+func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prior, live bool) {
 	if k.Management() {
 		return
 	}
@@ -205,6 +211,10 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prio
 		}
 		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k, diags[0].Rule)}
 		inc.n.seen = now
+		// Opened by an event stored after this replica took the lead: no
+		// other one can have posted it, so there is no message to look
+		// for (takeover.go, liveSince).
+		inc.n.checked = live
 		b.incidents[k] = inc
 	}
 	if len(diags) > 0 {

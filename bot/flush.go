@@ -128,6 +128,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	b.mu.Lock()
 	if leader != b.leader {
 		b.leader = leader
+		b.liveFrom = 0
 		if leader {
 			b.takeOver()
 		}
@@ -159,6 +160,7 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 		b.stormsChecked = true
 		revived = b.replayedStorms()
 	}
+	readLive := b.liveFrom == 0 && !f.now.Before(b.liveAgain)
 	b.mu.Unlock()
 
 	// Lookups leave the lock: they are network calls.
@@ -177,9 +179,19 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	// A storm whose lookup failed is not revived: reviving one without a
 	// message would post a new root.
 	stormRoots := b.lookupRoots(ctx, keys, false)
+	var live uint64
+	if readLive {
+		live = b.liveSince(ctx)
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	switch {
+	case live > 0 && b.leader:
+		b.liveFrom = live
+	case readLive:
+		b.liveAgain = f.now.Add(liveRetry)
+	}
 	b.settleAll(nil) // events applied while the lock was free
 	f = &flushRun{ctx: ctx, now: b.cfg.Now()}
 	f.next = f.now.Add(maxFlush)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hcpbot/hcpbot/bot/notify"
+	"github.com/hcpbot/hcpbot/event"
 )
 
 // Which messages exist: a new leader, or a restarted bot, does not know
@@ -25,6 +26,43 @@ func (b *Bot) takeOver() {
 	}
 	b.stormsChecked = false
 }
+
+// liveSince reads the sequence the events stream's next event will have,
+// once this replica leads: an incident opened by that event or a later
+// one needs no look-up (evaluate
+// marks it checked), as no other replica can have posted it. The lease
+// excludes a second sender from the moment this one holds it, and the
+// sequence is read after that, so every later event was stored while
+// only this replica could send. Events stored before it, even if this
+// replica applies them later (a follower lagging behind the old leader),
+// are looked up as before. The look-up it saves is a store round trip on
+// the way of every new incident's first message (B2,
+// docs/performance.md). Should the lease ever overlap two senders, the
+// notifier still claims a root before posting it: one message per
+// incident holds either way. 0: not read (no stream, or an error): every
+// incident is looked up, and the flush reads again after liveRetry.
+func (b *Bot) liveSince(ctx context.Context) uint64 {
+	if b.js == nil {
+		return 0
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(lctx, event.StreamName)
+	if err != nil {
+		b.log.Debug().Err(err).Msg("events stream not read: every new incident is looked up")
+		return 0
+	}
+	info, err := s.Info(lctx)
+	if err != nil {
+		b.log.Debug().Err(err).Msg("events stream not read: every new incident is looked up")
+		return 0
+	}
+	return info.State.LastSeq + 1
+}
+
+// liveRetry is how long the flush waits to read the stream again after
+// liveSince failed.
+const liveRetry = 5 * time.Second
 
 // uncheckedDue lists the incidents about to be handled whose root this
 // replica has not looked up: open ones past their group wait, resolved
