@@ -69,10 +69,18 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 	clusters := make([]*b2Cluster, nClusters)
 	for i := range clusters {
 		name := fmt.Sprintf("b2c%d", i)
-		h := env.HostedCluster(b, scenario.Healthy(ns, name))
-		nodes, err := scenario.Nodes(ctx, h.Kube, name+"-w", nodesPer)
-		if err != nil {
-			b.Fatal(err)
+		spec := scenario.Healthy(ns, name)
+		h := env.HostedCluster(b, spec)
+		// Nodes as the kubelet writes them (B4's: 16.5 KB as served,
+		// images, annotations, managedFields), so that every watcher
+		// decodes what it would in production.
+		gen := newB4Gen(spec)
+		nodes := make([]string, nodesPer)
+		for j := range nodes {
+			if err := gen.createNode(ctx, h.Kube, j); err != nil {
+				b.Fatal(err)
+			}
+			nodes[j] = gen.nodeName(j)
 		}
 		ref := event.ClusterRef{Namespace: ns, Name: name}
 		subject, err := event.SubjectFilter(source, &ref, event.TypeNode)
@@ -286,10 +294,14 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 	r.Add("ref_informer_webhook_p99_ms", b2Pct(peerLat, 0.99), "ms")
 	r.Add("ref_informer_webhook_from_sent_p50_ms", b2Pct(peerSent, 0.5), "ms")
 	r.Add("e2e_p50_to_informer_webhook", b2Pct(e2e, 0.5)/b2Pct(peerLat, 0.5), "x")
+	r.Add("ref_informer_webhook_from_sent_p99_ms", b2Pct(peerSent, 0.99), "ms")
 	r.Add("e2e_from_sent_p50_to_informer_webhook", b2Pct(fromSent, 0.5)/b2Pct(peerSent, 0.5), "x")
+	r.Add("e2e_from_sent_p99_to_informer_webhook", b2Pct(fromSent, 0.99)/b2Pct(peerSent, 0.99), "x")
 	r.Want("e2e_p50_ms", "<=", 50)
 	r.Want("e2e_p99_ms", "<=", 250)
 	r.Want("trials", ">=", 200)
+	r.Want("e2e_from_sent_p50_to_informer_webhook", "<=", 1.0)
+	r.Want("e2e_from_sent_p99_to_informer_webhook", "<=", 1.2)
 
 	r.Note("t0 = when the UpdateStatus call setting Ready=False RETURNED (the write is committed); detail_update_call is that call's own round trip (sent → returned, the API server's admission + etcd write); e2e = t0 → the recorder's receive time of the first chat.postMessage in the incident's channel; e2e_from_sent = the same from when the UpdateStatus was sent. The API server delivers the watch event about when it answers the write (ref_watch ≈ 0, often slightly before), so stage_watch_agent and ref_watch can be negative")
 	r.Note("stages: watch_agent = t0 → event.Time (watch delivery, informer, workqueue, agent sync; may be slightly negative when the watch event beats the Update's response) · publish = event.Time → the JetStream stored timestamp (publisher buffer, encode, PublishMsg to the file-backed stream; read back with GetLastMsgForSubject) · consume_correlate = stored → the bot hands the rendering to the notifier (ordered-consumer delivery, decode, model, diagnose, flush loop, the bot's HasRoot KV lookup = detail_bot_root_lookup, render) · slack_queue_http = hand-over → recorder received (detail_notifier_queue = hand-over → HTTP request start, incl. the notifier's KV get+create = detail_notifier_kv; detail_slack_http = request start → recorder received)")
@@ -394,7 +406,7 @@ func b2SetReady(ctx context.Context, kc kubernetes.Interface, name string, statu
 		node.Status.Conditions = append(node.Status.Conditions, ready)
 	}
 	sent = time.Now()
-	_, err = kc.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	_, err = kc.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{FieldManager: "kubelet"})
 	returned = time.Now()
 	return
 }

@@ -86,6 +86,12 @@ type Bot struct {
 	// dead-lettered), or of the restored checkpoint: what a checkpoint
 	// taken now covers.
 	applied uint64
+	// liveFrom is the first sequence of the events stream stored after
+	// this replica held the lease (takeover.go, liveSince); 0 while it
+	// does not lead or has not read it, and liveAgain when it may try
+	// again after a failed read.
+	liveFrom  uint64
+	liveAgain time.Time
 	// writing serialises the checkpoints this replica writes.
 	writing sync.Mutex
 	// stormSuffix ends the storm keys of this group (partition.go).

@@ -206,8 +206,9 @@ func (b *Bot) apply(e event.Event, p event.Payload, err error, seq uint64) {
 	before := b.beforeApply(e, p)
 	changed := b.model.ApplyDecoded(e, p)
 	b.metrics.consumed.WithLabelValues(string(e.Type)).Inc()
+	live := b.liveFrom > 0 && seq >= b.liveFrom
 	for _, k := range changed {
-		b.evaluate(k, e.Time, before)
+		b.evaluate(k, e.Time, before, live)
 	}
 }
 

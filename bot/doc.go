@@ -65,7 +65,12 @@
 // keys, and bot/notify's KV store (Key → Slack ts, posted reply IDs) turns
 // what it sends into in-place updates, never second posts. A new leader
 // first asks the notifier whether each incident already has a message,
-// so incidents posted before a storm formed keep their own message.
+// so incidents posted before a storm formed keep their own message. It
+// then reads where the events stream stands: an incident opened by a
+// later event needs no such question, as no other replica could post
+// while it held the lease (takeover.go liveSince,
+// TestLiveIncidentsAreNotLookedUp), which keeps a store round trip off
+// every new incident's way to its first message (B2).
 //
 // # Partitions: several bot groups
 //
@@ -145,7 +150,8 @@
 // the takeover's work when there is some (takeover.go: a first run of
 // resolve, then, outside the lock, the notifier asked which incidents
 // about to be handled and which storms of the previous run have a
-// message; those storms revived), the two pipelines, then pruning and
+// message; those storms revived; the stream's next sequence read once
+// per lead), the two pipelines, then pruning and
 // the gauges.
 //
 // The incident stages, in order: name, type (file), why it is there,

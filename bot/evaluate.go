@@ -16,7 +16,7 @@ import (
 // Per event it runs the first phase of the diagnosis (which rules fire);
 // the full diagnoses are built when needed (below). before is the
 // cluster as it was before the event, when settle may need it.
-func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prior) {
+func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prior, live bool) {
 	if k.Management() {
 		return
 	}
@@ -70,6 +70,10 @@ func (b *Bot) evaluate(k diagnose.Key, observed time.Time, before *diagnose.Prio
 		}
 		inc = &Incident{Key: incidentKey(k, observed), Cluster: k, Opened: observed, Channel: b.channel(k, diags[0].Rule)}
 		inc.n.seen = now
+		// Opened by an event stored after this replica took the lead: no
+		// other one can have posted it, so there is no message to look
+		// for (takeover.go, liveSince).
+		inc.n.checked = live
 		b.incidents[k] = inc
 	}
 	if len(diags) > 0 {

@@ -26,6 +26,9 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	if t := b.takeoverWork(); t.due() {
 		b.mu.Unlock()
 		roots := t.lookUp(ctx, b.lookupRoots) // network calls: outside the lock
+		if t.live {
+			roots.liveFrom = b.liveSince(ctx)
+		}
 		b.mu.Lock()
 		b.settleAll(nil) // events applied while the lock was free
 		b.learn(t, roots)
@@ -53,6 +56,7 @@ func (b *Bot) gate() bool {
 	leader := b.cfg.Leader == nil || b.cfg.Leader()
 	if leader != b.leader {
 		b.leader = leader
+		b.liveFrom = 0
 		if leader {
 			b.takeOver()
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/bot/storm"
+	"github.com/hcpbot/hcpbot/event"
 )
 
 // Which messages exist: a new leader, or a restarted bot, does not know
@@ -38,9 +39,12 @@ func (b *Bot) takeOver() {
 type takeover struct {
 	incidents []*Incident
 	storms    []*Storm
+	// live: the leader has not read yet from which sequence on nobody
+	// else can have posted an incident (liveSince).
+	live bool
 }
 
-func (t takeover) due() bool { return len(t.incidents) > 0 || len(t.storms) > 0 }
+func (t takeover) due() bool { return len(t.incidents) > 0 || len(t.storms) > 0 || t.live }
 
 // takeoverWork is what the flush is to look up. Called with b.mu held.
 func (b *Bot) takeoverWork() takeover {
@@ -60,11 +64,16 @@ func (b *Bot) takeoverWork() takeover {
 		b.stormsChecked = true
 		t.storms = b.replayedStorms()
 	}
+	t.live = b.liveFrom == 0 && !now.Before(b.liveAgain)
 	return t
 }
 
-// roots are the answers of a takeover's lookups.
-type roots struct{ incidents, storms map[string]bool }
+// roots are the answers of a takeover's lookups, and the sequence from
+// which on this leader alone can have posted (liveSince; 0: unknown).
+type roots struct {
+	incidents, storms map[string]bool
+	liveFrom          uint64
+}
 
 // lookUp asks lookup (lookupRoots) about t's incidents and storms; called
 // without b.mu: they are network calls.
@@ -88,10 +97,53 @@ func (t takeover) lookUp(ctx context.Context, lookup func(context.Context, []str
 	return r
 }
 
+// liveSince reads the sequence the events stream's next event will have,
+// once this replica leads: an incident opened by that event or a later
+// one needs no look-up (evaluate marks it checked), as no other replica
+// can have posted it. The lease excludes a second sender from the moment
+// this one holds it, and the sequence is read after that, so every later
+// event was stored while only this replica could send. Events stored
+// before it, even if this replica applies them later (a follower lagging
+// behind the old leader), are looked up as before. The look-up it saves
+// is a store round trip on the way of every new incident's first message
+// (B2, docs/performance.md). Should the lease ever overlap two senders,
+// the notifier still claims a root before posting it: one message per
+// incident holds either way. 0: not read (no stream, or an error): every
+// incident is looked up, and the flush reads again after liveRetry.
+func (b *Bot) liveSince(ctx context.Context) uint64 {
+	if b.js == nil {
+		return 0
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(lctx, event.StreamName)
+	if err != nil {
+		b.log.Debug().Err(err).Msg("events stream not read: every new incident is looked up")
+		return 0
+	}
+	info, err := s.Info(lctx)
+	if err != nil {
+		b.log.Debug().Err(err).Msg("events stream not read: every new incident is looked up")
+		return 0
+	}
+	return info.State.LastSeq + 1
+}
+
+// liveRetry is how long the flush waits to read the stream again after
+// liveSince failed.
+const liveRetry = 5 * time.Second
+
 // learn records the answers: the storms of the previous run whose
 // message exists are revived, the incidents looked up learn whether they
-// have one. Called with b.mu held.
+// have one, and the sequence liveSince read is kept while this replica
+// still leads. Called with b.mu held.
 func (b *Bot) learn(t takeover, r roots) {
+	switch {
+	case t.live && r.liveFrom > 0 && b.leader:
+		b.liveFrom = r.liveFrom
+	case t.live:
+		b.liveAgain = b.cfg.Now().Add(liveRetry)
+	}
 	for _, s := range t.storms {
 		if !r.storms[s.Key] && s.bare != "" && r.storms[s.bare] {
 			// Posted by the one group before a repartition: its key is

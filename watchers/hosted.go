@@ -291,7 +291,7 @@ func (a *Agent) connectHosted(ctx context.Context, hc *hostedCluster, data []byt
 	if err != nil {
 		return nil, err
 	}
-	kc, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	kc, err := kubernetes.NewForConfigAndClient(Protobuf(cfg), httpClient)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -27,7 +28,7 @@ const (
 // (InformerConfig).
 func NewInformerFactories(cfg *rest.Config) (informers.SharedInformerFactory, dynamicinformer.DynamicSharedInformerFactory, error) {
 	ic := InformerConfig(cfg)
-	kube, err := kubernetes.NewForConfig(ic)
+	kube, err := kubernetes.NewForConfig(Protobuf(ic))
 	if err != nil {
 		return nil, nil, fmt.Errorf("informer client: %w", err)
 	}
@@ -36,6 +37,21 @@ func NewInformerFactories(cfg *rest.Config) (informers.SharedInformerFactory, dy
 		return nil, nil, fmt.Errorf("informer client: %w", err)
 	}
 	return informers.NewSharedInformerFactory(kube, 0), dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0), nil
+}
+
+// Protobuf returns a copy of cfg whose typed clients speak protobuf, the
+// API server's own encoding of the built-in types, with JSON accepted
+// for a server or a type that has none. An agent watches every Node of
+// every hosted cluster: a Node as the kubelet writes it is 16.5 KB of
+// JSON, which takes several times longer to decode than the same object
+// in protobuf, on the path from a status write to the first post (B2,
+// docs/performance.md). HyperShift's types have no protobuf: the
+// dynamic clients set JSON on their own copy (dynamic.ConfigFor).
+func Protobuf(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return c
 }
 
 // InformerConfig returns a copy of cfg whose lists and watches (GETs)

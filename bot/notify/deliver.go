@@ -119,7 +119,7 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		// Keep the claim for the next attempt; lost, k is looked up again.
 		q.mu.Lock()
 		if c.lost {
-			k.state, k.claimRev = rootUnknown, 0
+			k.state, k.claimRev, k.createLost = rootUnknown, 0, true
 		} else {
 			k.claimRev, k.claimedAt = c.rev, now
 		}

@@ -57,6 +57,9 @@ type keyQ struct {
 	ids       map[string]struct{} // IDs of the queued replies
 	notBefore time.Time           // waiting: another instance's claim, store errors
 	awaitRoot bool                // replies waiting for a root nobody has posted yet
+	// createLost: a claim by create was lost, so the store is
+	// looked up first from now on (see head).
+	createLost bool
 
 	state    rootState
 	channel  string // of the root, from the store once known
@@ -290,6 +293,13 @@ func (q *chanQueue) head(k *keyQ) opKind {
 	for !k.empty() {
 		switch k.state {
 		case rootUnknown:
+			if k.upsert != nil && !k.createLost {
+				// Claim first: a Key this instance has not met is most
+				// often a new incident, whose root nobody has; the create
+				// is the look-up and the claim in one round trip. Lost, its
+				// root is looked up (resolve) as for any other Key.
+				return opRoot
+			}
 			return opResolve
 		case rootAbsent:
 			if k.upsert != nil {
