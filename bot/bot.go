@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,6 +93,12 @@ type Bot struct {
 	// again after a failed read.
 	liveFrom  uint64
 	liveAgain time.Time
+	// leaseLost counts the losses of the lease bus.Lease reported
+	// (LeaderChanged(false)), lossSeen those the flush or apply acted on:
+	// the lease may be lost and taken back between two flushes, and what
+	// was known while leading (liveFrom, checked) does not outlive a loss.
+	leaseLost atomic.Uint64
+	lossSeen  uint64
 	// writing serialises the checkpoints this replica writes.
 	writing sync.Mutex
 	// stormSuffix ends the storm keys of this group (partition.go).
@@ -146,8 +153,15 @@ func newModel(clients diagnose.ClientsFunc) *diagnose.Model {
 
 // LeaderChanged makes the flush look at once when this replica's
 // leadership changed (bus.OnLeaderChange): a standby that took over sends
-// what the dead leader left now, not at the flush's next tick.
-func (b *Bot) LeaderChanged(bool) { b.wake() }
+// what the dead leader left now, not at the flush's next tick. A loss is
+// counted at once: another replica may post from now on, even if this
+// one takes the lease back before its flush looks (stepDown).
+func (b *Bot) LeaderChanged(leader bool) {
+	if !leader {
+		b.leaseLost.Add(1)
+	}
+	b.wake()
+}
 
 // wake makes the flush loop look at once.
 func (b *Bot) wake() {

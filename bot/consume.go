@@ -203,6 +203,7 @@ func (b *Bot) apply(e event.Event, p event.Payload, err error, seq uint64) {
 	if seq > 0 {
 		b.applied = seq
 	}
+	b.noteLoss() // an incident this event replaces may be another's to resolve
 	before := b.beforeApply(e, p)
 	changed := b.model.ApplyDecoded(e, p)
 	b.metrics.consumed.WithLabelValues(string(e.Type)).Inc()

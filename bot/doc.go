@@ -70,7 +70,11 @@
 // later event needs no such question, as no other replica could post
 // while it held the lease (takeover.go liveSince,
 // TestLiveIncidentsAreNotLookedUp), which keeps a store round trip off
-// every new incident's way to its first message (B2).
+// every new incident's way to its first message (B2). What it knew while
+// it led does not outlive the lease: once lost (even if taken back
+// before a flush looked), every incident is to be looked up again, and
+// one replaced meanwhile waits as pending (stepDown,
+// TestLiveCheckedForgottenWhenTheLeaseIsLost).
 //
 // # Partitions: several bot groups
 //

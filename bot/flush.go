@@ -53,12 +53,14 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 // be quadratic); what the replay held is counted once it is over
 // (markCaughtUp). Called with b.mu held.
 func (b *Bot) gate() bool {
+	b.noteLoss()
 	leader := b.cfg.Leader == nil || b.cfg.Leader()
 	if leader != b.leader {
-		b.leader = leader
-		b.liveFrom = 0
 		if leader {
+			b.leader, b.liveFrom = true, 0
 			b.takeOver()
+		} else {
+			b.stepDown()
 		}
 	}
 	b.forgetGone(b.cfg.Now(), leader)

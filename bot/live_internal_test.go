@@ -1,8 +1,12 @@
 package bot
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bot/diagnose"
 	"github.com/hcpbot/hcpbot/event"
@@ -41,5 +45,80 @@ func TestLiveFromMarksOnlyLaterIncidents(t *testing.T) {
 	b.liveFrom = 0
 	if inc := apply("not-leading", 500); inc.n.checked {
 		t.Error("an incident opened while not leading is not looked up")
+	}
+}
+
+// What a leader knew of its incidents' messages while it led holds only
+// while it leads: once the lease is lost, another replica may post any of
+// them. An incident born looked up (opened by an event stored after
+// liveFrom) and still in its group wait when the lease was lost is posted
+// by the next leader; if its cluster then heals and breaks again while
+// this replica follows, its resolution must wait as pending, or the
+// message stays open when this replica leads again. The lease may be lost
+// and taken back before a flush sees it (the flush was busy with
+// look-ups): bus.Lease reports the loss (LeaderChanged(false)) first.
+func TestLiveCheckedForgottenWhenTheLeaseIsLost(t *testing.T) {
+	for _, seen := range []bool{true, false} {
+		name := "loss seen by a flush"
+		if !seen {
+			name = "lost and taken back between two flushes"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			var lead atomic.Bool
+			lead.Store(true)
+			out := &rootRecorder{roots: map[string]bool{}}
+			b := New(Config{Channel: "C1", Now: func() time.Time { return t0 }, Leader: lead.Load, GroupWait: time.Hour}, nil, out, nil, zerolog.Nop())
+			b.caughtUp = true
+			b.flush(ctx)
+			b.liveFrom = 100 // what liveSince reads from a stream (stageBot has none)
+			seq := uint64(100)
+			apply := func(events ...event.Event) {
+				t.Helper()
+				for _, e := range events {
+					data, err := event.Encode(e)
+					if err != nil {
+						t.Fatal(err)
+					}
+					e, p, err := event.DecodeAll(data)
+					b.apply(e, p, err, seq)
+					seq++
+				}
+			}
+			seeded := map[int]bool{}
+			first := flapEvents(t, seeded, 0, 0) // the HostedCluster, Unknown, Ready
+			apply(first[:2]...)
+			var x *Incident
+			for _, inc := range b.incidents {
+				x = inc
+			}
+			if x == nil || !x.n.checked {
+				t.Fatal("the incident opened while leading is not born looked up")
+			}
+
+			// The lease is lost; the next leader posts x.
+			lead.Store(false)
+			b.LeaderChanged(false)
+			if seen {
+				b.flush(ctx)
+			} else {
+				lead.Store(true)
+				b.LeaderChanged(true)
+			}
+			out.roots[x.Key] = true
+			// x heals and its cluster breaks again: x is replaced.
+			apply(first[2:]...)
+			apply(flapEvents(t, seeded, 0, 1)[:1]...)
+
+			lead.Store(true)
+			b.LeaderChanged(true)
+			b.flush(ctx)
+			for _, m := range out.msgs {
+				if m.Key == x.Key {
+					return
+				}
+			}
+			t.Fatalf("the resolution of %s, posted by the other leader, was not sent: its message stays open", x.Key)
+		})
 	}
 }

@@ -32,6 +32,30 @@ func (b *Bot) takeOver() {
 	b.stormsChecked = false
 }
 
+// stepDown forgets what this replica knew while it led: from the loss of
+// the lease on, another replica may post any incident, also one born
+// looked up (liveSince), and one replaced while this replica follows
+// must wait as pending (evaluate) for the next takeover's look-up.
+// Called with b.mu held.
+func (b *Bot) stepDown() {
+	b.leader, b.liveFrom = false, 0
+	for _, inc := range b.incidents {
+		inc.n.checked = false
+	}
+}
+
+// noteLoss steps down if the lease was lost since the last look, even
+// if it was taken back since: the flush then takes over again. Called
+// with b.mu held.
+func (b *Bot) noteLoss() {
+	if n := b.leaseLost.Load(); n != b.lossSeen {
+		b.lossSeen = n
+		if b.leader {
+			b.stepDown()
+		}
+	}
+}
+
 // takeover is the work a flush does before its stages when the notifier
 // is to be asked which messages exist: for the incidents about to be
 // handled whose root this replica has not looked up, and, once after a
@@ -136,10 +160,12 @@ const liveRetry = 5 * time.Second
 // learn records the answers: the storms of the previous run whose
 // message exists are revived, the incidents looked up learn whether they
 // have one, and the sequence liveSince read is kept while this replica
-// still leads. Called with b.mu held.
+// still leads and has not lost the lease since the flush looked (a loss
+// in between: another replica may have posted from a later event).
+// Called with b.mu held.
 func (b *Bot) learn(t takeover, r roots) {
 	switch {
-	case t.live && r.liveFrom > 0 && b.leader:
+	case t.live && r.liveFrom > 0 && b.leader && b.leaseLost.Load() == b.lossSeen:
 		b.liveFrom = r.liveFrom
 	case t.live:
 		b.liveAgain = b.cfg.Now().Add(liveRetry)
