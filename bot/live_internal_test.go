@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"bytes"
 	"context"
 	"sync/atomic"
 	"testing"
@@ -121,4 +122,76 @@ func TestLiveCheckedForgottenWhenTheLeaseIsLost(t *testing.T) {
 			t.Fatalf("the resolution of %s, posted by the other leader, was not sent: its message stays open", x.Key)
 		})
 	}
+}
+
+// A checkpoint is written by the leader, whose incidents may be born
+// looked up (liveFrom) and wait out their group wait unposted. Restored
+// after a crash, the replica follows until the old lease expires, and
+// meanwhile replays what came after the checkpoint: the old leader posted
+// such an incident, its cluster healed and broke again. Its resolution
+// must wait as pending for the takeover's look-up; what the old leader
+// knew of messages is not the restored replica's.
+func TestRestoredIncidentsAreNotLookedUp(t *testing.T) {
+	ctx := context.Background()
+	var lead atomic.Bool
+	lead.Store(true)
+	cfg := Config{Channel: "C1", Now: func() time.Time { return t0 }, Leader: lead.Load, GroupWait: time.Hour}
+	old := New(cfg, nil, &recorder{}, nil, zerolog.Nop())
+	old.caughtUp = true
+	old.flush(ctx)
+	old.liveFrom = 100
+	seeded := map[int]bool{}
+	first := flapEvents(t, seeded, 0, 0) // the HostedCluster, Unknown, Ready
+	seq := uint64(100)
+	applyTo := func(b *Bot, events ...event.Event) {
+		t.Helper()
+		for _, e := range events {
+			data, err := event.Encode(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, p, err := event.DecodeAll(data)
+			b.apply(e, p, err, seq)
+			seq++
+		}
+	}
+	applyTo(old, first[:2]...)
+	var buf bytes.Buffer
+	old.mu.Lock()
+	snap := old.snapshot()
+	old.mu.Unlock()
+	if err := snap.encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var x *Incident
+	for _, inc := range old.incidents {
+		x = inc
+	}
+	if x == nil || !x.n.checked {
+		t.Fatal("the incident opened while leading is not born looked up")
+	}
+
+	// The old leader posts x and dies; the replica restored from its
+	// checkpoint follows while its lease runs out.
+	out := &rootRecorder{roots: map[string]bool{x.Key: true}}
+	lead.Store(false)
+	b := New(cfg, nil, out, nil, zerolog.Nop())
+	r, err := decodeState(buf.Bytes(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.adopt(r)
+	b.caughtUp = true
+	b.flush(ctx)
+	applyTo(b, first[2:]...)
+	applyTo(b, flapEvents(t, seeded, 0, 1)[:1]...)
+
+	lead.Store(true)
+	b.flush(ctx)
+	for _, m := range out.msgs {
+		if m.Key == x.Key {
+			return
+		}
+	}
+	t.Fatalf("the resolution of %s, posted by the old leader, was not sent: its message stays open", x.Key)
 }

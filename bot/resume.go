@@ -82,14 +82,19 @@ func (b *Bot) restore(ctx context.Context, info *jetstream.StreamInfo) uint64 {
 		warn().Err(err).Msg("checkpoint ignored: replaying the whole events stream")
 		return 0
 	}
-	b.mu.Lock()
-	b.model, b.incidents, b.pending, b.pendingScanned = r.model, r.incidents, r.pending, r.scanned
-	b.storms, b.gone, b.applied = r.storms, r.gone, r.seq
-	b.mu.Unlock()
+	b.adopt(r)
 	log.Info().Uint64("seq", m.Seq).Time("written", m.Written).Str("build", m.Build).Int64("bytes", m.Size).
 		Int("clusters", len(r.model.Keys())).Int("incidents", len(r.incidents)).Dur("took", time.Since(start)).
 		Uint64("to_replay", info.State.LastSeq-m.Seq).Msg("checkpoint restored: replaying the events after it")
 	return m.Seq
+}
+
+// adopt makes a decoded checkpoint this bot's state.
+func (b *Bot) adopt(r *restored) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.model, b.incidents, b.pending, b.pendingScanned = r.model, r.incidents, r.pending, r.scanned
+	b.storms, b.gone, b.applied = r.storms, r.gone, r.seq
 }
 
 // checkpointLoop writes a checkpoint every CheckpointEvery while this

@@ -29,7 +29,8 @@ import (
 //
 // Not in it: the remediations (bot/command feeds them from the approval
 // store before Run, restored or not), and what belongs to this replica's
-// run (leader, caughtUp, stormsChecked): a restored bot starts as a
+// run (leader, caughtUp, stormsChecked, which messages were looked up:
+// Checked is written, not restored): a restored bot starts as a
 // follower still replaying, and takes over like any new leader
 // (takeover.go), asking the notifier which messages exist.
 
@@ -192,7 +193,11 @@ func (c *incidentCP) incident() *Incident {
 	}
 	m := c.N
 	inc.n = notifyState{seen: m.Seen, clearSeen: m.ClearSeen, first: m.First, sent: m.Sent, changed: m.Changed,
-		state: m.State, dirty: m.Dirty, held: reason(m.Held), version: m.Version, checked: m.Checked, rooted: m.Rooted, top: m.Top}
+		state: m.State, dirty: m.Dirty, held: reason(m.Held), version: m.Version, rooted: m.Rooted, top: m.Top}
+	// Not checked: what the leader that wrote it knew of messages holds
+	// while it leads; another may have posted since (an incident born
+	// looked up, takeover.go liveSince), and one the replay replaces is to
+	// wait as pending for the next takeover's look-up.
 	if m.HasEvidence {
 		inc.n.evidence = make(map[string]bool, len(m.Evidence))
 		for _, l := range m.Evidence {
