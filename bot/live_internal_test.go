@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hcpbot/hcpbot/bot/diagnose"
+	"github.com/hcpbot/hcpbot/bot/notify"
 	"github.com/hcpbot/hcpbot/event"
 	"github.com/hcpbot/hcpbot/internal/scenario"
 )
@@ -49,6 +50,71 @@ func TestLiveFromMarksOnlyLaterIncidents(t *testing.T) {
 	}
 }
 
+// liveFlap is a leader whose liveFrom is 100 (what liveSince reads from
+// a stream; these bots have none) fed one cluster's node flaps with
+// stream sequences from 100 on; x is the incident of the first flap,
+// opened while leading and still in its group wait.
+type liveFlap struct {
+	lead   atomic.Bool
+	cfg    Config
+	leader *Bot
+	seq    uint64
+	seeded map[int]bool
+	flaps  [2][]event.Event // the HostedCluster, Unknown, Ready; then Unknown, Ready
+	x      *Incident
+}
+
+func newLiveFlap(t *testing.T, out notify.Notifier) *liveFlap {
+	t.Helper()
+	l := &liveFlap{seq: 100, seeded: map[int]bool{}}
+	l.lead.Store(true)
+	l.cfg = Config{Channel: "C1", Now: func() time.Time { return t0 }, Leader: l.lead.Load, GroupWait: time.Hour}
+	l.leader = New(l.cfg, nil, out, nil, zerolog.Nop())
+	l.leader.caughtUp = true
+	l.leader.flush(context.Background())
+	l.leader.liveFrom = 100
+	l.flaps = [2][]event.Event{flapEvents(t, l.seeded, 0, 0), flapEvents(t, l.seeded, 0, 1)}
+	l.apply(t, l.leader, l.flaps[0][:2]...)
+	for _, inc := range l.leader.incidents {
+		l.x = inc
+	}
+	if l.x == nil || !l.x.n.checked {
+		t.Fatal("the incident opened while leading is not born looked up")
+	}
+	return l
+}
+
+// apply hands b events with the next stream sequences.
+func (l *liveFlap) apply(t *testing.T, b *Bot, events ...event.Event) {
+	t.Helper()
+	for _, e := range events {
+		data, err := event.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, p, err := event.DecodeAll(data)
+		b.apply(e, p, err, l.seq)
+		l.seq++
+	}
+}
+
+// replaceX heals x's cluster and breaks it again, then b leads and
+// flushes: x's resolution is to reach the message another replica posted.
+func (l *liveFlap) replaceX(t *testing.T, b *Bot, out *rootRecorder) {
+	t.Helper()
+	l.apply(t, b, l.flaps[0][2:]...)
+	l.apply(t, b, l.flaps[1][:1]...)
+	l.lead.Store(true)
+	b.LeaderChanged(true)
+	b.flush(context.Background())
+	for _, m := range out.msgs {
+		if m.Key == l.x.Key {
+			return
+		}
+	}
+	t.Fatalf("the resolution of %s, posted by another replica, was not sent: its message stays open", l.x.Key)
+}
+
 // What a leader knew of its incidents' messages while it led holds only
 // while it leads: once the lease is lost, another replica may post any of
 // them. An incident born looked up (opened by an event stored after
@@ -65,61 +131,19 @@ func TestLiveCheckedForgottenWhenTheLeaseIsLost(t *testing.T) {
 			name = "lost and taken back between two flushes"
 		}
 		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			var lead atomic.Bool
-			lead.Store(true)
 			out := &rootRecorder{roots: map[string]bool{}}
-			b := New(Config{Channel: "C1", Now: func() time.Time { return t0 }, Leader: lead.Load, GroupWait: time.Hour}, nil, out, nil, zerolog.Nop())
-			b.caughtUp = true
-			b.flush(ctx)
-			b.liveFrom = 100 // what liveSince reads from a stream (stageBot has none)
-			seq := uint64(100)
-			apply := func(events ...event.Event) {
-				t.Helper()
-				for _, e := range events {
-					data, err := event.Encode(e)
-					if err != nil {
-						t.Fatal(err)
-					}
-					e, p, err := event.DecodeAll(data)
-					b.apply(e, p, err, seq)
-					seq++
-				}
-			}
-			seeded := map[int]bool{}
-			first := flapEvents(t, seeded, 0, 0) // the HostedCluster, Unknown, Ready
-			apply(first[:2]...)
-			var x *Incident
-			for _, inc := range b.incidents {
-				x = inc
-			}
-			if x == nil || !x.n.checked {
-				t.Fatal("the incident opened while leading is not born looked up")
-			}
-
+			l := newLiveFlap(t, out)
 			// The lease is lost; the next leader posts x.
-			lead.Store(false)
-			b.LeaderChanged(false)
+			l.lead.Store(false)
+			l.leader.LeaderChanged(false)
 			if seen {
-				b.flush(ctx)
+				l.leader.flush(context.Background())
 			} else {
-				lead.Store(true)
-				b.LeaderChanged(true)
+				l.lead.Store(true)
+				l.leader.LeaderChanged(true)
 			}
-			out.roots[x.Key] = true
-			// x heals and its cluster breaks again: x is replaced.
-			apply(first[2:]...)
-			apply(flapEvents(t, seeded, 0, 1)[:1]...)
-
-			lead.Store(true)
-			b.LeaderChanged(true)
-			b.flush(ctx)
-			for _, m := range out.msgs {
-				if m.Key == x.Key {
-					return
-				}
-			}
-			t.Fatalf("the resolution of %s, posted by the other leader, was not sent: its message stays open", x.Key)
+			out.roots[l.x.Key] = true
+			l.replaceX(t, l.leader, out)
 		})
 	}
 }
@@ -132,66 +156,26 @@ func TestLiveCheckedForgottenWhenTheLeaseIsLost(t *testing.T) {
 // must wait as pending for the takeover's look-up; what the old leader
 // knew of messages is not the restored replica's.
 func TestRestoredIncidentsAreNotLookedUp(t *testing.T) {
-	ctx := context.Background()
-	var lead atomic.Bool
-	lead.Store(true)
-	cfg := Config{Channel: "C1", Now: func() time.Time { return t0 }, Leader: lead.Load, GroupWait: time.Hour}
-	old := New(cfg, nil, &recorder{}, nil, zerolog.Nop())
-	old.caughtUp = true
-	old.flush(ctx)
-	old.liveFrom = 100
-	seeded := map[int]bool{}
-	first := flapEvents(t, seeded, 0, 0) // the HostedCluster, Unknown, Ready
-	seq := uint64(100)
-	applyTo := func(b *Bot, events ...event.Event) {
-		t.Helper()
-		for _, e := range events {
-			data, err := event.Encode(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, p, err := event.DecodeAll(data)
-			b.apply(e, p, err, seq)
-			seq++
-		}
-	}
-	applyTo(old, first[:2]...)
+	l := newLiveFlap(t, &recorder{})
 	var buf bytes.Buffer
-	old.mu.Lock()
-	snap := old.snapshot()
-	old.mu.Unlock()
+	l.leader.mu.Lock()
+	snap := l.leader.snapshot()
+	l.leader.mu.Unlock()
 	if err := snap.encode(&buf); err != nil {
 		t.Fatal(err)
-	}
-	var x *Incident
-	for _, inc := range old.incidents {
-		x = inc
-	}
-	if x == nil || !x.n.checked {
-		t.Fatal("the incident opened while leading is not born looked up")
 	}
 
 	// The old leader posts x and dies; the replica restored from its
 	// checkpoint follows while its lease runs out.
-	out := &rootRecorder{roots: map[string]bool{x.Key: true}}
-	lead.Store(false)
-	b := New(cfg, nil, out, nil, zerolog.Nop())
+	out := &rootRecorder{roots: map[string]bool{l.x.Key: true}}
+	l.lead.Store(false)
+	b := New(l.cfg, nil, out, nil, zerolog.Nop())
 	r, err := decodeState(buf.Bytes(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.adopt(r)
 	b.caughtUp = true
-	b.flush(ctx)
-	applyTo(b, first[2:]...)
-	applyTo(b, flapEvents(t, seeded, 0, 1)[:1]...)
-
-	lead.Store(true)
-	b.flush(ctx)
-	for _, m := range out.msgs {
-		if m.Key == x.Key {
-			return
-		}
-	}
-	t.Fatalf("the resolution of %s, posted by the old leader, was not sent: its message stays open", x.Key)
+	b.flush(context.Background())
+	l.replaceX(t, b, out)
 }
