@@ -32,6 +32,15 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 		b.mu.Lock()
 		b.settleAll(nil) // events applied while the lock was free
 		b.learn(t, roots)
+		if lost := b.lossSeen; !b.gate() || b.lossSeen != lost {
+			// The lease was lost during the look-ups (gate stepped
+			// down): another replica may send from now on, and needs no
+			// look-up for what is opened since (liveSince). Taken back
+			// meanwhile, the next flush takes over again.
+			b.mu.Unlock()
+			b.wake()
+			return b.cfg.Now().Add(maxFlush)
+		}
 	}
 	defer b.mu.Unlock()
 	f := newFlushRun(ctx, b.cfg.Now())

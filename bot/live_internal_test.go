@@ -3,6 +3,7 @@ package bot
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,4 +179,58 @@ func TestRestoredIncidentsAreNotLookedUp(t *testing.T) {
 	b.caughtUp = true
 	b.flush(context.Background())
 	l.replaceX(t, b, out)
+}
+
+// losingLookups is a store whose look-ups take so long that the lease
+// is lost meanwhile (lose runs during the first).
+type losingLookups struct {
+	recorder
+	lose func()
+}
+
+func (l *losingLookups) HasRoot(context.Context, string) (bool, error) {
+	if l.lose != nil {
+		l.lose()
+		l.lose = nil
+	}
+	return false, nil
+}
+
+// A flush's look-ups are network calls (up to 5 s each); the lease may
+// run out during them, and the next leader, taking over, posts what it
+// does not find and needs no look-up for what is opened from then on
+// (liveSince). The flush that looked up sends nothing once they are
+// over if the lease was lost meanwhile, even if taken back since: it was
+// not the one sender throughout; the next flush takes over again.
+func TestNoSendAfterTheLeaseIsLostDuringLookups(t *testing.T) {
+	for _, back := range []bool{false, true} {
+		t.Run(fmt.Sprintf("taken back %v", back), func(t *testing.T) {
+			var lead atomic.Bool
+			lead.Store(true)
+			out := &losingLookups{}
+			b := New(Config{Channel: "C1", Now: func() time.Time { return t0 }, Leader: lead.Load}, nil, out, nil, zerolog.Nop())
+			b.caughtUp = true
+			inc := incident("a", t0.Add(-time.Minute))
+			b.incidents[inc.Cluster] = inc
+			out.lose = func() {
+				lead.Store(false)
+				b.LeaderChanged(false)
+				if back {
+					lead.Store(true)
+					b.LeaderChanged(true)
+				}
+			}
+			b.flush(context.Background())
+			if len(out.msgs) > 0 {
+				t.Fatalf("a flush sent %d messages after its lease was lost during its look-ups", len(out.msgs))
+			}
+			if !back {
+				return
+			}
+			b.flush(context.Background())
+			if len(out.msgs) != 1 || !inc.n.checked {
+				t.Fatalf("the next flush, leading again, sent %d messages (looked up: %v)", len(out.msgs), inc.n.checked)
+			}
+		})
+	}
 }
