@@ -234,3 +234,36 @@ func TestNoSendAfterTheLeaseIsLostDuringLookups(t *testing.T) {
 		})
 	}
 }
+
+// The same loss, seen by a storm: incidents born looked up, posted one by
+// one by the leader of the meantime, keep their own messages up to date
+// when this replica, which took the lease back before a flush looked,
+// folds them into a storm (a member posted before its storm formed);
+// taken for unposted, the storm would speak for them and their messages
+// stay as the other leader left them.
+func TestLiveIncidentsPostedMeanwhileKeepTheirMessages(t *testing.T) {
+	var lead atomic.Bool
+	lead.Store(true)
+	out := &rootRecorder{roots: map[string]bool{}}
+	b := New(Config{Channel: "C1", Now: func() time.Time { return t0 }, Leader: lead.Load, StormThreshold: 3}, nil, out, nil, zerolog.Nop())
+	b.caughtUp = true
+	b.flush(context.Background())
+	for _, inc := range members(3, t0.Add(-time.Minute), func(inc *Incident) { inc.n.checked = true }) {
+		b.incidents[inc.Cluster] = inc
+		out.roots[inc.Key] = true
+	}
+	lead.Store(false)
+	b.LeaderChanged(false)
+	lead.Store(true)
+	b.LeaderChanged(true)
+	b.flush(context.Background())
+	sent := map[string]bool{}
+	for _, m := range out.msgs {
+		sent[m.Key] = true
+	}
+	for _, inc := range b.incidents {
+		if !sent[inc.Key] {
+			t.Errorf("%s, posted by the other leader, was not updated (storm %q): its message stays as it was", inc.Cluster.Cluster.Name, inc.Storm)
+		}
+	}
+}
