@@ -59,7 +59,9 @@
 // write) bounds them. The ledger (ledger.go) keeps them: the worker asks
 // it, and it alone reads and writes records. Before posting a root the
 // worker has it create a claim record (Create: first writer wins) and
-// write the ts right after Slack answered. An instance that finds a claim of another
+// write the ts right after Slack answered. A Key the instance has not met
+// is claimed by that create at once (most are new incidents): the create
+// is the look-up, and only a lost one reads the record. An instance that finds a claim of another
 // waits for its ts and then sends updates instead; replies are claimed the
 // same way. Claims are renewed before each attempt and may be taken over
 // once older than ClaimLease, so a replica that died mid-post does not
