@@ -75,6 +75,9 @@ type post struct {
 	// replyID is a reply's ID, carried in the post's metadata and naming
 	// its record; a reply without ID has none.
 	replyID string
+	// leaderOnly: a root of Message.LeaderOnly, posted only while
+	// leading.
+	leaderOnly bool
 	// A root's rendering, recorded with its ts so that it is not sent
 	// again as an update.
 	version uint64
@@ -98,10 +101,11 @@ type post struct {
 type postOutcome int
 
 const (
-	postFound   postOutcome = iota // an earlier attempt's post, now recorded
-	postSent                       // posted and recorded
-	postSkipped                    // the store says it was posted already
-	postRefused                    // Slack refused it for good
+	postFound      postOutcome = iota // an earlier attempt's post, now recorded
+	postSent                          // posted and recorded
+	postSkipped                       // the store says it was posted already
+	postRefused                       // Slack refused it for good
+	postNotLeading                    // a leader-only root, and the lease is lost
 )
 
 // deliver takes a post's steps: claim its record (first writer wins, so
@@ -113,6 +117,10 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 	actx, cancel := q.attemptCtx(ctx)
 	defer cancel()
 
+	if p.leaderOnly && !q.s.leading() {
+		q.notLeading(actx, p, claimed{})
+		return
+	}
 	c, err := q.s.ledger.claim(actx, p)
 	now := time.Now()
 	if err == nil && p.kind == kindRoot {
@@ -139,6 +147,11 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		q.mu.Unlock()
 		return
 	case c.lost:
+		return
+	case p.leaderOnly && !q.s.leading():
+		// The lease ran out while the claim was made: it may have been
+		// written after the next leader looked for this root.
+		q.notLeading(actx, p, c)
 		return
 	}
 
@@ -188,6 +201,27 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 	}
 }
 
+// notLeading drops a leader-only root (see "Leader-only messages" in
+// doc.go): a replica that does not hold the lease claims no root of the
+// correlator's, since the leader, which asks HasRoot when it takes over,
+// may not have seen the claim and may fold the incident into a storm with
+// no message of its own; a root posted now would stay as it is, never
+// updated. A claim c this attempt just created is released (nothing was
+// posted under it); one renewed or taken over may hold an earlier
+// attempt's post and stays, for the leader's notifier to take over after
+// ClaimLease and look for that post. The replies queued behind the root
+// wait for a root another instance posts (resolve, absent), as any
+// replies without a rendering do; their IDs are claimed before posting,
+// so a reply the leader queues again is posted once.
+func (q *chanQueue) notLeading(ctx context.Context, p post, c claimed) {
+	if c.rev != 0 && !c.takenOver {
+		q.s.ledger.release(ctx, p, c.rev)
+	}
+	q.settle(p, postNotLeading, Record{})
+	q.s.m.notLeading.WithLabelValues(kindRoot).Inc()
+	p.log.Info().Bool("claimed", c.rev != 0).Msg("not holding the lease: the root is left to the leader; dropped")
+}
+
 // settle runs p.settle under the lock and counts posts for ReplyShare:
 // a reply sent resets the count of roots posted since the last one.
 func (q *chanQueue) settle(p post, o postOutcome, rec Record) int {
@@ -208,7 +242,7 @@ func (q *chanQueue) settle(p post, o postOutcome, rec Record) int {
 func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 	msg := up.msg
 	return post{
-		kind: kindRoot, key: k.key, channel: msg.Channel,
+		kind: kindRoot, key: k.key, channel: msg.Channel, leaderOnly: msg.LeaderOnly,
 		version: msg.Version, digest: msg.Digest, claimRev: k.claimRev, claimedAt: k.claimedAt,
 		text: msg.Text, blocks: msg.Blocks, form: &up.form, since: up.since,
 		log: q.s.log.With().Str("key", k.key).Uint64("version", msg.Version).Logger(),
@@ -218,6 +252,12 @@ func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 				if o == postSent {
 					q.removeUpsert(k, up)
 				}
+				return 0
+			}
+			if o == postNotLeading {
+				// The replies stay and wait for the leader's root.
+				k.state, k.claimRev = rootUnknown, 0
+				q.removeUpsert(k, up)
 				return 0
 			}
 			// Refused. The replies have nothing to hang under; a later
@@ -251,6 +291,15 @@ func (q *chanQueue) replyPost(k *keyQ, rep *replyItem) post {
 func (q *chanQueue) updateRoot(ctx context.Context, t task) {
 	k, up := t.k, t.up
 	msg := up.msg
+	if msg.LeaderOnly && !q.s.leading() {
+		// The leader renders it again when it takes over.
+		q.mu.Lock()
+		q.removeUpsert(k, up)
+		q.mu.Unlock()
+		q.s.m.notLeading.WithLabelValues(kindUpdate).Inc()
+		q.s.log.Debug().Str("key", k.key).Uint64("version", msg.Version).Msg("not holding the lease: update dropped")
+		return
+	}
 	actx, cancel := q.attemptCtx(ctx)
 	defer cancel()
 

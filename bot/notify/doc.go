@@ -83,6 +83,37 @@
 // replica at a time, which keeps that a rare, self-healing glitch (the next
 // update wins).
 //
+// # Leader-only messages
+//
+// The correlator's incidents and storms are sent by the holder of the
+// bot's lease alone (Message.LeaderOnly; SlackConfig.Leading is the
+// lease, cmd/hcpbot wires bus.Lease.Leader). Their renderings wait in the
+// queue (behind the channel's post budget, a pause, a store retry), and
+// the lease may be lost meanwhile: a new leader taking over asks HasRoot
+// for each incident and, finding no record, may fold it into a storm as a
+// member without a message of its own. A root the old leader posted then
+// would be a message nobody updates, saying "open" after the incident
+// healed. So the worker asks Leading right before claiming a leader-only
+// root, and again right after the claim was written: not leading, the
+// rendering is dropped (hcpbot_slack_not_leading_total{kind="root"}, an
+// info log) and a claim that attempt created is released. The second
+// look closes the gap between the first and the write: Leading is true
+// only while no other replica can hold the lease (bus.Lease), so a claim
+// written while it still answers true is in the store before any new
+// leader looks, and HasRoot counts a claim without ts as a root (its post
+// may be in flight): that leader keeps the incident's message and
+// updates it once the post lands (or, if its holder never posts it,
+// takes the claim over after ClaimLease, looks for the post and posts
+// it). A claim renewed or taken over is left as it is when the rendering
+// is dropped: an earlier attempt's post may have landed under it. The
+// replies queued behind a dropped root wait for the root another
+// instance posts (looked up every ClaimPoll), as any replies without a
+// rendering do; a reply's ID is claimed before it is posted, so one the
+// leader queues again is posted once. Updates of a leader-only message
+// are dropped too when not leading (kind="update"): the leader renders
+// every incident again when it takes over. Digests, refusals and
+// outcomes are not leader-only: whichever replica runs them posts them.
+//
 // # Metrics
 //
 //	hcpbot_slack_calls_total{method,outcome}
@@ -90,6 +121,7 @@
 //	hcpbot_slack_retry_after_seconds_total
 //	hcpbot_slack_delivery_latency_seconds{kind}   enqueue → delivered
 //	hcpbot_slack_dropped_total{kind}
+//	hcpbot_slack_not_leading_total{kind}          leader-only, dropped: the lease is lost
 //	hcpbot_slack_coalesced_total, hcpbot_slack_unchanged_total,
 //	hcpbot_slack_deduplicated_total,
 //	hcpbot_slack_duplicate_roots_total
@@ -108,7 +140,8 @@
 //     pick (priorities, round robin, ReplyShare), run.
 //   - deliver.go: what happens to a Key's item: resolve (is there a root?),
 //     deliver (the one claim → look up → post → record sequence of a post,
-//     root or reply: rootPost, replyPost), updateRoot.
+//     root or reply: rootPost, replyPost), updateRoot; notLeading, the
+//     leader-only roots dropped once the lease is lost.
 //   - ledger.go: the ledger, delivery's record-keeping, the one type that
 //     reads and writes records: claims (claim, release), taking over a dead
 //     replica's claim and finding its post (find: the message metadata,

@@ -29,6 +29,7 @@ type metrics struct {
 	retryAfter     prometheus.Counter
 	latency        *prometheus.HistogramVec
 	dropped        *prometheus.CounterVec
+	notLeading     *prometheus.CounterVec
 	coalesced      prometheus.Counter
 	unchanged      prometheus.Counter
 	deduplicated   prometheus.Counter
@@ -60,6 +61,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hcpbot_slack_dropped_total",
 			Help: "Items given up after a permanent Slack error, by kind.",
+		}, []string{"kind"}),
+		notLeading: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hcpbot_slack_not_leading_total",
+			Help: "Leader-only renderings (incidents, storms) dropped because this replica no longer held the lease, by kind (root: its root not known to exist yet; update).",
 		}, []string{"kind"}),
 		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hcpbot_slack_coalesced_total",
@@ -94,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.calls, m.depth, m.retryAfter, m.latency,
-		m.dropped, m.coalesced, m.unchanged, m.deduplicated, m.duplicateRoots, m.recovered, m.errors, m.unpostable} {
+		m.dropped, m.notLeading, m.coalesced, m.unchanged, m.deduplicated, m.duplicateRoots, m.recovered, m.errors, m.unpostable} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("notify: register metrics: %w", err)
 		}

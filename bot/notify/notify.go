@@ -33,6 +33,12 @@ type Message struct {
 	// replays its state after a restart then changes nothing in Slack
 	// that is still true there.
 	Digest string
+	// LeaderOnly marks a rendering only the holder of the bot's lease
+	// sends: the correlator's incidents and storms. It is delivered only
+	// while SlackConfig.Leading says this replica leads, and dropped
+	// otherwise ("Leader-only messages" in doc.go). Digests, refusals and
+	// outcomes leave it false: whichever replica runs them posts them.
+	LeaderOnly bool
 }
 
 // Reply is a thread reply under the root of Key: evidence, state changes,

@@ -112,6 +112,10 @@ type SlackConfig struct {
 	// InstanceID names this process in claims; default random. Two live
 	// instances must never share one.
 	InstanceID string
+	// Leading reports whether this replica holds the bot's lease (the
+	// correlator's Config.Leader); nil means always. A Message marked
+	// LeaderOnly is claimed, posted and updated only while it says so.
+	Leading func() bool
 }
 
 func (c *SlackConfig) defaults() {
@@ -305,6 +309,9 @@ func (s *Slack) start(q *chanQueue) {
 		q.run(s.runCtx)
 	}()
 }
+
+// leading says whether a LeaderOnly rendering may be sent now.
+func (s *Slack) leading() bool { return s.cfg.Leading == nil || s.cfg.Leading() }
 
 var _ RootChecker = (*Slack)(nil)
 
