@@ -148,11 +148,6 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		return
 	case c.lost:
 		return
-	case p.leaderOnly && !q.s.leading():
-		// The lease ran out while the claim was made: it may have been
-		// written after the next leader looked for this root.
-		q.notLeading(actx, p, c)
-		return
 	}
 
 	if c.takenOver {
@@ -167,6 +162,14 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 			p.log.Info().Str("ts", ts).Msg("found the post of an earlier attempt; not posting again")
 			return
 		}
+	}
+	if p.leaderOnly && !q.s.leading() {
+		// The lease ran out while the claim was made: it may have been
+		// written after the next leader looked for this root. (A claim
+		// taken over was looked for first, so the one left holds no
+		// post made before it.)
+		q.notLeading(actx, p, c)
+		return
 	}
 
 	if !q.post.take(time.Now()) { // pick saw a token; only this worker spends them
@@ -207,9 +210,10 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 // may not have seen the claim and may fold the incident into a storm with
 // no message of its own; a root posted now would stay as it is, never
 // updated. A claim c this attempt just created is released (nothing was
-// posted under it); one renewed or taken over may hold an earlier
-// attempt's post and stays, for the leader's notifier to take over after
-// ClaimLease and look for that post. The replies queued behind the root
+// posted under it); one renewed or taken over stays, for the leader's
+// notifier to take over after ClaimLease: deliver looked for an earlier
+// attempt's post under it first, and the leader's look covers what may
+// land from its renewal on. The replies queued behind the root
 // wait for a root another instance posts (resolve, absent), as any
 // replies without a rendering do; their IDs are claimed before posting,
 // so a reply the leader queues again is posted once.

@@ -104,8 +104,9 @@
 // may be in flight): that leader keeps the incident's message and
 // updates it once the post lands (or, if its holder never posts it,
 // takes the claim over after ClaimLease, looks for the post and posts
-// it). A claim renewed or taken over is left as it is when the rendering
-// is dropped: an earlier attempt's post may have landed under it. The
+// it). A claim renewed or taken over is not released when the rendering
+// is dropped: an earlier attempt's post may have landed under it, and is
+// looked for (and recorded if found) before the drop. The
 // replies queued behind a dropped root wait for the root another
 // instance posts (looked up every ClaimPoll), as any replies without a
 // rendering do; a reply's ID is claimed before it is posted, so one the

@@ -177,3 +177,42 @@ func TestLeaderOnlyRootsQueuedBehindThePaceWhenTheLeaseIsLost(t *testing.T) {
 		}
 	}
 }
+
+// A claim taken over (its holder presumed dead) as the lease runs out is
+// not released: the dead holder's post may have landed. It is looked for
+// first, as for any claim taken over, so the claim left holds no post
+// made before it, and the leader's notifier, taking it over in turn,
+// looks from then on. Leading answers true twice (the create that finds
+// the claim, the take-over), false after.
+func TestLeaderOnlyClaimTakenOverAsTheLeaseRanOut(t *testing.T) {
+	const ch, key = "C0LEASE4", "inc-dead-claim"
+	ctx := testContext(t)
+	rec := slackrec.New(t, slackrec.WithRate(50, 10))
+	store := kvStore(t, natstest.RunServer(t), "notify_lease_takeover")
+	if _, err := store.Create(ctx, rootID(key), Record{Channel: ch, Owner: "dead-replica", Claimed: time.Now().Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	f := newSlack(t, rec, store, func(c *SlackConfig) {
+		c.ClaimLease = 30 * time.Second
+		c.Leading = func() bool { return asked.Add(1) <= 2 }
+	})
+	mustUpsert(t, f.n, leaderOnly(ch, key, 1))
+	run(t, f.n)
+	waitUntil(t, "the root dropped", func() bool {
+		return counter(t, f.reg, "hcpbot_slack_not_leading_total", nil) == 1 && f.n.Pending() == 0
+	})
+	if n := okCalls(rec, "conversations.history"); n != 1 {
+		t.Errorf("%d history look-ups, want 1: the dead holder's post is looked for before the drop", n)
+	}
+	if n := okCalls(rec, "chat.postMessage"); n != 0 {
+		t.Errorf("%d posts, want none", n)
+	}
+	got, _, err := store.Get(ctx, rootID(key))
+	if err != nil || got.TS != "" || got.Owner == "dead-replica" {
+		t.Errorf("the claim left = %+v (%v), want this instance's, without ts", got, err)
+	}
+	if ok, err := f.n.HasRoot(ctx, key); err != nil || !ok {
+		t.Errorf("HasRoot = %v, %v; want true: the claim stays for the leader to take over", ok, err)
+	}
+}
