@@ -76,6 +76,16 @@
 // one replaced meanwhile waits as pending (stepDown,
 // TestLiveCheckedForgottenWhenTheLeaseIsLost).
 //
+// What the correlator sends is marked notify.Message.LeaderOnly, and the
+// notifier posts it only while this replica holds the lease
+// (notify.SlackConfig.Leading, wired to the same lease by cmd/hcpbot):
+// renderings queued behind Slack's pace, or on a store retry, when the
+// lease is lost are dropped, not posted. Posted, a root the new leader's
+// look-up did not find (nothing claimed it yet) would be a message it
+// never updates, e.g. of an incident it folded into a storm
+// (TestOldLeaderPostsNoRootAfterTheLoss; bot/notify doc.go,
+// "Leader-only messages").
+//
 // # Partitions: several bot groups
 //
 // With Config.Partitions.Count > 1 the bot is one group of several, each

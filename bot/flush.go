@@ -205,7 +205,9 @@ func (s sendStage) Exec(f *flushRun, due []*Incident) []*Incident {
 func (s sendStage) send(ctx context.Context, inc *Incident, now time.Time) {
 	n := &inc.n
 	n.version = nextVersion(n.version, now)
-	msg := notify.Message{Key: inc.Key, Channel: inc.Channel, Version: n.version}
+	// Leader-only: queued behind Slack's pace, it must not be posted
+	// once another replica leads (bot/notify doc.go).
+	msg := notify.Message{Key: inc.Key, Channel: inc.Channel, Version: n.version, LeaderOnly: true}
 	msg.Text, msg.Blocks = Render(inc, now)
 	msg.Digest = digest(Render(inc, inc.Opened))
 	if err := s.out.Upsert(ctx, msg); err != nil {

@@ -118,7 +118,7 @@ func (sendStormStage) Name() string { return "send" }
 func (p sendStormStage) Exec(f *flushRun, due []*Storm) []*Storm {
 	for _, s := range due {
 		s.version = nextVersion(s.version, f.now)
-		msg := notify.Message{Key: s.Key, Channel: s.Channel, Version: s.version}
+		msg := notify.Message{Key: s.Key, Channel: s.Channel, Version: s.version, LeaderOnly: true}
 		msg.Text, msg.Blocks = RenderStorm(s, f.now)
 		msg.Digest = digest(RenderStorm(s, s.Opened))
 		if err := p.out.Upsert(f.ctx, msg); err != nil {

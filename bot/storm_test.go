@@ -58,13 +58,24 @@ func runBot(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bo
 // runBotLogged is runBot logging to log.
 func runBotLogged(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config, before func(*bot.Bot), wrap func(notify.Notifier) notify.Notifier, log zerolog.Logger) *botRun {
 	t.Helper()
+	return runBotSlack(t, js, rec, cfg, before, wrap, log, nil)
+}
+
+// runBotSlack is runBotLogged with the notifier's configuration adjusted
+// by slackCfg when it is not nil.
+func runBotSlack(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, cfg bot.Config, before func(*bot.Bot), wrap func(notify.Notifier) notify.Notifier, log zerolog.Logger, slackCfg func(*notify.SlackConfig)) *botRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	store, err := notify.NewKVStore(ctx, js, notify.KVConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient("xoxb-test", rec.APIURL(), nil), Store: store, Log: log, Registerer: reg})
+	sc := notify.SlackConfig{Client: notify.NewSlackClient("xoxb-test", rec.APIURL(), nil), Store: store, Log: log, Registerer: reg}
+	if slackCfg != nil {
+		slackCfg(&sc)
+	}
+	n, err := notify.NewSlack(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +94,22 @@ func runBotLogged(t *testing.T, js jetstream.JetStream, rec *slackrec.Recorder, 
 	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
 	t.Cleanup(stop)
 	return &botRun{bot: b, reg: reg, cancel: stop, slack: n}
+}
+
+// logOnFailure logs, if t fails, the messages of the channel and the
+// incidents r knows.
+func logOnFailure(t *testing.T, rec *slackrec.Recorder, r *botRun) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, m := range rec.Messages(channel) {
+			t.Logf("message %s thread=%q: %.200s", m.TS, m.ThreadTS, m.Text)
+		}
+		for _, inc := range r.bot.Incidents() {
+			t.Logf("incident %s %s open=%v storm=%q", inc.Key, inc.Cluster, inc.Open(), inc.Storm)
+		}
+	})
 }
 
 func natsJS(t *testing.T) jetstream.JetStream {
@@ -357,16 +384,7 @@ func TestChaosTwoBotReplicas(t *testing.T) {
 	if err := scenario.Publish(ctx, js, append(stormEvents, few...)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range rec.Messages(channel) {
-				t.Logf("message %s thread=%q: %.200s", m.TS, m.ThreadTS, m.Text)
-			}
-			for _, inc := range b.bot.Incidents() {
-				t.Logf("incident %s %s open=%v storm=%s", inc.Key, inc.Cluster, inc.Open(), inc.Storm)
-			}
-		}
-	})
+	logOnFailure(t, rec, b)
 	rec.WaitFor(t, 30*time.Second, func(r *slackrec.Recorder) bool { return len(roots(r)) >= 3 })
 
 	leader, follower := a, b

@@ -311,20 +311,6 @@ func joinURLs(urls []string) string {
 func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secrets, signer *approval.Signer, conn *bus.Conn, reg *prometheus.Registry, opened *atomic.Bool, log zerolog.Logger) error {
 	log = log.With().Str("component", "bot").Logger()
 
-	console := notify.NewConsole(c.stdout)
-	console.SetStyle(chatops.ConsoleStyle(c.users))
-	var notifier notify.Notifier = console
-	if sec.SlackBotToken != "" {
-		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{}, bus.WithReplicas(cfg.NATS.StreamReplicas))
-		if err != nil {
-			return err
-		}
-		n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil), Store: store, Registerer: reg, Log: log})
-		if err != nil {
-			return err
-		}
-		notifier = n
-	}
 	// Every replica keeps the whole state of its group; the holder of
 	// the group's lease notifies ("bot", or "bot-p<P>-<k>").
 	parts := cfg.Bot.PartitionSet()
@@ -344,6 +330,25 @@ func botRun(ctx context.Context, c *cli, cfg *configs.Config, sec *configs.Secre
 		}))
 	if err != nil {
 		return err
+	}
+
+	console := notify.NewConsole(c.stdout)
+	console.SetStyle(chatops.ConsoleStyle(c.users))
+	var notifier notify.Notifier = console
+	if sec.SlackBotToken != "" {
+		store, err := notify.NewKVStore(ctx, conn.JS, notify.KVConfig{}, bus.WithReplicas(cfg.NATS.StreamReplicas))
+		if err != nil {
+			return err
+		}
+		n, err := notify.NewSlack(notify.SlackConfig{Client: notify.NewSlackClient(sec.SlackBotToken, cfg.Slack.APIURL, nil), Store: store, Registerer: reg, Log: log,
+			// The correlator's incidents and storms (notify.Message.LeaderOnly)
+			// go out only while this replica holds the lease: queued behind
+			// Slack's pace, they are dropped once another replica leads.
+			Leading: lease.Leader})
+		if err != nil {
+			return err
+		}
+		notifier = n
 	}
 	replicas := max(cfg.NATS.StreamReplicas, 1)
 	auditOpts := []audit.Option{audit.WithReplicas(replicas)}
