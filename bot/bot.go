@@ -63,6 +63,12 @@ type Bot struct {
 	// pending are resolved incidents replaced by a newer one of their
 	// cluster before their resolution was sent.
 	pending []*Incident
+	// sentPending are the pending resolutions this replica sent while
+	// leading, kept for retain: the notifier drops a leader-only
+	// rendering it still holds when the lease is lost, and a replica
+	// taking the lease back renders them again (takeOver), as it does
+	// every incident it still holds.
+	sentPending []*Incident
 	// pendingScanned is pending's length after its last horizon scan.
 	pendingScanned int
 	// pendingSwept is pending's length after the last sweep, sweptAt

@@ -45,7 +45,15 @@ func (b *Bot) flush(ctx context.Context) time.Time {
 	defer b.mu.Unlock()
 	f := newFlushRun(ctx, b.cfg.Now())
 	b.incidentStages().run(f, b.candidates())
-	b.pending = slices.DeleteFunc(b.pending, func(inc *Incident) bool { return !inc.n.dirty })
+	b.pending = slices.DeleteFunc(b.pending, func(inc *Incident) bool {
+		if inc.n.dirty {
+			return false
+		}
+		if inc.n.rooted {
+			b.sentPending = append(b.sentPending, inc)
+		}
+		return true
+	})
 	storms := make([]*Storm, 0, len(b.storms))
 	for _, s := range b.storms {
 		storms = append(storms, s)

@@ -52,6 +52,7 @@ func (b *Bot) prune(now time.Time) {
 			delete(b.incidents, k)
 		}
 	}
+	b.sentPending = slices.DeleteFunc(b.sentPending, func(p *Incident) bool { return now.Sub(p.n.sent) > retain })
 	for key, s := range b.storms {
 		if !s.Open() && !s.dirty && now.Sub(s.Resolved) > retain {
 			for _, m := range s.Members {

@@ -29,6 +29,17 @@ func (b *Bot) takeOver() {
 	for _, s := range b.storms {
 		s.dirty = true
 	}
+	// The resolutions of replaced incidents it sent before a loss: the
+	// notifier may have dropped them (leader-only), and nothing else
+	// holds them any more.
+	now := b.cfg.Now()
+	for _, p := range b.sentPending {
+		if now.Sub(p.n.sent) <= retain {
+			p.n.checked, p.n.dirty = false, true
+			b.pending = append(b.pending, p)
+		}
+	}
+	b.sentPending = nil
 	b.stormsChecked = false
 }
 
