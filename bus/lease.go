@@ -146,7 +146,14 @@ func (l *Lease) attempt(ctx context.Context, rev uint64, period time.Duration) u
 	switch {
 	case err == nil:
 		// A CAS on our revision succeeded, so nobody wrote the key since:
-		// leading again is safe even after a lapse.
+		// leading again is safe even after a lapse. A lapse not reported
+		// yet (the tick won over the lapse timer after a stall, or this
+		// answer came after the deadline) is reported first: Leader said
+		// false meanwhile, and what acted on it (the notifier drops
+		// leader-only roots) must be told to render them again.
+		if l.held && l.now() >= time.Duration(l.until.Load()) {
+			l.notify("lease not renewed in time")
+		}
 		l.until.Store(int64(sent + l.stepDownAfter()))
 		l.notify("lease acquired")
 		return r
