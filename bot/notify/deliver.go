@@ -43,7 +43,7 @@ func (q *chanQueue) resolve(ctx context.Context, k *keyQ) {
 	switch {
 	case r.posted:
 		k.state, k.channel, k.ts, k.version, k.claimRev = rootKnown, r.rec.Channel, r.rec.TS, r.rec.Version, 0
-		k.awaitRoot = false
+		k.awaitRoot, k.orphaned = false, time.Time{}
 	case r.busy:
 		k.notBefore = now.Add(q.s.cfg.ClaimPoll)
 	default: // nobody posted it: claim it, or renew / take over r's claim
@@ -54,10 +54,22 @@ func (q *chanQueue) resolve(ctx context.Context, k *keyQ) {
 
 // absent notes that nobody posted k's root. With no rendering queued the
 // replies wait for one, looking again now and then in case another
-// instance posts it.
+// instance posts it; those left behind a root dropped for want of the
+// lease wait OrphanWait at most: the leader may never post that root.
 func (q *chanQueue) absent(k *keyQ, now time.Time) {
 	if k.upsert != nil {
 		k.state = rootAbsent
+		return
+	}
+	if !k.orphaned.IsZero() && now.Sub(k.orphaned) >= q.s.cfg.OrphanWait {
+		n := len(k.replies)
+		for len(k.replies) > 0 {
+			q.popReply(k, k.replies[0])
+		}
+		k.state, k.orphaned = rootUnknown, time.Time{}
+		q.s.m.dropped.WithLabelValues(kindReply).Add(float64(n))
+		q.s.log.Info().Str("key", k.key).Int("replies_dropped", n).Dur("waited", q.s.cfg.OrphanWait).
+			Msg("no root for the replies behind a root dropped for want of the lease; dropped")
 		return
 	}
 	k.state, k.awaitRoot, k.notBefore = rootUnknown, true, now.Add(q.s.cfg.ClaimPoll)
@@ -259,8 +271,12 @@ func (q *chanQueue) rootPost(k *keyQ, up *upsertItem) post {
 				return 0
 			}
 			if o == postNotLeading {
-				// The replies stay and wait for the leader's root.
+				// The replies stay and wait for the leader's root,
+				// OrphanWait at most (absent).
 				k.state, k.claimRev = rootUnknown, 0
+				if len(k.replies) > 0 {
+					k.orphaned = time.Now()
+				}
 				q.removeUpsert(k, up)
 				return 0
 			}

@@ -109,8 +109,11 @@
 // looked for (and recorded if found) before the drop. The
 // replies queued behind a dropped root wait for the root another
 // instance posts (looked up every ClaimPoll), as any replies without a
-// rendering do; a reply's ID is claimed before it is posted, so one the
-// leader queues again is posted once. Updates of a leader-only message
+// rendering do, but OrphanWait at most: the leader may never post that
+// root (a storm's member, an incident healed unposted), and they would
+// stay queued, looked up, for as long as the process runs
+// (hcpbot_slack_dropped_total{kind="reply"}); a reply's ID is claimed
+// before it is posted, so one the leader queues again is posted once. Updates of a leader-only message
 // are dropped too when not leading (kind="update"): the leader renders
 // every incident again when it takes over. Digests, refusals and
 // outcomes are not leader-only: whichever replica runs them posts them.

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -215,4 +216,57 @@ func TestLeaderOnlyClaimTakenOverAsTheLeaseRanOut(t *testing.T) {
 	if ok, err := f.n.HasRoot(ctx, key); err != nil || !ok {
 		t.Errorf("HasRoot = %v, %v; want true: the claim stays for the leader to take over", ok, err)
 	}
+}
+
+// The replies queued behind a leader-only root dropped for want of the
+// lease wait for the leader's root, but not for ever: the leader may
+// never post one for that Key (it folded the incident into a storm, or
+// it healed unposted), and the replica that dropped it would otherwise
+// keep them queued (counted against MaxPendingReplies) and look the Key
+// up in the store every ClaimPoll for as long as it runs, one more Key
+// per root dropped at each handover. After OrphanWait with no root and
+// no new rendering they are dropped (hcpbot_slack_dropped_total{reply}).
+func TestRepliesBehindADroppedRootDoNotWaitForEver(t *testing.T) {
+	const ch, key = "C0ORPHAN", "inc-folded-into-a-storm"
+	rec := slackrec.New(t, slackrec.WithRate(50, 10))
+	store := &countingStore{Store: kvStore(t, natstest.RunServer(t), "notify_orphans")}
+	f := newSlack(t, rec, store, func(c *SlackConfig) {
+		c.ClaimPoll, c.OrphanWait = 20*time.Millisecond, 300*time.Millisecond
+		c.Leading = func() bool { return false }
+	})
+	mustUpsert(t, f.n, leaderOnly(ch, key, 1))
+	mustReply(t, f.n, reply(ch, key, "evidence-0"))
+	run(t, f.n)
+	waitUntil(t, "the root dropped", func() bool {
+		return counter(t, f.reg, "hcpbot_slack_not_leading_total", nil) == 1
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for f.n.Pending() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := f.n.Pending(); n != 0 {
+		t.Fatalf("%d replies still queued 10 s after their root was dropped (%d store reads so far): nobody will post that root", n, store.gets.Load())
+	}
+	if n := counter(t, f.reg, "hcpbot_slack_dropped_total", map[string]string{"kind": kindReply}); n != 1 {
+		t.Errorf("hcpbot_slack_dropped_total{reply} = %v, want 1", n)
+	}
+	reads := store.gets.Load()
+	time.Sleep(200 * time.Millisecond)
+	if n := store.gets.Load() - reads; n > 0 {
+		t.Errorf("%d store reads after the replies were dropped", n)
+	}
+	if n := okCalls(rec, "chat.postMessage"); n != 0 {
+		t.Errorf("%d posts, want none", n)
+	}
+}
+
+// countingStore counts the reads of a store.
+type countingStore struct {
+	Store
+	gets atomic.Int64
+}
+
+func (s *countingStore) Get(ctx context.Context, id string) (Record, uint64, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, id)
 }

@@ -57,6 +57,9 @@ type keyQ struct {
 	ids       map[string]struct{} // IDs of the queued replies
 	notBefore time.Time           // waiting: another instance's claim, store errors
 	awaitRoot bool                // replies waiting for a root nobody has posted yet
+	// orphaned is when a leader-only root was dropped with replies
+	// behind it (notLeading); they wait OrphanWait for a root (absent).
+	orphaned time.Time
 	// createLost: a claim by create was lost, so the store is
 	// looked up first from now on (see head).
 	createLost bool
@@ -148,6 +151,7 @@ func (q *chanQueue) addUpsert(m Message, now time.Time) {
 	if k.awaitRoot {
 		k.awaitRoot, k.notBefore = false, time.Time{}
 	}
+	k.orphaned = time.Time{}
 	q.mu.Unlock()
 	q.signal()
 }

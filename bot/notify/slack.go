@@ -46,6 +46,12 @@ const (
 	// six roots (one a second) before the first one's details.
 	DefaultReplyPatience     = 10 * time.Second
 	DefaultMaxPendingReplies = 10000
+	// DefaultOrphanWait is how long the replies behind a leader-only
+	// root dropped for want of the lease wait for a root: the leader
+	// renders every incident it holds when it takes over, within a
+	// flush; one it never posts (folded into a storm, healed unposted)
+	// would otherwise keep them queued for as long as this process runs.
+	DefaultOrphanWait = 10 * time.Minute
 )
 
 // Slack API methods, the "method" label of the metrics.
@@ -105,6 +111,7 @@ type SlackConfig struct {
 
 	ClaimLease time.Duration // after this, another instance takes a claim over
 	ClaimPoll  time.Duration // how often to look for another instance's root
+	OrphanWait time.Duration // see DefaultOrphanWait
 
 	ReplyShare        int           // see DefaultReplyShare
 	ReplyPatience     time.Duration // see DefaultReplyPatience; negative: none
@@ -143,6 +150,7 @@ func (c *SlackConfig) defaults() {
 	orD(&c.BackoffMax, DefaultBackoffMax)
 	orD(&c.ClaimLease, DefaultClaimLease)
 	orD(&c.ClaimPoll, DefaultClaimPoll)
+	orD(&c.OrphanWait, DefaultOrphanWait)
 	orI(&c.ReplyShare, DefaultReplyShare)
 	if c.ReplyPatience == 0 {
 		c.ReplyPatience = DefaultReplyPatience
