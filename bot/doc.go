@@ -84,7 +84,13 @@
 // look-up did not find (nothing claimed it yet) would be a message it
 // never updates, e.g. of an incident it folded into a storm
 // (TestOldLeaderPostsNoRootAfterTheLoss; bot/notify doc.go,
-// "Leader-only messages").
+// "Leader-only messages"). What was dropped is sent again by whoever
+// takes the lease next, this replica too after a flap: takeOver marks
+// every incident and storm it holds dirty, and puts back the resolutions
+// of replaced incidents it sent while leading (sentPending, kept for
+// retain: TestFlapResendsPendingResolution); bus.Lease reports a lapse
+// even when the renewal lands before its timer fires, so a flap is
+// never missed (LeaderChanged).
 //
 // # Partitions: several bot groups
 //
