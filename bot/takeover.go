@@ -156,12 +156,9 @@ func (b *Bot) liveSince(ctx context.Context) uint64 {
 		b.log.Debug().Err(err).Msg("events stream not read: every new incident is looked up")
 		return 0
 	}
-	info, err := s.Info(lctx)
-	if err != nil {
-		b.log.Debug().Err(err).Msg("events stream not read: every new incident is looked up")
-		return 0
-	}
-	return info.State.LastSeq + 1
+	// Stream read the stream's info just now, after the lease was held:
+	// asking Info again would be a second round trip for the same state.
+	return s.CachedInfo().State.LastSeq + 1
 }
 
 // liveRetry is how long the flush waits to read the stream again after
