@@ -20,7 +20,9 @@ const Mask = "***"
 // that Go's httpproxy, curl and Python accept for proxy variables.
 func RedactURL(s string) string {
 	start := 0
-	if i := strings.Index(s, "://"); i >= 0 {
+	// Only a valid scheme starts the authority: "u:p@://" is a user
+	// name and password before a host that merely holds "://".
+	if i := strings.Index(s, "://"); i >= 0 && hasScheme(s) {
 		start = i + 3
 	} else if strings.HasPrefix(s, "//") {
 		start = 2
@@ -35,22 +37,24 @@ func RedactURL(s string) string {
 // URLs redacts a list of server URLs whose entries may themselves be
 // comma-separated lists, as NATS clients accept them
 // ("nats://a:4222,nats://u:p@b:4222"); every part comes out redacted, in
-// order. A raw password may contain a comma, so a part that has an '@' but
-// no scheme is taken as the rest of the URL before it and redacted with it
+// order. A raw user name or password may contain a comma, so a part that has
+// an '@' but no valid scheme (RFC 3986: a letter, then letters, digits, '+',
+// '-' or '.') is taken as the rest of the URL before it and redacted with it
 // ("nats://u:pa,ss@h" → "nats://***@h"): hiding a neighbouring host is the
-// lesser evil. A password holding a comma followed by "://" cannot be told
-// from two URLs.
+// lesser evil. A server URL has no path, so everything before a part's last
+// '@' is userinfo. A password holding a comma followed by "scheme://" cannot
+// be told from two URLs.
 func URLs(list []string) []string {
 	out := make([]string, 0, len(list))
 	for _, s := range list {
 		var cur []string // the entry's URLs so far
 		for p := range strings.SplitSeq(s, ",") {
 			p = strings.TrimSpace(p)
-			if len(cur) > 0 && !strings.Contains(p, "://") && strings.Contains(p, "@") {
+			if len(cur) > 0 && !hasScheme(p) && strings.Contains(p, "@") {
 				// The rest of an earlier URL's userinfo: back to the
 				// nearest part with a scheme (or the entry's start).
 				back := len(cur) - 1
-				for back > 0 && !strings.Contains(cur[back], "://") {
+				for back > 0 && !hasScheme(cur[back]) {
 					back--
 				}
 				cur = append(cur[:back], strings.Join(cur[back:], ",")+","+p)
@@ -59,10 +63,43 @@ func URLs(list []string) []string {
 			cur = append(cur, p)
 		}
 		for _, p := range cur {
-			out = append(out, RedactURL(p))
+			out = append(out, redactServer(p))
 		}
 	}
 	return out
+}
+
+// hasScheme reports whether p starts with a valid "scheme://".
+func hasScheme(p string) bool {
+	i := strings.Index(p, "://")
+	if i <= 0 {
+		return false
+	}
+	for k := range i {
+		switch c := p[k]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case k > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// redactServer masks everything between a server URL's "://" (or its start)
+// and its last '@'.
+func redactServer(p string) string {
+	at := strings.LastIndexByte(p, '@')
+	if at < 0 {
+		return p
+	}
+	start := 0
+	if i := strings.Index(p, "://"); i >= 0 && i < at {
+		start = i + 3
+	} else if strings.HasPrefix(p, "//") {
+		start = 2
+	}
+	return p[:start] + Mask + p[at:]
 }
 
 // RedactText redacts every URL userinfo found in free text: log lines,

@@ -30,7 +30,11 @@ func TestRedactURL(t *testing.T) {
 		// a password separator.
 		{"https://registry.npmjs.org/@scope/pkg", "https://registry.npmjs.org/@scope/pkg"},
 		{"", ""},
-		{"%zz://::@", "%zz://***@"},
+		// "%zz" is no scheme, so all before the '@' is userinfo.
+		{"%zz://::@", "***@"},
+		// A host holding "://" after a scheme-less userinfo (found by
+		// the fuzzer).
+		{"0:1@://", "***@://"},
 	}
 	for _, tt := range tests {
 		if got := RedactURL(tt.in); got != tt.want {
@@ -58,6 +62,14 @@ func TestURLs(t *testing.T) {
 		// A comma in a raw password: the piece before it must not show.
 		{[]string{"nats://u:pa,ss@h:4222"}, []string{"nats://***@h:4222"}},
 		{[]string{"nats://a:4222,nats://u:p,a,ss@h"}, []string{"nats://a:4222", "nats://***@h"}},
+		// A comma in the user name before a password starting with "//"
+		// (found by the fuzzer in CI): "://#@0" has no scheme, so it is
+		// the rest of the URL before it.
+		{[]string{"nats://a:4222,0://,://#@0,tls://b:4222"}, []string{"nats://***@0", "tls://b:4222"}},
+		{[]string{"nats://a:4222,nats://,://pw@h"}, []string{"nats://a:4222", "nats://***@h"}},
+		// A server URL has no path: an '@' after '/' still ends userinfo.
+		{[]string{"nats://u:p/w@h"}, []string{"nats://***@h"}},
+		{[]string{"nats://x,http://#@0"}, []string{"nats://x", "http://***@0"}},
 	}
 	for _, tt := range tests {
 		if got := URLs(tt.in); !slices.Equal(got, tt.want) {
