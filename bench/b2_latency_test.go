@@ -182,6 +182,10 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 
 	// References: the bare operations the path is made of.
 	refs := newB2Refs(b, ctx, clusters[0].kube, refNodes[0], refPubConn, refSubConn, rec)
+	// The root's claim as the notifier makes it, in a bucket of its own.
+	if refs.kv, err = notify.NewKVStore(ctx, refSubConn.JS, notify.KVConfig{Bucket: "b2_ref_claims"}); err != nil {
+		b.Fatal(err)
+	}
 	// The peer: a bare informer → webhook watcher on the same nodes,
 	// answering the same transitions side by side.
 	peer := newB2Peer(b, ctx, clusters)
@@ -189,7 +193,7 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 
 	lastSec := map[string]int64{} // node → UTC second of its last Ready change
 	var samples []b2Sample
-	var refWatch, refJS, refHTTP []float64
+	var refWatch, refJS, refKV, refHTTP []float64
 	var stopCPU func()
 	for i := range warmup + trials {
 		if i == warmup {
@@ -244,6 +248,7 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 		time.Sleep(20 * time.Millisecond)
 		refWatch = append(refWatch, refs.watch(i))
 		refJS = append(refJS, refs.jetstream(i))
+		refKV = append(refKV, refs.claim(i))
 		refHTTP = append(refHTTP, refs.http(i))
 	}
 	stopCPU()
@@ -288,6 +293,15 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 	r.Add("ref_jetstream_p50_ms", rj, "ms")
 	r.Add("ref_http_p50_ms", rh, "ms")
 	r.Add("ref_floor_p50_ms", floor, "ms")
+	// What no pipeline can skip that stores every event and claims every
+	// root before posting it (so that neither a crash nor a second
+	// replica posts it twice), counted from the UpdateStatus sent as the
+	// peer is: at or above 1.0, the p50 target is below that floor.
+	rk := b2Pct(refKV, 0.5)
+	r.Add("ref_claim_p50_ms", rk, "ms")
+	r.Add("ref_floor_durable_p50_ms", floor+rk, "ms")
+	r.Add("ref_floor_durable_from_sent_to_informer_webhook", (b2Pct(refs.updates, 0.5)+floor+rk)/b2Pct(peerSent, 0.5), "x")
+	r.Add("ref_floor_durable_agent_from_sent_to_informer_webhook", (b2Pct(col(func(s b2Sample) float64 { return s.update + s.watch }), 0.5)+rj+rk+rh)/b2Pct(peerSent, 0.5), "x")
 	r.Add("ref_update_call_p50_ms", b2Pct(refs.updates, 0.5), "ms")
 	r.Add("e2e_p50_to_floor", b2Pct(e2e, 0.5)/floor, "x")
 	r.Add("ref_informer_webhook_p50_ms", b2Pct(peerLat, 0.5), "ms")
@@ -308,7 +322,7 @@ func BenchmarkB2DetectionLatency(b *testing.B) {
 	r.Note("each trial is a NEW incident routed (bot.Config.Route) to a channel of its own, so neither the notifier's per-channel post bucket nor the recorder's rate limit is ever waited on; %d hosted clusters (one kube-apiserver each) × %d nodes take turns, a node never changes Ready twice within one second (event IDs key transitions by the second); after each trial the node is set Ready again and the next trial starts only once the resolution (chat.update + thread reply) was delivered and the notifier is idle, which paces trials at the workspace chat.update budget (50/min) — the system is quiet at every t0", nClusters, nodesPer)
 	r.Note("peer (same run, same transitions): a bare client-go informer on each hosted cluster's Nodes that POSTs a JSON webhook on every Ready→False (keep-alive client, a loopback HTTP server of its own), as a popular watcher does; ref_informer_webhook = t0 → the webhook received (from_sent: from when the UpdateStatus was sent, the API server's write included, as a user measures it); the ratios compare hcpbot's p50s with the peer's")
 	r.Note("%d warm-up trials (one per cluster) are not counted; the CPU profile covers the counted trials and the interleaved reference samples", warmup)
-	r.Note("reference (same run, one sample after each trial): raw client-go watch on a Node (UpdateStatus of a message returned → MODIFIED event received) + bare JetStream publish → ordered-consumer receipt of the same event bytes on a file stream (separate connections) + bare HTTP POST chat.postMessage to the recorder (send → recorder received, keep-alive); ref_floor = sum of their p50s")
+	r.Note("reference (same run, one sample after each trial): raw client-go watch on a Node (UpdateStatus of a message returned → MODIFIED event received) + bare JetStream publish → ordered-consumer receipt of the same event bytes on a file stream (separate connections) + bare HTTP POST chat.postMessage to the recorder (send → recorder received, keep-alive); ref_floor = sum of their p50s; ref_claim = a bare notify.KVStore Create of a root's claim record in a file-backed bucket of its own (start → returned); ref_floor_durable = ref_floor + ref_claim, and ref_floor_durable_from_sent_to_informer_webhook = (ref_update_call + ref_floor_durable) / the peer's from-sent p50: the ratio of a pipeline that does nothing but those operations; the _agent_ variant takes hcpbot's own update call + watch_agent stage instead of the raw watch (the agent's informer, which the peer has too)")
 	if quick() {
 		r.Note("quick run: %d trials", len(samples))
 	}
@@ -670,6 +684,8 @@ type b2Refs struct {
 	data  []byte
 	jsArr chan time.Time
 
+	kv *notify.KVStore
+
 	rec  *slackrec.Recorder
 	hc   *http.Client
 	post string
@@ -749,6 +765,7 @@ func newB2Refs(b *testing.B, ctx context.Context, kube kubernetes.Interface, nod
 func (r *b2Refs) warm() {
 	r.watch(-1)
 	r.jetstream(-1)
+	r.claim(-1)
 	r.http(-1)
 }
 
@@ -804,6 +821,16 @@ func (r *b2Refs) jetstream(i int) float64 {
 		r.b.Fatal("reference consumer: no message within 10s")
 	}
 	return 0
+}
+
+// claim: a bare root claim, as the notifier creates it, start → returned.
+func (r *b2Refs) claim(i int) float64 {
+	rec := notify.Record{Channel: fmt.Sprintf("CB2REF%04d", i+1), Owner: "b2-reference", Claimed: time.Now()}
+	start := time.Now()
+	if _, err := r.kv.Create(r.ctx, b2RootID(fmt.Sprintf("b2ref-%d-%d", i, start.UnixNano())), rec); err != nil {
+		r.b.Fatalf("reference claim: %v", err)
+	}
+	return b2MS(time.Since(start))
 }
 
 // http: a bare chat.postMessage to the recorder, send → received.

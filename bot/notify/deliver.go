@@ -141,7 +141,9 @@ func (q *chanQueue) deliver(ctx context.Context, k *keyQ, p post) {
 		if c.lost {
 			k.state, k.claimRev, k.createLost = rootUnknown, 0, true
 		} else {
-			k.claimRev, k.claimedAt = c.rev, now
+			// since, not now: a claim taken over keeps the time the
+			// first one was made, for the next look if this one fails.
+			k.claimRev, k.claimedAt = c.rev, c.since
 		}
 		q.mu.Unlock()
 	}

@@ -70,7 +70,10 @@
 // message metadata with its Key and reply ID, and whoever takes a claim
 // over first looks the post up (conversations.history for roots,
 // conversations.replies for replies) and records its ts instead of
-// posting again (hcpbot_slack_recovered_posts_total). This needs the
+// posting again (hcpbot_slack_recovered_posts_total). It looks from the
+// claim's first making (Record.Since, kept through every renewal and
+// take-over), so a look that failed is repeated over the same window
+// (TestTakenOverClaimIsLookedForFromItsFirstClaim). This needs the
 // channels:history and groups:history scopes. Stopping Run is not dying:
 // the call in flight completes and its result is stored.
 //

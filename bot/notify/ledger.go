@@ -116,7 +116,7 @@ func (l *ledger) root(ctx context.Context, key string) (rootLook, error) {
 	case rec.TS != "":
 		return rootLook{rec: rec, posted: true}, nil
 	case rec.Owner == l.owner || time.Since(rec.Claimed) >= l.lease:
-		return rootLook{claimRev: rev, claimedAt: rec.Claimed}, nil
+		return rootLook{claimRev: rev, claimedAt: rec.claimSince()}, nil
 	}
 	return rootLook{busy: true}, nil
 }
@@ -146,47 +146,55 @@ type claimed struct {
 	lost   bool          // another instance got there first: look again
 	posted bool          // the record has its ts: posted already
 	wait   time.Duration // another live instance holds the claim: look again then
-	// takenOver: the claim was made before, at since, by this instance's
-	// earlier attempt or one presumed dead; its post may have landed.
+	// since is when the claim was first made (Record.Since); takenOver:
+	// before this attempt, by this instance's earlier attempt or one
+	// presumed dead, so its post may have landed.
 	takenOver bool
 	since     time.Time
 }
 
 // claimRecord creates a claim record at id, or renews / takes over the
-// one at revision rev. It returns the claim's revision, or lost when
-// another instance got there first.
-func (l *ledger) claimRecord(ctx context.Context, id, channel string, rev uint64) (newRev uint64, lost bool, err error) {
-	r := Record{Channel: channel, Owner: l.owner, Claimed: time.Now()}
+// one at revision rev, first made at since (zero: a new claim, made now).
+// It returns the claim's revision and since, or lost when another instance
+// got there first.
+func (l *ledger) claimRecord(ctx context.Context, id, channel string, rev uint64, since time.Time) (newRev uint64, first time.Time, lost bool, err error) {
+	r := Record{Channel: channel, Owner: l.owner, Claimed: time.Now(), Since: since}
+	if r.Since.IsZero() {
+		r.Since = r.Claimed
+	}
 	if rev == 0 {
 		newRev, err = l.store.Create(ctx, id, r)
 	} else {
 		newRev, err = l.store.Update(ctx, id, r, rev)
 	}
 	if errors.Is(err, ErrExists) || errors.Is(err, ErrConflict) {
-		return 0, true, nil
+		return 0, time.Time{}, true, nil
 	}
-	return newRev, false, err
+	return newRev, r.Since, false, err
 }
 
 // claimRoot claims key's root: creates the claim (rev 0), or renews /
-// takes over the one root found at rev, made at since.
+// takes over the one root found at rev, first made at since.
 func (l *ledger) claimRoot(ctx context.Context, key, channel string, rev uint64, since time.Time) (claimed, error) {
-	newRev, lost, err := l.claimRecord(ctx, rootID(key), channel, rev)
+	if rev == 0 {
+		since = time.Time{}
+	}
+	newRev, first, lost, err := l.claimRecord(ctx, rootID(key), channel, rev, since)
 	switch {
 	case err != nil:
 		return claimed{}, err
 	case lost:
 		return claimed{lost: true}, nil
 	}
-	return claimed{rev: newRev, takenOver: rev != 0, since: since}, nil
+	return claimed{rev: newRev, takenOver: rev != 0, since: first}, nil
 }
 
 // claimReply claims reply record id. A reply has no look-up step of its
 // own (root is the root's): a lost create is inspected at once.
 func (l *ledger) claimReply(ctx context.Context, id, channel string) (claimed, error) {
-	rev, lost, err := l.claimRecord(ctx, id, channel, 0)
+	rev, first, lost, err := l.claimRecord(ctx, id, channel, 0, time.Time{})
 	if err != nil || !lost {
-		return claimed{rev: rev}, err
+		return claimed{rev: rev, since: first}, err
 	}
 	rec, cur, err := l.store.Get(ctx, id)
 	switch {
@@ -199,8 +207,8 @@ func (l *ledger) claimReply(ctx context.Context, id, channel string) (claimed, e
 	case rec.Owner != l.owner && time.Since(rec.Claimed) < l.lease:
 		return claimed{wait: l.poll}, nil
 	}
-	rev, lost, err = l.claimRecord(ctx, id, channel, cur)
-	return claimed{rev: rev, lost: lost, takenOver: !rec.Claimed.IsZero(), since: rec.Claimed}, err
+	rev, first, lost, err = l.claimRecord(ctx, id, channel, cur, rec.claimSince())
+	return claimed{rev: rev, lost: lost, takenOver: !rec.Claimed.IsZero(), since: first}, err
 }
 
 // recordRoot records a delivered root at revision rev (0: create), merging

@@ -69,7 +69,8 @@ type keyQ struct {
 	ts       string
 	version  uint64 // newest version delivered
 	claimRev uint64 // revision of a claim to renew or take over; 0: create one
-	// claimedAt is when the claim at claimRev was made: a post since then
+	// claimedAt is when the claim at claimRev was first made (however
+	// often renewed or taken over since): a post since then
 	// may have landed without its ts being recorded.
 	claimedAt  time.Time
 	storeFails int

@@ -25,6 +25,19 @@ type Record struct {
 	Digest  string    `json:"digest,omitempty"`  // roots: Message.Digest of that version
 	Owner   string    `json:"owner,omitempty"`   // instance holding the claim
 	Claimed time.Time `json:"claimed,omitzero"`  // when the claim was taken or renewed
+	// Since is when the first claim of this record was made. A renewal
+	// or a take-over keeps it: a post made since then may have landed
+	// without its ts recorded, however often the claim changed hands.
+	// Zero in records written before it existed: Claimed.
+	Since time.Time `json:"since,omitzero"`
+}
+
+// claimSince is when the claim at r was first made.
+func (r Record) claimSince() time.Time {
+	if !r.Since.IsZero() {
+		return r.Since
+	}
+	return r.Claimed
 }
 
 // Store errors. Implementations return them (possibly wrapped) so the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -315,6 +316,27 @@ func (r *Recorder) Message(channel, ts string) (Message, bool) {
 		return *m, true
 	}
 	return Message{}, false
+}
+
+// Backdate moves the top-level message at channel and ts back by d, as if
+// an instance that died before the test had posted it then, and returns
+// its new ts. Its thread, if any, does not follow it.
+func (r *Recorder) Backdate(channel, ts string, d time.Duration) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.find(channel, ts)
+	if m == nil {
+		return "", fmt.Errorf("slackrec: no message %s in %s", ts, channel)
+	}
+	var sec, usec int64
+	if _, err := fmt.Sscanf(ts, "%d.%d", &sec, &usec); err != nil {
+		return "", fmt.Errorf("slackrec: ts %q: %w", ts, err)
+	}
+	at := sec*1e6 + usec - d.Microseconds()
+	m.TS = fmt.Sprintf("%d.%06d", at/1e6, at%1e6)
+	// Channels keep posting order, which history and threads rely on.
+	slices.SortStableFunc(r.msgs[channel], func(a, b *Message) int { return strings.Compare(a.TS, b.TS) })
+	return m.TS, nil
 }
 
 // Thread returns the parent at channel and ts followed by its replies, as
