@@ -86,15 +86,16 @@ func hasScheme(p string) bool {
 	return true
 }
 
-// redactServer masks everything between a server URL's "://" (or its start)
-// and its last '@'.
+// redactServer masks everything between a server URL's "://" after a valid
+// scheme (or its start) and its last '@': in "u:p://w@h" the "://" is the
+// password's, as in RedactURL.
 func redactServer(p string) string {
 	at := strings.LastIndexByte(p, '@')
 	if at < 0 {
 		return p
 	}
 	start := 0
-	if i := strings.Index(p, "://"); i >= 0 && i < at {
+	if i := strings.Index(p, "://"); i >= 0 && i < at && hasScheme(p) {
 		start = i + 3
 	} else if strings.HasPrefix(p, "//") {
 		start = 2
@@ -119,9 +120,19 @@ func RedactText(s string) string {
 			return b.String()
 		case j >= 0 && (k < 0 || i+j < k):
 			start := i + j + 3
+			at := redactEnd(s, start, wordEnd(s, start))
+			// A ':' in the word before "://" makes it "user:pass@host"
+			// whose password holds "://" ("u:a://b@h"): hidden from the
+			// word's start, as RedactURL does.
+			if tok := tokenStart(s, i, i+j); at >= 0 && strings.ContainsRune(s[tok:i+j], ':') {
+				b.WriteString(s[i:tok])
+				b.WriteString(Mask + "@")
+				i = at + 1
+				continue
+			}
 			b.WriteString(s[i:start])
 			i = start
-			if at := redactEnd(s, start, wordEnd(s, start)); at >= 0 {
+			if at >= 0 {
 				b.WriteString(Mask + "@")
 				i = at + 1
 			}

@@ -70,6 +70,10 @@ func TestURLs(t *testing.T) {
 		// A server URL has no path: an '@' after '/' still ends userinfo.
 		{[]string{"nats://u:p/w@h"}, []string{"nats://***@h"}},
 		{[]string{"nats://x,http://#@0"}, []string{"nats://x", "http://***@0"}},
+		// A scheme-less URL whose password holds "://": "u:a" is no
+		// scheme, so the password's "a" must not show (attack on 5c7964c).
+		{[]string{"u:a://b@h:4222"}, []string{"***@h:4222"}},
+		{[]string{"nats://a:4222,nats://b:4222"}, []string{"nats://a:4222", "nats://b:4222"}},
 	}
 	for _, tt := range tests {
 		if got := URLs(tt.in); !slices.Equal(got, tt.want) {
@@ -91,6 +95,13 @@ func TestRedactText(t *testing.T) {
 		{"first user:pw@h then http://u:p@h2", "first ***@h then http://***@h2"},
 		{"trailing http://", "trailing http://"},
 		{"@@@ :@ ://@", "@@@ ***@ ://***@"},
+		// A scheme-less user:pass@host whose password holds "://" (attack
+		// on 5c7964c): "u:a" is no scheme, the password's "a" must not show.
+		{"x u:a://b@h y", "x ***@h y"},
+		{"x HTTP_PROXY=u:a://b@h y", "x HTTP_PROXY=***@h y"},
+		{"x [http://u:p@h] y", "x [http://***@h] y"},
+		{"{HTTPProxy:http://u:p@h}", "***@h}"},
+		{"servers nats://a:4222,nats://b:4222 up", "servers nats://a:4222,nats://b:4222 up"},
 	}
 	for _, tt := range tests {
 		if got := RedactText(tt.in); got != tt.want {
@@ -116,6 +127,7 @@ func FuzzRedactNoPassword(f *testing.F) {
 	f.Add("https", "u", "p/a?s#s@w", "[::1]:8443", "HTTPS_PROXY=", "")
 	f.Add("", "bob", "hunter2", "10.0.0.1:3128", "x=", ",y")
 	f.Add("socks5", "", "tok", "h", "", "")
+	f.Add("", "u", "a://b", "h", "x ", " y")
 	f.Fuzz(func(t *testing.T, scheme, user, pass, host, prefix, suffix string) {
 		for _, s := range []string{scheme, user, pass, host, prefix, suffix} {
 			if !utf8.ValidString(s) {
@@ -145,6 +157,12 @@ func FuzzRedactNoPassword(f *testing.F) {
 		}
 		if got := RedactURL(raw); strings.ContainsRune(got, r) {
 			t.Fatalf("RedactURL(%q) = %q leaks the password", raw, got)
+		}
+		// A list of one server URL: nothing before it to join.
+		if i := strings.Index(pass, ","); i < 0 || !strings.Contains(pass[i:], "://") {
+			if got := URLs([]string{raw}); strings.ContainsRune(strings.Join(got, " "), r) {
+				t.Fatalf("URLs(%q) = %q leaks the password", raw, got)
+			}
 		}
 		// A NATS URL list: between other servers, a comma in the
 		// password must not leave its first piece outside the mask (a
