@@ -1,7 +1,6 @@
 package notify
 
 import (
-	"net/http"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -20,18 +19,7 @@ func TestTakenOverClaimIsLookedForFromItsFirstClaim(t *testing.T) {
 	const ago = 10 * time.Minute
 	rec := slackrec.New(t, slackrec.WithRate(50, 10))
 	store := NewMemoryStore()
-	dead := NewSlackClient("xoxb-test-token", rec.APIURL(), http.DefaultClient)
-	_, ts, err := dead.PostMessageContext(t.Context(), ch, options(key+" v1", nil, formFull, false, "", metadata(key, ""))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rootTS, err := rec.Backdate(ch, ts, ago)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Create(t.Context(), rootID(key), Record{Channel: ch, Owner: "dead", Claimed: time.Now().Add(-ago)}); err != nil {
-		t.Fatal(err)
-	}
+	rootTS := deadRoot(t, rec, store, ch, key, ago)
 	var looks atomic.Int32
 	tp := &tap{intercept: func(method string, _ url.Values) string {
 		if method == methodHistory && looks.Add(1) == 1 {
@@ -44,17 +32,8 @@ func TestTakenOverClaimIsLookedForFromItsFirstClaim(t *testing.T) {
 	})
 	mustUpsert(t, f.n, msg(ch, key, 2))
 	run(t, f.n)
-	waitUntil(t, "the root recorded", func() bool {
-		r, _, err := store.Get(t.Context(), rootID(key))
-		return err == nil && r.TS != ""
-	})
+	onlyDeadRoot(t, rec, store, ch, key, rootTS)
 	if n := looks.Load(); n < 2 {
 		t.Fatalf("%d looks in the history, want the failed one and another", n)
-	}
-	if got := len(roots(rec, ch)[key]); got != 1 {
-		t.Errorf("%d roots for %s, want the dead instance's only", got, key)
-	}
-	if stored, _, err := store.Get(t.Context(), rootID(key)); err != nil || stored.TS != rootTS {
-		t.Errorf("stored root = %+v (%v), want ts %s", stored, err, rootTS)
 	}
 }
