@@ -31,12 +31,8 @@ type ledger struct {
 	poll   time.Duration // how long to leave another instance's claim alone
 }
 
-// The ledger's part in delivering a post (see deliver): claim its record,
-// find the post of a claim taken over, record the ts; release a claim
-// whose post Slack refused. A reply without ID has no record.
-
-// claim claims p's record. A root's is the claim root found (p.claimRev)
-// renewed or taken over, or a new one.
+// claim claims p's record (a reply without ID has none). A root's is the
+// claim root found (p.claimRev) renewed or taken over, or a new one.
 func (l *ledger) claim(ctx context.Context, p post) (claimed, error) {
 	switch {
 	case p.kind == kindRoot:
@@ -146,9 +142,8 @@ type claimed struct {
 	lost   bool          // another instance got there first: look again
 	posted bool          // the record has its ts: posted already
 	wait   time.Duration // another live instance holds the claim: look again then
-	// since is when the claim was first made (Record.Since); takenOver:
-	// before this attempt, by this instance's earlier attempt or one
-	// presumed dead, so its post may have landed.
+	// takenOver: made before this attempt (by an earlier one or a dead
+	// instance), first at since (Record.Since); its post may have landed.
 	takenOver bool
 	since     time.Time
 }
