@@ -196,13 +196,15 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // AgentJetStream is what Serve uses of JetStream: it vets the bot's
-// stream and buckets, binds the buckets, and creates its consumer of the
-// requests. It creates and changes no stream or bucket: they are the
-// bot's.
+// stream and buckets, binds the buckets, creates its consumer of the
+// requests, and reads the approval store from its stream leader (a
+// request on the connection: leaderKV). It creates and changes no stream
+// or bucket: they are the bot's.
 type AgentJetStream interface {
 	jetstream.StreamManager
 	jetstream.KeyValueManager
 	jetstream.StreamConsumerManager
+	Conn() *nats.Conn
 }
 
 type agent struct {
@@ -250,7 +252,7 @@ func (a *agent) bind(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstre
 		if err != nil {
 			return nil, fmt.Errorf("approval store %s (created by the bot): %w", bus.ProposalsBucket, err)
 		}
-		a.proposals = kv
+		a.proposals = leaderKV{KeyValue: kv, nc: a.js.Conn(), bucket: bus.ProposalsBucket}
 	}
 	cons, err := a.js.CreateOrUpdateConsumer(ctx, bus.ActionsStreamName, cfg)
 	if err != nil {

@@ -25,7 +25,10 @@
 // approval store without the bot's key can therefore not approve, move a
 // decision to another proposal or reorder decisions; a record whose seals
 // do not verify is never sent or run, and is reported (audit
-// KindForged, hcpbot_approval_forgeries_total).
+// KindForged, hcpbot_approval_forgeries_total). The agent reads the
+// record from the store's stream leader (leaderkv.go): a direct get may be
+// answered by a replica that has not yet stored the approval, and the
+// request sent right after it would be dropped as premature.
 //
 // # The flow
 //
