@@ -326,28 +326,42 @@ func (a *agent) heartbeat(msg jetstream.Msg) (stop func()) {
 }
 
 // answer records res under key: over a running mark of its own proposal
-// or a refusal of something unverified, never over another answer.
+// or a refusal of something unverified, never over another answer. A
+// write refused because the key holds more than the read showed (a direct
+// get answered by a replica behind the leader) is read again, not taken
+// for an answer that stands.
 func (a *agent) answer(ctx context.Context, key string, res Result) error {
 	data, err := json.Marshal(res)
 	if err != nil {
 		return fmt.Errorf("encode answer: %w", err)
 	}
-	old, rev, err := wire.Get(ctx, a.results, key)
-	switch {
-	case errors.Is(err, wire.ErrNoResult):
-		if _, err := a.results.Create(ctx, key, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		old, rev, err := wire.Get(ctx, a.results, key)
+		switch {
+		case errors.Is(err, wire.ErrNoResult):
+			_, err = a.results.Create(ctx, key, data)
+		case err != nil:
+			return err
+		default:
+			prev, derr := decodeResult(old)
+			if derr == nil && !prev.Running && prev.Proposal != "" {
+				return nil // the first verified answer stands
+			}
+			_, err = a.results.Update(ctx, key, data, rev)
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return err
 		}
-		return nil
-	case err != nil:
-		return err
+		// The key holds more than the read showed: the read is a direct
+		// get, which a replica that has not yet stored the last write
+		// answers (the running mark written before the execution, which
+		// must not stand for the answer). Read again; an answer found
+		// then stands.
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return fmt.Errorf("the results bucket holds more of %s than its reads show: %w", truncate(key), ctx.Err())
+		}
 	}
-	prev, derr := decodeResult(old)
-	if derr == nil && !prev.Running && prev.Proposal != "" {
-		return nil // the first verified answer stands
-	}
-	_, err = a.results.Update(ctx, key, data, rev)
-	return err
 }
 
 type agentMetrics struct {

@@ -65,8 +65,9 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 	// Answered already? The first verified answer stands.
 	old, _, err := wire.Get(ctx, a.results, key)
 	var running *Result
+	unseen := errors.Is(err, wire.ErrNoResult)
 	switch {
-	case errors.Is(err, wire.ErrNoResult):
+	case unseen:
 	case err != nil:
 		return "", Result{}, fmt.Errorf("%w: read the results bucket: %w", errHandBack, err)
 	default:
@@ -154,7 +155,14 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg) (string, Result,
 	}
 	if running == nil {
 		mark, _ := json.Marshal(Result{ID: p.ID, Proposal: p.digest, Running: true, At: now.UTC()})
-		if _, err := a.results.Create(ctx, key, mark); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		switch _, err := a.results.Create(ctx, key, mark); {
+		case errors.Is(err, jetstream.ErrKeyExists) && unseen:
+			// The key holds what the read did not show (a direct get
+			// answered by a replica behind the leader): an answer
+			// recorded, whose request is redelivered, must not run
+			// again. Read again at the redelivery.
+			return "", Result{}, fmt.Errorf("%w: the results bucket holds %s, which its read did not show", errHandBack, truncate(key))
+		case err != nil && !errors.Is(err, jetstream.ErrKeyExists):
 			return "", Result{}, fmt.Errorf("%w: mark running: %w", errHandBack, err)
 		}
 	}

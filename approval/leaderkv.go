@@ -26,6 +26,14 @@ type leaderKV struct {
 	bucket             string
 }
 
+// leaderGetTimeout bounds a read whose context has no deadline (the
+// agent's serving context has none), as jetstream's own calls are bounded
+// by its default API timeout: a request the leader never answers (an
+// election under way, an API queue full, a publish the server refuses)
+// must end, so that the request is handed back rather than held, in
+// progress, with every one queued behind it.
+const leaderGetTimeout = 5 * time.Second
+
 // msgGetResponse is the JetStream API's answer to STREAM.MSG.GET.
 type msgGetResponse struct {
 	Error   *jetstream.APIError `json:"error,omitempty"`
@@ -40,9 +48,15 @@ type msgGetResponse struct {
 
 // Get implements jetstream.KeyValue from the stream leader.
 func (l leaderKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, leaderGetTimeout)
+		defer cancel()
+	}
+	subject := "$KV." + l.bucket + "." + key
 	req, err := json.Marshal(struct {
 		LastFor string `json:"last_by_subj"`
-	}{"$KV." + l.bucket + "." + key})
+	}{subject})
 	if err != nil {
 		return nil, err
 	}
@@ -60,6 +74,10 @@ func (l leaderKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry,
 		return nil, fmt.Errorf("read %s from the leader of bucket %s: %w", key, l.bucket, resp.Error)
 	case resp.Message == nil:
 		return nil, fmt.Errorf("read %s from the leader of bucket %s: %w", key, l.bucket, jetstream.ErrInvalidJetStreamResponse)
+	case resp.Message.Subject != subject:
+		// Not the key asked for: no answer (handed back), never another
+		// key's value under this one.
+		return nil, fmt.Errorf("read %s from the leader of bucket %s: answered with subject %q: %w", key, l.bucket, truncate(resp.Message.Subject), jetstream.ErrInvalidJetStreamResponse)
 	}
 	m := resp.Message
 	if len(m.Header) > 0 {
