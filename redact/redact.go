@@ -120,16 +120,20 @@ func RedactText(s string) string {
 			return b.String()
 		case j >= 0 && (k < 0 || i+j < k):
 			start := i + j + 3
-			at := redactEnd(s, start, wordEnd(s, start))
+			end := wordEnd(s, start)
 			// A ':' in the word before "://" makes it "user:pass@host"
-			// whose password holds "://" ("u:a://b@h"): hidden from the
-			// word's start, as RedactURL does.
-			if tok := tokenStart(s, i, i+j); at >= 0 && strings.ContainsRune(s[tok:i+j], ':') {
-				b.WriteString(s[i:tok])
-				b.WriteString(Mask + "@")
-				i = at + 1
-				continue
+			// whose password holds "://" ("u:a://b@h", "0:1://#@0"):
+			// hidden from the word's start to its last '@', as RedactURL
+			// does; what follows "://" alone need not look like userinfo.
+			if tok := tokenStart(s, i, i+j); strings.ContainsRune(s[tok:i+j], ':') {
+				if last := strings.LastIndexByte(s[start:end], '@'); last >= 0 {
+					b.WriteString(s[i:tok])
+					b.WriteString(Mask + "@")
+					i = start + last + 1
+					continue
+				}
 			}
+			at := redactEnd(s, start, end)
 			b.WriteString(s[i:start])
 			i = start
 			if at >= 0 {
@@ -139,7 +143,9 @@ func RedactText(s string) string {
 		default:
 			b.WriteString(s[i:tokenStart(s, i, k)])
 			b.WriteString(Mask + "@")
-			i = k + 1
+			// The last '@' of the word ends the userinfo: a password may
+			// hold '@' (and "://" after it: "u:a@://b@h").
+			i = k + strings.LastIndexByte(s[k:tokenEnd(s, k)], '@') + 1
 		}
 	}
 	return b.String()
@@ -196,6 +202,15 @@ func schemelessAt(s string, i int) int {
 		i = at + 1
 	}
 	return -1
+}
+
+// tokenEnd is the index of the first character at or after i that ends a
+// word for tokenStart, or len(s).
+func tokenEnd(s string, i int) int {
+	if j := strings.IndexAny(s[i:], " \t\r\n\v\f\"'`=<>()"); j >= 0 {
+		return i + j
+	}
+	return len(s)
 }
 
 // tokenStart walks back from at to the start of its word, but not before

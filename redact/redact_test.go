@@ -95,6 +95,11 @@ func TestRedactText(t *testing.T) {
 		{"first user:pw@h then http://u:p@h2", "first ***@h then http://***@h2"},
 		{"trailing http://", "trailing http://"},
 		{"@@@ :@ ://@", "@@@ ***@ ://***@"},
+		// A scheme-less password holding "://" whose rest has no ':'
+		// (found by the fuzzer in CI).
+		{"0 0:1://#@0  ", "0 ***@0  "},
+		{"0 0:@://#@0  ", "0 ***@0  "},
+		{"a u:p@h@x b", "a ***@x b"},
 		// A scheme-less user:pass@host whose password holds "://" (attack
 		// on 5c7964c): "u:a" is no scheme, the password's "a" must not show.
 		{"x u:a://b@h y", "x ***@h y"},
