@@ -22,7 +22,9 @@ func TestLeaseLapseRenewedIsReported(t *testing.T) {
 	c := connect(t, Config{URLs: []string{e.ClientURL()}})
 	var mu sync.Mutex
 	var changes []bool
-	l, err := NewLease(ctx, c.JS, "bot", "a", zerolog.Nop(), WithLeaseTTL(3*time.Second), OnLeaderChange(func(leader bool) {
+	// A TTL and a bound on each call far above any store round trip: on a
+	// busy machine a renewal taking a second must not read as lost.
+	l, err := NewLease(ctx, c.JS, "bot", "a", zerolog.Nop(), WithLeaseTTL(time.Minute), OnLeaderChange(func(leader bool) {
 		mu.Lock()
 		changes = append(changes, leader)
 		mu.Unlock()
@@ -30,7 +32,7 @@ func TestLeaseLapseRenewedIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	period := l.ttl / 5
+	period := 20 * time.Second
 	rev := l.attempt(ctx, 0, period)
 	if rev == 0 || !l.Leader() {
 		t.Fatal("the first replica did not win the lease")
